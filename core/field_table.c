@@ -1,0 +1,183 @@
+/* The field table, generated from the section files under core/fields, and lookups over it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+
+/* Enum value tables. */
+#define TR_EV(id, name, aliases) {name, aliases},
+#define TR_ENUM(ename, values)                                                                     \
+    static const tr_enum_value tr_enum_values_##ename[] = {values};                                \
+    const tr_enum_def tr_enum_##ename = {                                                          \
+        #ename, tr_enum_values_##ename,                                                            \
+        (int)(sizeof tr_enum_values_##ename / sizeof tr_enum_values_##ename[0])};
+#include "core/fields/enums.def"
+#undef TR_ENUM
+#undef TR_EV
+
+/* Section ids, in all.def order. */
+enum {
+#define TR_SECTION(sec, doc) TR_SECID_##sec,
+#define TR_SECTION_END(sec)
+#define TR_FIELD(T, name, def, spec, unit, flags, doc)
+#include "core/fields/all.def"
+#undef TR_SECTION
+#undef TR_SECTION_END
+#undef TR_FIELD
+    TR_SECID_COUNT
+};
+
+const tr_section_def tr_sections[] = {
+#define TR_SECTION(sec, doc) {#sec, doc},
+#define TR_SECTION_END(sec)
+#define TR_FIELD(T, name, def, spec, unit, flags, doc)
+#include "core/fields/all.def"
+#undef TR_SECTION
+#undef TR_SECTION_END
+#undef TR_FIELD
+};
+const int tr_section_count = TR_SECID_COUNT;
+
+/* The spec column means a numeric range for numeric types and an enum name for enum types. */
+#define TR_RANGE_BOOL(s)    NULL
+#define TR_RANGE_OBOOL(s)   NULL
+#define TR_RANGE_INT(s)     s
+#define TR_RANGE_OINT(s)    s
+#define TR_RANGE_FLOAT(s)   s
+#define TR_RANGE_OFLOAT(s)  s
+#define TR_RANGE_STR(s)     NULL
+#define TR_RANGE_OSTR(s)    NULL
+#define TR_RANGE_ENUM(s)    NULL
+#define TR_RANGE_OENUM(s)   NULL
+#define TR_RANGE_INTLIST(s) s
+#define TR_RANGE_STRLIST(s) NULL
+#define TR_ENUMREF_BOOL(s)    NULL
+#define TR_ENUMREF_OBOOL(s)   NULL
+#define TR_ENUMREF_INT(s)     NULL
+#define TR_ENUMREF_OINT(s)    NULL
+#define TR_ENUMREF_FLOAT(s)   NULL
+#define TR_ENUMREF_OFLOAT(s)  NULL
+#define TR_ENUMREF_STR(s)     NULL
+#define TR_ENUMREF_OSTR(s)    NULL
+#define TR_ENUMREF_ENUM(s)    &tr_enum_##s
+#define TR_ENUMREF_OENUM(s)   &tr_enum_##s
+#define TR_ENUMREF_INTLIST(s) NULL
+#define TR_ENUMREF_STRLIST(s) NULL
+
+#define TR_STR_(x) #x
+#define TR_STR(x) TR_STR_(x)
+#define TR_CAT3_(a, b, c) a##b##c
+#define TR_CAT3(a, b, c) TR_CAT3_(a, b, c)
+
+const tr_field tr_fields[] = {
+#define TR_SECTION(sec, doc)
+#define TR_SECTION_END(sec)
+#define TR_FIELD(T, fname, def, spec, unit, flags, doc)                                            \
+    {TR_CAT4(TR_FID_, TR_SEC, _, fname),                                                           \
+     TR_CAT3(TR_SECID_, TR_SEC, ),                                                                 \
+     TR_STR(TR_SEC) "." #fname,                                                                    \
+     #fname,                                                                                       \
+     TR_T_##T,                                                                                     \
+     offsetof(tr_config, TR_SEC.fname),                                                            \
+     def,                                                                                          \
+     TR_RANGE_##T(spec),                                                                           \
+     TR_ENUMREF_##T(spec),                                                                         \
+     unit,                                                                                         \
+     flags,                                                                                        \
+     doc},
+#include "core/fields/all.def"
+#undef TR_SECTION
+#undef TR_SECTION_END
+#undef TR_FIELD
+};
+const int tr_field_count = TR_FIELD_COUNT;
+
+_Static_assert(sizeof tr_fields / sizeof tr_fields[0] == TR_FIELD_COUNT, "field table size");
+
+const tr_field *tr_field_by_path(const char *dotted) {
+    if (!dotted) return NULL;
+    for (int i = 0; i < tr_field_count; i++)
+        if (dotted[0] == tr_fields[i].path[0] && strcmp(dotted, tr_fields[i].path) == 0)
+            return &tr_fields[i];
+    return NULL;
+}
+
+bool tr_field_is_nullable(const tr_field *f) {
+    switch (f->type) {
+    case TR_T_OBOOL:
+    case TR_T_OINT:
+    case TR_T_OFLOAT:
+    case TR_T_OSTR:
+    case TR_T_OENUM:
+    case TR_T_INTLIST:
+    case TR_T_STRLIST: return true;
+    default: return false;
+    }
+}
+
+static int levenshtein(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 127 || lb > 127) return 1000;
+    int prev[128], cur[128];
+    for (int j = 0; j <= lb; j++) prev[j] = j;
+    for (int i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, sizeof(int) * (size_t)(lb + 1));
+    }
+    return prev[lb];
+}
+
+int tr_field_suggest(const char *dotted, const tr_field **out, int max) {
+    /* Score: a field with the same leaf name in another section is the likeliest fix
+     * (train.lr -> optimizer.lr); otherwise edit distance on the whole path and on the leaf. */
+    const char *leaf = strrchr(dotted, '.');
+    leaf = leaf ? leaf + 1 : dotted;
+    int limit = (int)strlen(dotted) / 4;
+    if (limit < 2) limit = 2;
+    int best_score[8];
+    int n = 0;
+    if (max > 8) max = 8;
+    for (int i = 0; i < tr_field_count; i++) {
+        const tr_field *f = &tr_fields[i];
+        int s_full = levenshtein(dotted, f->path) * 2;
+        int s_leaf = strcmp(leaf, f->name) == 0 ? 1 : levenshtein(leaf, f->name) * 2 + 1;
+        int s = s_full < s_leaf ? s_full : s_leaf;
+        if (s > limit * 2) continue;
+        int pos = n;
+        while (pos > 0 && best_score[pos - 1] > s) pos--;
+        if (pos >= max) continue;
+        int last = n < max ? n : max - 1;
+        for (int k = last; k > pos; k--) {
+            out[k] = out[k - 1];
+            best_score[k] = best_score[k - 1];
+        }
+        out[pos] = f;
+        best_score[pos] = s;
+        if (n < max) n++;
+    }
+    return n;
+}
+
+const char *tr_field_type_name(const tr_field *f) {
+    switch (f->type) {
+    case TR_T_BOOL: return "bool";
+    case TR_T_OBOOL: return "bool or null";
+    case TR_T_INT: return "int";
+    case TR_T_OINT: return "int or null";
+    case TR_T_FLOAT: return "float";
+    case TR_T_OFLOAT: return "float or null";
+    case TR_T_STR: return "string";
+    case TR_T_OSTR: return "string or null";
+    case TR_T_ENUM: return "enum";
+    case TR_T_OENUM: return "enum or null";
+    case TR_T_INTLIST: return "list of int";
+    case TR_T_STRLIST: return "list of string";
+    }
+    return "?";
+}

@@ -1,0 +1,49 @@
+/* finalize() and validate(): derived values, then every rule, all violations at once. */
+#ifndef TR_VALIDATE_H
+#define TR_VALIDATE_H
+
+#include <stdbool.h>
+
+#include "core/config.h"
+
+/* The cluster the config is resolved for: the MPI world of a real run, or --world-size /
+ * --gpus-per-node for one you are not on. */
+typedef struct tr_world {
+    int world_size;    /* >= 1 */
+    int gpus_per_node; /* >= 1; used for warnings such as TP spanning nodes */
+} tr_world;
+
+/* Fill derived values (derived.* and the null-means-computed model fields such as
+ * ffn_hidden_size, kv_channels, num_query_groups, expert_tensor_parallel_size), apply the
+ * mixed-precision preset and comm-overlap defaults, and record each change with origin
+ * "derived". Never rejects: impossible inputs are left for validate() to report. */
+tr_status tr_config_finalize(tr_config *c, const tr_world *w, tr_diags *d);
+
+typedef struct tr_validate_opts {
+    /* Checking a catalog rather than a launch: rules about inputs only a real launch supplies
+     * (a pretrained checkpoint for SFT/LoRA, dataset files that must exist) are reported as
+     * notes with id prefix "launch." instead of errors. */
+    bool catalog_mode;
+    /* Check that files named by TR_F_LAUNCH fields exist (off for --dry-run on another machine). */
+    bool check_files;
+} tr_validate_opts;
+
+/* Run every rule. Returns TR_ERR_CONFIG when any error was reported, TR_OK otherwise
+ * (warnings alone do not fail; run_recipe --strict promotes them). */
+tr_status tr_config_validate(const tr_config *c, const tr_validate_opts *opts, tr_diags *d);
+
+/* The rule table: stable ids, what each rule checks, and how to fix a violation. Used by
+ * validate() and to generate docs/validation-rules.md. */
+typedef struct tr_rule {
+    const char *id;       /* "parallel.heads_divisible_by_tp" */
+    tr_severity severity; /* TR_SEV_ERROR or TR_SEV_WARNING */
+    bool launch_input;    /* depends on something only a launch supplies */
+    const char *summary;  /* one sentence: the condition that must hold */
+    void (*check)(const tr_config *c, const tr_validate_opts *opts, const struct tr_rule *self,
+                  tr_diags *d);
+} tr_rule;
+
+extern const tr_rule tr_rules[];
+extern const int tr_rule_count;
+
+#endif

@@ -1,0 +1,26 @@
+/* Named recipes: a function per recipe that fills a ConfigContainer, and the registry that
+ * maps names to them. */
+#ifndef TR_RECIPES_REGISTRY_H
+#define TR_RECIPES_REGISTRY_H
+
+#include <stdbool.h>
+
+#include "core/config.h"
+
+typedef struct tr_recipe {
+    const char *name;     /* "llama32_1b_pretrain" */
+    const char *doc;      /* one line */
+    int mode;             /* tr_train_mode_t: pretrain / sft / lora / dora */
+    int min_world_size;   /* PP * lcm(TP*CP, EP*ETP) of the recipe's layout (a test checks it) */
+    bool runnable;        /* today's runtime can train it (false: config-only, e.g. MLA) */
+    /* Fill c (already initialised with table defaults) as the recipe prescribes. */
+    tr_status (*fill)(tr_config *c, tr_diags *d);
+} tr_recipe;
+
+const tr_recipe *tr_recipe_find(const char *name);
+/* All recipes, in catalog order. */
+const tr_recipe *tr_recipe_list(int *n);
+/* Closest recipe names to a mistyped one (did-you-mean). */
+int tr_recipe_suggest(const char *name, const tr_recipe **out, int max);
+
+#endif

@@ -1,0 +1,15 @@
+# Every tests/unit/test_*.c is one ctest executable linked against the whole stack.
+# Areas with special needs (mpirun, CLI scripts, fuzz corpora) add tests/<area>.cmake.
+file(GLOB TRESTLE_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/test_*.c)
+foreach(src ${TRESTLE_UNIT_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src} ${CMAKE_SOURCE_DIR}/tests/unit/harness.c)
+  target_link_libraries(${name} PRIVATE trestle_runtime)
+  target_compile_definitions(${name} PRIVATE TRESTLE_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "unit" TIMEOUT 300)
+endforeach()
+file(GLOB TRESTLE_TEST_AREAS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/*/tests.cmake)
+foreach(f ${TRESTLE_TEST_AREAS})
+  include(${f})
+endforeach()

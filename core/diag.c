@@ -94,7 +94,8 @@ void tr_diags_print_text(const tr_diags *d, FILE *out, bool color) {
             on = g->severity == TR_SEV_ERROR ? "\033[1;31m" : g->severity == TR_SEV_WARNING ? "\033[1;33m" : "\033[1m";
             off = "\033[0m";
         }
-        if (g->origin_text[0])
+        /* "default" locates nothing the user wrote, so it would only clutter the line. */
+        if (g->origin_text[0] && strcmp(g->origin_text, "default") != 0)
             fprintf(out, "%s: ", g->origin_text);
         fprintf(out, "%s%s%s [%s]: %s\n", on, sev_name(g->severity), off, g->id, g->message);
         if (g->hint) fprintf(out, "  fix: %s\n", g->hint);

@@ -7,10 +7,10 @@
 #include "core/config.h"
 
 typedef enum tr_override_op {
-    TR_OVR_SET,    /* a.b=v     : the key must exist */
-    TR_OVR_ADD,    /* +a.b=v    : only where the current value is null (Hydra: "append") */
-    TR_OVR_FORCE,  /* ++a.b=v   : set whatever the current value */
-    TR_OVR_RESET   /* ~a.b      : back to the recipe's value; ~a.b=v only if it currently is v */
+    TR_OVR_SET,   /* a.b=v     : the key must exist */
+    TR_OVR_ADD,   /* +a.b=v    : only where the current value is null (Hydra: "append") */
+    TR_OVR_FORCE, /* ++a.b=v   : set whatever the current value */
+    TR_OVR_RESET  /* ~a.b      : back to the recipe's value; ~a.b=v only if it currently is v */
 } tr_override_op;
 
 typedef struct tr_override {
@@ -28,8 +28,18 @@ void tr_override_free(tr_override *o);
 /* Apply a parsed override: unknown keys are errors with did-you-mean suggestions; a section
  * name with a scalar is its shorthand field (mixed_precision=bf16_mixed, peft=lora). */
 tr_status tr_override_apply(tr_config *c, const tr_override *o, tr_diags *d);
-/* Parse and apply argv-style tokens; tokens[i] came from argv[argi[i]] (argi may be NULL). */
+/* Parse and apply argv-style tokens; tokens[i] came from argv[argi[i]] (argi may be NULL, then
+ * argv index i). Every token is tried, so one call reports all bad tokens. */
 tr_status tr_overrides_apply_argv(tr_config *c, const char *const *tokens, const int *argi, int n,
+                                  tr_diags *d);
+
+/* The field a user-written key names: a dotted path, or a section shorthand (mixed_precision ->
+ * mixed_precision.preset, peft -> peft.scheme). Anything else is an error diagnostic at origin:
+ * a bare section name says how many fields it has and where to list them; an unknown key gets up
+ * to three did-you-mean suggestions, best first. Shared by the CLI, YAML files and --explain. */
+/* The field a section shorthand stands for, or NULL when the section has none. */
+const tr_field *tr_override_shorthand(const char *section);
+tr_status tr_override_resolve_key(const char *key, const tr_origin *origin, const tr_field **out,
                                   tr_diags *d);
 
 /* YAML: parse a file (or text) into a value tree whose nodes carry file:line:column origins.
@@ -45,6 +55,10 @@ tr_status tr_yaml_apply(tr_config *c, const tr_value *root, const char *const *s
                         tr_diags *d);
 /* Parse + apply. */
 tr_status tr_config_apply_yaml_file(tr_config *c, const char *path, tr_diags *d);
+
+/* Is s[0..n) well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF)? On
+ * failure *bad is the offset of the first offending byte. */
+bool tr_utf8_valid(const char *s, size_t n, size_t *bad);
 
 /* --explain KEY: the override chain of one field, oldest first (default, provider, recipe,
  * files, CLI, derived), each with its origin. */

@@ -8,15 +8,22 @@
 #include "core/config.h"
 
 typedef struct tr_recipe {
-    const char *name;     /* "llama32_1b_pretrain" */
-    const char *doc;      /* one line */
-    int mode;             /* tr_train_mode_t: pretrain / sft / lora / dora */
-    int min_world_size;   /* PP * lcm(TP*CP, EP*ETP) of the recipe's layout (a test checks it) */
-    bool runnable;        /* today's runtime can train it (false: config-only, e.g. MLA) */
+    const char *name;   /* "llama32_1b_pretrain" */
+    const char *doc;    /* one line */
+    int mode;           /* tr_train_mode_t: pretrain / sft / lora / dora */
+    int min_world_size; /* PP * lcm(TP*CP, EP*ETP) of the recipe's layout (a test checks it) */
+    bool runnable;      /* the runtime design covers the architecture (false: config-only, e.g.
+                           MLA/MTP); the runtime itself arrives with the "Runtime v1" issue */
+    /* KEY=VALUE overrides a catalog check must add (NULL-terminated; NULL for none): recipes
+     * that, like Megatron-Bridge's vanilla_gpt, leave the model size to the user. */
+    const char *const *catalog_overrides;
     /* Fill c (already initialised with table defaults) as the recipe prescribes. */
     tr_status (*fill)(tr_config *c, tr_diags *d);
 } tr_recipe;
 
+/* Trestle names ("llama32_1b_lora") and Megatron-Bridge spellings: a trailing "_config",
+ * "_peft" for "_lora", and the hardware-specific library names
+ * ("<model>_<task>_<N>gpu_h100_bf16_config") where N is the recipe's minimum world size. */
 const tr_recipe *tr_recipe_find(const char *name);
 /* All recipes, in catalog order. */
 const tr_recipe *tr_recipe_list(int *n);

@@ -11,4 +11,4 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTRESTLE_SANITIZE=ON >/dev/nu
 cmake --build build-asan -j"$(nproc)"
 # Leak checking stays on; Open MPI's own allocations are suppressed where MPI tests run.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir build-asan -j2 --output-on-failure -L 'unit|fuzz' --timeout 600
+ctest --test-dir build-asan -j2 --output-on-failure -L 'unit|fuzz|cli' --timeout 600

@@ -1,0 +1,176 @@
+/* The recipe catalog: one row per recipe, and name lookup that also understands Megatron-Bridge's
+ * spellings. min_world_size is written down here (not computed) so that a test can hold it
+ * against the layout the recipe actually fills. */
+#include "recipes/registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipes/common.h"
+
+#define PRE  TR_MODE_PRETRAIN
+#define SFT  TR_MODE_SFT
+#define LORA TR_MODE_LORA
+#define ROW(name, doc, mode, min_world, runnable)                                                  \
+    { #name, doc, mode, min_world, runnable, NULL, tr_recipe_##name }
+
+static const char *const vanilla_gpt_sizes[] = {"model.num_layers=12", "model.hidden_size=768",
+                                                "model.num_attention_heads=12", NULL};
+
+static const tr_recipe recipes[] = {
+    /* GPT */
+    {"vanilla_gpt_pretrain", "Megatron-LM pretrain_gpt.py defaults; give the model size", PRE, 1,
+     true, vanilla_gpt_sizes, tr_recipe_vanilla_gpt_pretrain},
+    ROW(gpt2_124m_pretrain, "GPT-2 small, llm.c settings (benchmarks)", PRE, 1, true),
+    ROW(gpt3_175b_pretrain, "GPT-3 175B, TP4 PP8 VPP6 SP", PRE, 32, true),
+    /* Llama */
+    ROW(llama2_7b_pretrain, "Llama 2 7B, TP2", PRE, 2, true),
+    ROW(llama32_1b_pretrain, "Llama 3.2 1B, 8k tokens, one GPU", PRE, 1, true),
+    ROW(llama32_1b_sft, "Llama 3.2 1B full fine-tuning, packed 4k", SFT, 1, true),
+    ROW(llama32_1b_lora, "Llama 3.2 1B LoRA, packed 4k", LORA, 1, true),
+    ROW(llama32_3b_pretrain, "Llama 3.2 3B, 8k tokens, one GPU", PRE, 1, true),
+    ROW(llama32_3b_sft, "Llama 3.2 3B full fine-tuning, packed 4k", SFT, 1, true),
+    ROW(llama32_3b_lora, "Llama 3.2 3B LoRA, packed 4k", LORA, 1, true),
+    ROW(llama3_8b_pretrain, "Llama 3 8B, 8k tokens, CP2", PRE, 2, true),
+    ROW(llama3_8b_sft, "Llama 3 8B full fine-tuning, TP2", SFT, 2, true),
+    ROW(llama3_8b_lora, "Llama 3 8B LoRA, one GPU", LORA, 1, true),
+    ROW(llama3_70b_pretrain, "Llama 3 70B, TP4 PP4 VPP5 CP2 SP", PRE, 32, true),
+    ROW(llama3_70b_sft, "Llama 3 70B full fine-tuning, TP8 PP4", SFT, 32, true),
+    ROW(llama3_70b_lora, "Llama 3 70B LoRA, TP8", LORA, 8, true),
+    ROW(llama31_8b_pretrain, "Llama 3.1 8B, 8k tokens, CP2", PRE, 2, true),
+    ROW(llama31_8b_sft, "Llama 3.1 8B full fine-tuning, TP2", SFT, 2, true),
+    ROW(llama31_8b_lora, "Llama 3.1 8B LoRA, one GPU", LORA, 1, true),
+    ROW(llama31_70b_pretrain, "Llama 3.1 70B, TP4 PP4 VPP5 CP2 SP", PRE, 32, true),
+    ROW(llama31_70b_sft, "Llama 3.1 70B full fine-tuning, TP8 PP4", SFT, 32, true),
+    ROW(llama31_70b_lora, "Llama 3.1 70B LoRA, TP8", LORA, 8, true),
+    ROW(llama31_405b_pretrain, "Llama 3.1 405B, TP8 PP8 VPP8 CP4 SP", PRE, 256, true),
+    ROW(llama31_405b_sft, "Llama 3.1 405B full fine-tuning, TP8 PP16", SFT, 128, true),
+    ROW(llama31_405b_lora, "Llama 3.1 405B LoRA, TP8 PP4", LORA, 32, true),
+    /* Qwen3 */
+    ROW(qwen3_600m_pretrain, "Qwen3 0.6B, one GPU", PRE, 1, true),
+    ROW(qwen3_600m_sft, "Qwen3 0.6B full fine-tuning", SFT, 1, true),
+    ROW(qwen3_600m_lora, "Qwen3 0.6B LoRA", LORA, 1, true),
+    ROW(qwen3_8b_pretrain, "Qwen3 8B, TP4", PRE, 4, true),
+    ROW(qwen3_8b_sft, "Qwen3 8B full fine-tuning, TP2", SFT, 2, true),
+    ROW(qwen3_8b_lora, "Qwen3 8B LoRA, one GPU", LORA, 1, true),
+    ROW(qwen3_30b_a3b_pretrain, "Qwen3 30B-A3B MoE, EP16", PRE, 16, true),
+    ROW(qwen3_30b_a3b_sft, "Qwen3 30B-A3B MoE full fine-tuning, EP8", SFT, 8, true),
+    ROW(qwen3_30b_a3b_lora, "Qwen3 30B-A3B MoE LoRA, EP4", LORA, 4, true),
+    ROW(qwen3_235b_a22b_pretrain, "Qwen3 235B-A22B MoE, TP4 PP8 EP32", PRE, 256, true),
+    ROW(qwen3_235b_a22b_sft, "Qwen3 235B-A22B MoE full fine-tuning, TP4 PP4 EP16", SFT, 64, true),
+    ROW(qwen3_235b_a22b_lora, "Qwen3 235B-A22B MoE LoRA, TP4 PP4 EP4", LORA, 16, true),
+    /* Other MoE */
+    ROW(mixtral_8x7b_pretrain, "Mixtral 8x7B, PP4 VPP8 EP8 (Trestle addition)", PRE, 32, true),
+    ROW(mixtral_8x22b_pretrain, "Mixtral 8x22B, TP2 PP4 VPP14 EP8 (Trestle addition)", PRE, 32,
+        true),
+    ROW(deepseek_v3_pretrain, "DeepSeek-V3 (MLA + MTP, config only), TP2 PP16 EP64", PRE, 1024,
+        false),
+    /* Tiny models for tests and first runs */
+    ROW(gpt_tiny_pretrain, "2-layer GPT on bytes, seconds on a CPU", PRE, 1, true),
+    ROW(llama_tiny_pretrain, "2-layer Llama (GQA) on bytes, seconds on a CPU", PRE, 1, true),
+    ROW(llama_tiny_sft, "2-layer Llama fine-tuning on JSONL, seconds on a CPU", SFT, 1, true),
+    ROW(llama_tiny_lora, "2-layer Llama LoRA on JSONL, seconds on a CPU", LORA, 1, true),
+    ROW(moe_tiny_pretrain, "2-layer Llama with 4 experts top-2 on bytes", PRE, 1, true),
+};
+
+const tr_recipe *tr_recipe_list(int *n) {
+    *n = (int)(sizeof recipes / sizeof recipes[0]);
+    return recipes;
+}
+
+static const tr_recipe *find_exact(const char *name) {
+    int n;
+    const tr_recipe *r = tr_recipe_list(&n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(r[i].name, name)) return &r[i];
+    return NULL;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* "<model>_<task>_<N>gpu_h100_bf16" -> "<model>_<task>" and N; false when s has another shape
+ * (other hardware, other precisions and variants such as _16k are different recipes). */
+static bool parse_hardware_name(const char *s, char *base, size_t cap, long *gpus) {
+    static const char *const tasks[] = {"_pretrain_", "_sft_", "_peft_"};
+    for (size_t t = 0; t < 3; t++) {
+        const char *p = strstr(s, tasks[t]);
+        if (!p) continue;
+        const char *q = p + strlen(tasks[t]);
+        char *end;
+        long n = strtol(q, &end, 10);
+        if (end == q || n < 1 || strcmp(end, "gpu_h100_bf16") != 0) continue;
+        size_t keep = (size_t)(p - s) + strlen(tasks[t]) - 1;
+        if (keep + 1 > cap) return false;
+        memcpy(base, s, keep);
+        base[keep] = '\0';
+        *gpus = n;
+        return true;
+    }
+    return false;
+}
+
+const tr_recipe *tr_recipe_find(const char *name) {
+    if (!name) return NULL;
+    char buf[256];
+    if (strlen(name) >= sizeof buf - 8) return NULL;
+    snprintf(buf, sizeof buf, "%s", name);
+    if (ends_with(buf, "_config")) buf[strlen(buf) - strlen("_config")] = '\0';
+
+    long gpus = 0;
+    char base[256];
+    bool hardware = parse_hardware_name(buf, base, sizeof base, &gpus);
+    if (hardware) snprintf(buf, sizeof buf, "%s", base);
+    if (ends_with(buf, "_peft")) strcpy(buf + strlen(buf) - strlen("_peft"), "_lora");
+
+    const tr_recipe *r = find_exact(buf);
+    /* A hardware name is only ours when its GPU count is the layout we implement. */
+    if (r && hardware && r->min_world_size != gpus) return NULL;
+    return r;
+}
+
+static int min3(int a, int b, int c) {
+    int m = a < b ? a : b;
+    return m < c ? m : c;
+}
+
+/* Levenshtein distance, capped at 64-character inputs (longer names are not typos of ours). */
+static int edit_distance(const char *a, const char *b) {
+    int n = (int)strlen(a), m = (int)strlen(b);
+    if (n > 64 || m > 64) return 1000;
+    int prev[65], cur[65];
+    for (int j = 0; j <= m; j++) prev[j] = j;
+    for (int i = 1; i <= n; i++) {
+        cur[0] = i;
+        for (int j = 1; j <= m; j++)
+            cur[j] = min3(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]));
+        memcpy(prev, cur, sizeof(int) * (size_t)(m + 1));
+    }
+    return prev[m];
+}
+
+int tr_recipe_suggest(const char *name, const tr_recipe **out, int max) {
+    if (!name || max <= 0) return 0;
+    char key[128];
+    snprintf(key, sizeof key, "%s", name);
+    if (ends_with(key, "_config")) key[strlen(key) - strlen("_config")] = '\0';
+    int n;
+    const tr_recipe *r = tr_recipe_list(&n);
+    int score[256];
+    int count = 0;
+    if (n > 256) n = 256;
+    int limit = (int)strlen(key) / 3 > 2 ? (int)strlen(key) / 3 : 2;
+    for (int i = 0; i < n; i++) {
+        /* A model name without its task ("llama32_1b") suggests all of its recipes. */
+        int s = strlen(key) >= 4 && strstr(r[i].name, key) ? 0 : edit_distance(key, r[i].name);
+        score[i] = s <= limit ? s : -1;
+    }
+    /* Best first; ties keep catalog order. */
+    for (int best = 0; best <= limit && count < max; best++)
+        for (int i = 0; i < n && count < max; i++)
+            if (score[i] == best) out[count++] = &r[i];
+    return count;
+}

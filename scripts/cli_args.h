@@ -1,0 +1,49 @@
+/* run_recipe's command line: flags, the runner's convenience flags turned into overrides, and
+ * trailing KEY=VALUE overrides, parsed into one plain struct. Problems are diagnostics (ids
+ * "cli.*") naming argv[i], so that every mistake on one command line is reported at once. */
+#ifndef TR_CLI_ARGS_H
+#define TR_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "core/diag.h"
+
+typedef enum tr_cli_diag_format { TR_CLI_DIAG_TEXT = 0, TR_CLI_DIAG_JSON } tr_cli_diag_format;
+
+typedef struct tr_cli {
+    const char *recipe;
+    const char **config_files; /* --config-file, in order */
+    int n_config_files;
+    /* Convenience flags first (as overrides), then trailing overrides, in argv order, so a
+     * trailing key=value wins over the flag that sets the same key. Owned strings. */
+    char **overrides;
+    int *override_argi;
+    int n_overrides;
+
+    bool dry_run, print_config, print_groups, list_recipes, strict, version, help;
+    const char *describe_recipe;
+    bool help_config;
+    const char *help_config_topic; /* a section, a dotted key, or NULL for the list of sections */
+    const char **explain;          /* --explain KEY, repeatable */
+    int n_explain;
+    int world_size, gpus_per_node; /* 0: not given */
+    bool validate_all;
+    int *world_sizes; /* --world-sizes 8,16,... */
+    int n_world_sizes;
+    const char **validate_files; /* positional *.yaml with --validate-all */
+    int n_validate_files;
+    tr_cli_diag_format diag_format;
+} tr_cli;
+
+/* Parses argv (argv[0] is the program). Returns TR_OK with diagnostics in d when the command
+ * line is wrong (the caller checks d->n_errors), TR_ERR_NOMEM on allocation failure. */
+tr_status tr_cli_parse(int argc, char **argv, tr_cli *cli, tr_diags *d);
+void tr_cli_free(tr_cli *cli);
+
+/* True when the command only inspects (prints, explains, lists) and must not start a run. */
+bool tr_cli_is_inspection(const tr_cli *cli);
+
+void tr_cli_usage(FILE *out);
+
+#endif

@@ -1,0 +1,87 @@
+/* See scripts/cli_resolve.h. */
+#include "scripts/cli_resolve.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The first of the launchers' variables that is set and positive. */
+static int env_int(const char *const *names) {
+    for (int i = 0; names[i]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v) {
+            char *end = NULL;
+            long x = strtol(v, &end, 10);
+            if (*end == '\0' && x > 0 && x < 1 << 24) return (int)x;
+        }
+    }
+    return 0;
+}
+
+tr_world tr_cli_default_world(const tr_cli *cli) {
+    static const char *const world_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+                                             "SLURM_NTASKS", NULL};
+    static const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                             "SLURM_NTASKS_PER_NODE", NULL};
+    tr_world w;
+    w.world_size = cli->world_size ? cli->world_size : env_int(world_vars);
+    if (w.world_size == 0) w.world_size = 1;
+    int local = cli->world_size ? 0 : env_int(local_vars);
+    w.gpus_per_node = cli->gpus_per_node ? cli->gpus_per_node : local ? local : w.world_size;
+    return w;
+}
+
+void tr_cli_check_files(const tr_cli *cli, tr_diags *d) {
+    for (int i = 0; i < cli->n_config_files; i++) {
+        const char *f = cli->config_files[i];
+        if (access(f, R_OK) == 0) continue;
+        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, f);
+        tr_diag_add(d, TR_SEV_ERROR, "cli.config_file_missing", &o, NULL,
+                    "check the path; files are read relative to the current directory",
+                    "cannot read config file %s", f);
+    }
+}
+
+tr_status tr_cli_resolve(const tr_cli *cli, tr_world w, bool real_run, bool skip_validate,
+                         tr_config *c, tr_diags *d) {
+    tr_resolve_opts o;
+    memset(&o, 0, sizeof o);
+    o.recipe = cli->recipe;
+    o.config_files = cli->config_files;
+    o.n_config_files = cli->n_config_files;
+    o.overrides = (const char *const *)cli->overrides;
+    o.override_argi = cli->override_argi;
+    o.n_overrides = cli->n_overrides;
+    o.world = w;
+    o.validate.check_files = real_run;
+    o.skip_validate = skip_validate;
+    memset(c, 0, sizeof *c); /* a resolution that cannot start leaves c as it was */
+    tr_status s = tr_resolve(&o, c, d);
+    if (cli->strict && d->n_warnings > 0) {
+        tr_diags_promote_warnings(d);
+        if (s == TR_OK) s = TR_ERR_CONFIG;
+    }
+    return s;
+}
+
+void tr_cli_print_diags(const tr_cli *cli, const tr_diags *d) {
+    if (cli->diag_format == TR_CLI_DIAG_JSON) {
+        tr_diags_print_json(d, stdout);
+        fflush(stdout);
+    } else {
+        tr_diags_print_text(d, stderr, isatty(fileno(stderr)) != 0);
+    }
+}
+
+int tr_cli_exit_code(tr_status s, const tr_diags *d) {
+    switch (s) {
+    case TR_OK:
+        return d->n_errors > 0 ? 2 : 0;
+    case TR_ERR_INVALID:
+    case TR_ERR_CONFIG:
+    case TR_ERR_NOTFOUND:
+        return 2;
+    default:
+        return 1;
+    }
+}

@@ -1,0 +1,22 @@
+# --validate-all checks every recipe for the --world-sizes; a YAML recipe that breaks a rule
+# fails it (exit 2) with the file, the world and the rule id, as text or as JSON.
+. "$(dirname "$0")/lib.sh"
+
+rr --validate-all --world-sizes 8,16
+expect_rc 0 "the catalog"
+grep -q "^catalog: [1-9][0-9]* recipes, [1-9][0-9]* (recipe, world size) checks" "$TMP/out" ||
+    { show; fail "no summary"; }
+expect_in "$TMP/out" " 0 failures" "a clean catalog"
+
+# 32 heads and 8 query groups cannot be split over TP 3.
+printf 'base_recipe: llama32_1b_pretrain\nmodel:\n  tensor_model_parallel_size: 3\n' >"$TMP/tp3.yaml"
+rr --validate-all --world-sizes 8 "$TMP/tp3.yaml"
+expect_rc 2 "a broken YAML recipe"
+expect_in "$TMP/err" "tp3.yaml @ world 3: parallel.heads_divisible_by_tp" "failure line"
+rr --validate-all --world-sizes 8 "$TMP/tp3.yaml" --diagnostics-format json
+expect_rc 2 "a broken YAML recipe, JSON"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert any(g["id"] == "parallel.heads_divisible_by_tp" for g in d["diagnostics"]), d' "$TMP/out" ||
+    { show; fail "JSON failure ids"; }
+rr --validate-all --world-sizes 8,x
+expect_rc 2 "a bad world size"
+echo OK

@@ -1,0 +1,21 @@
+# Data-pipeline tests beyond the unit tests: fuzz harnesses replayed over their committed corpora
+# (label "fuzz"). With -DTRESTLE_FUZZ=ON (clang) the same harnesses build as libFuzzer binaries
+# fuzz_<name> for open-ended runs: ./fuzz_idx tests/data/fuzz/idx
+set(TR_DATA_DIR ${CMAKE_SOURCE_DIR}/tests/data)
+
+function(tr_data_fuzz name)
+  if(TRESTLE_FUZZ)
+    add_executable(fuzz_${name} ${TR_DATA_DIR}/fuzz_${name}.c)
+    target_compile_options(fuzz_${name} PRIVATE -fsanitize=fuzzer)
+    target_link_options(fuzz_${name} PRIVATE -fsanitize=fuzzer)
+    target_link_libraries(fuzz_${name} PRIVATE trestle_runtime)
+  endif()
+  add_executable(fuzz_replay_${name} ${TR_DATA_DIR}/fuzz_${name}.c ${TR_DATA_DIR}/fuzz_replay.c)
+  target_link_libraries(fuzz_replay_${name} PRIVATE trestle_runtime)
+  add_test(NAME fuzz_replay_${name} COMMAND fuzz_replay_${name} ${ARGN})
+  set_tests_properties(fuzz_replay_${name} PROPERTIES LABELS "fuzz" TIMEOUT 120)
+endfunction()
+
+tr_data_fuzz(idx ${TR_DATA_DIR}/fuzz/idx --rounds=3000)
+tr_data_fuzz(tokenizer_json ${TR_DATA_DIR}/fuzz/tokenizer_json --rounds=2000)
+tr_data_fuzz(tokenizer_gpt2 ${TR_DATA_DIR}/fuzz/tokenizer_gpt2 --rounds=2000)

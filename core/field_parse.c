@@ -130,8 +130,10 @@ static bool needs_quotes(const char *s) {
     if (tr_parse_bool(s, &b) || tr_parse_float(s, &d)) return true;
     if (isspace((unsigned char)s[0]) || isspace((unsigned char)s[strlen(s) - 1])) return true;
     if (strchr("-?:,[]{}#&*!|>'\"%@`", s[0])) return true;
+    if (strstr(s, "${")) return true;
     for (const char *p = s; *p; p++) {
-        if ((unsigned char)*p < 0x20 || *p == '"' || *p == '\\') return true;
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f || *p == '"' || *p == '\\')
+            return true;
         if ((*p == ':' || *p == '#') && (p[1] == ' ' || p[1] == '\0' || (*p == '#' && p > s && p[-1] == ' ')))
             return true;
         if (*p == ',' || *p == '[' || *p == ']' || *p == '{' || *p == '}') return true;
@@ -152,19 +154,30 @@ void tr_format_string(const char *s, char *buf, size_t cap) {
     } while (0)
     EMIT('"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[16] = "";
         if (*p == '"' || *p == '\\') {
-            EMIT('\\');
-            EMIT((char)*p);
+            snprintf(esc, sizeof esc, "\\%c", *p);
         } else if (*p == '\n') {
-            EMIT('\\');
-            EMIT('n');
+            snprintf(esc, sizeof esc, "\\n");
         } else if (*p == '\t') {
-            EMIT('\\');
-            EMIT('t');
-        } else if (*p < 0x20) {
-            char hex[8];
-            snprintf(hex, sizeof hex, "\\x%02x", *p);
-            for (char *h = hex; *h; h++) EMIT(*h);
+            snprintf(esc, sizeof esc, "\\t");
+        } else if (*p < 0x20 || *p == 0x7f) {
+            /* YAML forbids raw control characters, DEL included. */
+            snprintf(esc, sizeof esc, "\\x%02x", *p);
+        } else if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            /* C1 controls (U+0080..U+009F, NEL among them) are line breaks or forbidden. */
+            snprintf(esc, sizeof esc, "\\u%04x", p[1]);
+            p++;
+        } else if (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)) {
+            /* U+2028/U+2029 are YAML line breaks: keep them from folding the scalar. */
+            snprintf(esc, sizeof esc, "\\u%04x", 0x2000 + (p[2] - 0x80));
+            p += 2;
+        } else if (p[0] == '$' && p[1] == '{') {
+            /* The overlay reads "${" as an interpolation and "\${" as a literal "${". */
+            snprintf(esc, sizeof esc, "\\\\$");
+        }
+        if (esc[0]) {
+            for (char *e = esc; *e; e++) EMIT(*e);
         } else {
             EMIT((char)*p);
         }

@@ -30,12 +30,6 @@ static inline void tr_fuzz_check_status(tr_status s, const tr_diags *d) {
 static inline void tr_fuzz_check_round_trip(const tr_config *c) {
     char *dump = tr_config_dump_yaml_string(c);
     if (!dump) return;
-    /* A literal "${" (written "\${" on input) is dumped as is and then reads as an
-     * interpolation: a known gap of the dump's string quoting, not of the readers. */
-    if (strstr(dump, "${")) {
-        free(dump);
-        return;
-    }
     tr_diags d;
     tr_diags_init(&d);
     tr_config back;

@@ -1,7 +1,7 @@
 # CLI tests: bash scripts that drive the built run_recipe (label "cli").
 #   tests/cli/<name>.sh RUN_RECIPE SOURCE_DIR MPIEXEC
 set(TR_CLI_TESTS dry_run precedence explain json_diagnostics errors roundtrip print_groups
-    help_config recipes catalog)
+    help_config recipes catalog catalog_ci)
 # Arguments (space-separated) that make validate() warn about llama32_1b_pretrain, nothing else.
 set(TR_CLI_STRICT_WARNING "train.eval_iters=5")
 
@@ -33,3 +33,4 @@ endforeach()
 tr_cli_test(strict "STRICT_WARNING_OVERRIDE=${TR_CLI_STRICT_WARNING}")
 tr_cli_test(real_run "${TR_CLI_MPI_ENV}")
 tr_cli_test(mpi_bad_world "${TR_CLI_MPI_ENV}" SERIAL)
+tr_cli_test(mpi_moe_bad_world "${TR_CLI_MPI_ENV}" SERIAL)

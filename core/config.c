@@ -42,6 +42,25 @@ static void free_field(tr_config *c, const tr_field *f) {
     }
 }
 
+/* A null-free list holding copies of items[0..n). */
+static tr_status str_list_dup(const char *const *items, int n, tr_str_list *out) {
+    tr_str_list nl = {NULL, 0, false};
+    if (n) {
+        nl.v = calloc((size_t)n, sizeof *nl.v);
+        if (!nl.v) return TR_ERR_NOMEM;
+        for (; nl.n < n; nl.n++) {
+            nl.v[nl.n] = strdup(items[nl.n]);
+            if (!nl.v[nl.n]) {
+                while (nl.n > 0) free(nl.v[--nl.n]);
+                free(nl.v);
+                return TR_ERR_NOMEM;
+            }
+        }
+    }
+    *out = nl;
+    return TR_OK;
+}
+
 /* Deep-copy one field's value from src into dst (dst's old value freed). */
 static tr_status copy_field(tr_config *dst, const tr_config *src, const tr_field *f) {
     void *d = tr_config_field_ptr(dst, f);
@@ -71,22 +90,11 @@ static tr_status copy_field(tr_config *dst, const tr_config *src, const tr_field
     }
     case TR_T_STRLIST: {
         const tr_str_list *l = s;
-        char **v = NULL;
-        if (l->n) {
-            v = calloc((size_t)l->n, sizeof *v);
-            if (!v) return TR_ERR_NOMEM;
-            for (int i = 0; i < l->n; i++) {
-                v[i] = strdup(l->v[i]);
-                if (!v[i]) {
-                    for (int k = 0; k < i; k++) free(v[k]);
-                    free(v);
-                    return TR_ERR_NOMEM;
-                }
-            }
-        }
+        tr_str_list nl;
+        TR_TRY(str_list_dup((const char *const *)l->v, l->n, &nl));
+        nl.null = l->null;
         free_field(dst, f);
-        tr_str_list *o = d;
-        o->v = v, o->n = l->n, o->null = l->null;
+        *(tr_str_list *)d = nl;
         return TR_OK;
     }
     case TR_T_BOOL: *(bool *)d = *(const bool *)s; return TR_OK;
@@ -287,28 +295,22 @@ tr_status tr_config_set(tr_config *c, const tr_field *f, const tr_value *v, cons
         break;
     }
     case TR_T_STRLIST: {
-        tr_str_list nl = {NULL, 0, is_null};
+        tr_str_list nl = {NULL, 0, true};
         if (!is_null) {
             const tr_value *elems = v->kind == TR_VALUE_LIST ? v->items : v;
             int n = v->kind == TR_VALUE_LIST ? v->n : 1;
-            if (n) {
-                nl.v = calloc((size_t)n, sizeof *nl.v);
-                if (!nl.v) return TR_ERR_NOMEM;
-            }
+            const char **texts = n ? malloc((size_t)n * sizeof *texts) : NULL;
+            if (n && !texts) return TR_ERR_NOMEM;
             for (int i = 0; i < n; i++) {
                 if (elems[i].kind != TR_VALUE_SCALAR) {
-                    for (int k = 0; k < i; k++) free(nl.v[k]);
-                    free(nl.v);
+                    free(texts);
                     return type_error(d, f, v, o, "a list of strings");
                 }
-                nl.v[i] = strdup(elems[i].text);
-                if (!nl.v[i]) {
-                    for (int k = 0; k < i; k++) free(nl.v[k]);
-                    free(nl.v);
-                    return TR_ERR_NOMEM;
-                }
+                texts[i] = elems[i].text;
             }
-            nl.n = n;
+            tr_status st = str_list_dup(texts, n, &nl);
+            free(texts);
+            TR_TRY(st);
         }
         free_field(c, f);
         *(tr_str_list *)p = nl;
@@ -559,20 +561,8 @@ tr_status tr_config_set_str(tr_config *c, int field, const char *s) {
 tr_status tr_config_set_strlist(tr_config *c, int field, const char *const *items, int n) {
     const tr_field *f = &tr_fields[field];
     if (f->type != TR_T_STRLIST) return TR_ERR_INTERNAL;
-    tr_str_list nl = {NULL, 0, items == NULL};
-    if (items && n) {
-        nl.v = calloc((size_t)n, sizeof *nl.v);
-        if (!nl.v) return TR_ERR_NOMEM;
-        for (int i = 0; i < n; i++) {
-            nl.v[i] = strdup(items[i]);
-            if (!nl.v[i]) {
-                for (int k = 0; k < i; k++) free(nl.v[k]);
-                free(nl.v);
-                return TR_ERR_NOMEM;
-            }
-        }
-        nl.n = n;
-    }
+    tr_str_list nl = {NULL, 0, true};
+    if (items) TR_TRY(str_list_dup(items, n, &nl));
     free_field(c, f);
     *(tr_str_list *)tr_config_field_ptr(c, f) = nl;
     return TR_OK;

@@ -50,3 +50,23 @@ yaml_get() {
 derived() {
     awk -v k="$1" '$1 == k { print $2; exit }' "$TMP/out"
 }
+
+# expect_bad_launch NP RULE_ID ARGS...: under mpirun with NP ranks, run_recipe ARGS must end every
+# rank with exit code 2, print the RULE_ID error exactly once (rank 0 only), write no config,
+# and make mpirun itself return 2. ARGS must set logger.output_dir="$TMP/o".
+expect_bad_launch() {
+    local np=$1 id=$2
+    shift 2
+    local flags="--allow-run-as-root --oversubscribe" out exits n
+    # shellcheck disable=SC2086
+    out=$("$MPIEXEC" $flags -np "$np" sh -c '"$@"; echo "rank-exit=$?"' sh "$RR" "$@" 2>&1)
+    exits=$(printf '%s\n' "$out" | grep -c '^rank-exit=2$')
+    [ "$exits" -eq "$np" ] || { echo "$out"; fail "$exits of $np ranks exited with code 2"; }
+    n=$(printf '%s\n' "$out" | grep -c "error \[$id\]")
+    [ "$n" -eq 1 ] || { echo "$out"; fail "error [$id] appeared $n times, expected once"; }
+    [ ! -e "$TMP/o/config.yaml" ] || fail "a failed launch wrote its config"
+    # shellcheck disable=SC2086
+    "$MPIEXEC" $flags -np "$np" "$RR" "$@" >/dev/null 2>&1
+    rc=$?
+    [ $rc -eq 2 ] || fail "mpirun returned $rc, expected 2"
+}

@@ -145,8 +145,14 @@ int tr_field_suggest(const char *dotted, const tr_field **out, int max) {
     if (max > 8) max = 8;
     for (int i = 0; i < tr_field_count; i++) {
         const tr_field *f = &tr_fields[i];
-        int s_full = levenshtein(dotted, f->path) * 2;
-        int s_leaf = strcmp(leaf, f->name) == 0 ? 1 : levenshtein(leaf, f->name) * 2 + 1;
+        /* Edit distance is at least the length difference: skip the quadratic work when
+         * that alone is over the limit (most fields, for any one key). */
+        int d_full = abs((int)strlen(dotted) - (int)strlen(f->path));
+        int d_leaf = abs((int)strlen(leaf) - (int)strlen(f->name));
+        int s_full = d_full <= limit ? levenshtein(dotted, f->path) * 2 : 1000;
+        int s_leaf = strcmp(leaf, f->name) == 0 ? 1
+                     : d_leaf <= limit          ? levenshtein(leaf, f->name) * 2 + 1
+                                                : 1000;
         int s = s_full < s_leaf ? s_full : s_leaf;
         if (s > limit * 2) continue;
         int pos = n;

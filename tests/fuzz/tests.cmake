@@ -2,7 +2,7 @@
 # corpus plus a fixed-seed mutation loop (ctest label "fuzz"). With TRESTLE_FUZZ=ON and clang:
 # real libFuzzer binaries fuzz_overrides / fuzz_yaml.
 set(TRESTLE_FUZZ_DIR ${CMAKE_CURRENT_LIST_DIR})
-set(TRESTLE_FUZZ_MUTANTS 1000 CACHE STRING "Mutants per harness in the fuzz replay tests")
+set(TRESTLE_FUZZ_MUTANTS 3000 CACHE STRING "Mutants per harness in the fuzz replay tests")
 
 foreach(target overrides yaml)
   add_executable(fuzz_replay_${target} ${TRESTLE_FUZZ_DIR}/fuzz_${target}.c

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/cpu/blas_env.h"
 #include "overrides/overrides.h"
 #include "scripts/cli_args.h"
 #include "scripts/cli_catalog.h"
@@ -85,6 +86,9 @@ static tr_status dispatch(tr_cli *cli, int *argc, char ***argv, tr_diags *d, int
         return TR_ERR_INVALID;
     }
     if (!tr_cli_is_inspection(cli)) {
+        /* Only a run that computes pays for loading OpenBLAS with its best kernels; inspection
+         * stays a single fast process. */
+        tr_cpu_blas_reexec_if_slow(*argv);
         *code = tr_cli_launch(cli, argc, argv);
         return TR_OK;
     }

@@ -1,0 +1,75 @@
+/* Optimizer steps over a flat range of fp32 master parameters. */
+#include <math.h>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/threadpool.h"
+
+typedef struct opt_ctx {
+    float *p, *m, *v;
+    const float *g;
+    float lr, b1, b2, eps, wd, bc1, bc2, mom;
+    int nesterov;
+} opt_ctx;
+
+/* torch.optim.AdamW order: decay the weight first (decoupled, scaled by lr), then the Adam
+ * update with bias-corrected moments. */
+static void adamw_range(void *vc, int64_t b, int64_t e) {
+    opt_ctx *c = vc;
+    for (int64_t i = b; i < e; i++) {
+        float g = c->g[i];
+        float m = c->b1 * c->m[i] + (1.0f - c->b1) * g;
+        float v = c->b2 * c->v[i] + (1.0f - c->b2) * g * g;
+        c->m[i] = m;
+        c->v[i] = v;
+        float p = c->p[i] * (1.0f - c->lr * c->wd);
+        c->p[i] = p - c->lr * (m / c->bc1) / (sqrtf(v / c->bc2) + c->eps);
+    }
+}
+
+tr_status tr_cpu_adamw(float *param, const float *grad, float *m, float *v, int64_t n,
+                       const tr_adamw_params *p) {
+    if (!p || n < 0 || p->step < 1 || (n && (!param || !grad || !m || !v))) return TR_ERR_INVALID;
+    opt_ctx c = {.p = param,
+                 .g = grad,
+                 .m = m,
+                 .v = v,
+                 .lr = p->lr,
+                 .b1 = p->beta1,
+                 .b2 = p->beta2,
+                 .eps = p->eps,
+                 .wd = p->weight_decay};
+    c.bc1 = (float)(1.0 - pow(p->beta1, (double)p->step));
+    c.bc2 = (float)(1.0 - pow(p->beta2, (double)p->step));
+    tr_cpu_parallel_for(n, 16384, adamw_range, &c);
+    return TR_OK;
+}
+
+/* torch.optim.SGD (dampening 0): with a zero-initialised buffer the first step's
+ * buf = momentum*0 + g equals torch's buf = g, so no first-step special case is needed. */
+static void sgd_range(void *vc, int64_t b, int64_t e) {
+    opt_ctx *c = vc;
+    for (int64_t i = b; i < e; i++) {
+        float d = c->g[i] + c->wd * c->p[i];
+        if (c->mom != 0.0f) {
+            float buf = c->mom * c->m[i] + d;
+            c->m[i] = buf;
+            d = c->nesterov ? d + c->mom * buf : buf;
+        }
+        c->p[i] -= c->lr * d;
+    }
+}
+
+tr_status tr_cpu_sgd(float *param, const float *grad, float *momentum_buf, int64_t n,
+                     const tr_sgd_params *p) {
+    if (!p || n < 0 || (n && (!param || !grad || (p->momentum != 0.0f && !momentum_buf))))
+        return TR_ERR_INVALID;
+    opt_ctx c = {.p = param,
+                 .g = grad,
+                 .m = momentum_buf,
+                 .lr = p->lr,
+                 .wd = p->weight_decay,
+                 .mom = p->momentum,
+                 .nesterov = p->nesterov};
+    tr_cpu_parallel_for(n, 16384, sgd_range, &c);
+    return TR_OK;
+}

@@ -1,0 +1,141 @@
+/* The compute-op table. Every backend (CPU here, CUDA later) fills one tr_ops with the same
+ * semantics, so the model and training loop are written once against these pointers.
+ *
+ * Conventions (see docs/kernels.md for layouts):
+ *  - all tensors are fp32 and row-major; on CPU they are host pointers, on CUDA device pointers;
+ *  - activations are [B, T, ...] with the token index t fastest after the batch index;
+ *  - parameter gradients always ACCUMULATE (+=), so micro-batches can be summed into one flat
+ *    gradient buffer; activation gradients are OVERWRITTEN, except the norms' dx, which
+ *    accumulates because it lands in the residual stream;
+ *  - element-wise ops accept out == in (in-place);
+ *  - every op validates its sizes and returns TR_ERR_INVALID rather than touching memory out of
+ *    range; TR_ERR_NOMEM when a scratch allocation fails. */
+#ifndef TR_KERNELS_OPS_H
+#define TR_KERNELS_OPS_H
+
+#include <stdint.h>
+
+#include "core/status.h"
+#include "kernels/common/rope_freq.h"
+
+typedef enum tr_transpose { TR_NOTRANS = 0, TR_TRANS = 1 } tr_transpose;
+
+typedef struct tr_attn_desc {
+    int batch, seq, heads, groups, head_dim; /* heads % groups == 0 (GQA; groups == heads is MHA) */
+    float scale;                             /* usually 1/sqrt(head_dim) */
+    int causal;
+    int block_q, block_k; /* tile sizes of the online softmax; 0 picks the backend default */
+} tr_attn_desc;
+
+typedef struct tr_adamw_params {
+    float lr, beta1, beta2, eps, weight_decay;
+    int64_t step; /* 1 on the first update; drives bias correction */
+} tr_adamw_params;
+
+typedef struct tr_sgd_params {
+    float lr, momentum, weight_decay;
+    int nesterov;
+} tr_sgd_params;
+
+typedef struct tr_ops {
+    const char *name;
+
+    /* C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C. For y = x W^T with W [out,in]:
+     * forward gemm(N,T), input grad dx = dy W gemm(N,N), weight grad dW += dy^T x gemm(T,N,
+     * beta=1). */
+    tr_status (*gemm)(tr_transpose ta, tr_transpose tb, int m, int n, int k, float alpha,
+                      const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                      int ldc);
+    /* y[r,:] += bias  /  dbias += sum_r dy[r,:] */
+    tr_status (*bias_add)(float *y, const float *bias, int rows, int cols);
+    tr_status (*bias_grad)(float *dbias, const float *dy, int rows, int cols);
+
+    /* Element-wise helpers for residuals, clipping and global norms. */
+    tr_status (*add)(float *y, const float *x, int64_t n); /* y += x */
+    tr_status (*fill)(float *x, int64_t n, float value);
+    tr_status (*scale)(float *x, int64_t n, float s); /* x *= s */
+    /* *out = sum x^2, accumulated in double in fixed blocks (thread-count independent) */
+    tr_status (*sum_squares)(float *out, const float *x, int64_t n);
+
+    /* Vocab-parallel embedding: this shard owns rows [vocab_start, vocab_end) of the table
+     * (table holds only those rows); ids outside the range give zero rows in forward and
+     * contribute nothing in backward, so a sum over shards equals the unsharded lookup. */
+    tr_status (*embedding_fwd)(float *out, const int32_t *ids, const float *table, int n, int dim,
+                               int vocab_start, int vocab_end);
+    tr_status (*embedding_bwd)(float *dtable, const int32_t *ids, const float *dout, int n, int dim,
+                               int vocab_start, int vocab_end);
+    /* Learned positions (wpe has at least pos_offset + seq rows): x[b,t,:] += wpe[pos_offset + t]
+     * / dwpe[pos_offset + t] += sum_b dx[b,t]. */
+    tr_status (*pos_embedding_fwd)(float *x, const float *wpe, int batch, int seq, int dim,
+                                   int pos_offset);
+    tr_status (*pos_embedding_bwd)(float *dwpe, const float *dx, int batch, int seq, int dim,
+                                   int pos_offset);
+
+    /* Norms over the last dim of x [rows, dim]. Forward saves mean/rstd [rows] (rmsnorm: rstd
+     * only). With zero_centered_gamma the stored weight is gamma - 1. dx ACCUMULATES. */
+    tr_status (*layernorm_fwd)(float *y, float *mean, float *rstd, const float *x, const float *w,
+                               const float *b, int rows, int dim, float eps, int zero_centered);
+    tr_status (*layernorm_bwd)(float *dx, float *dw, float *db, const float *dy, const float *x,
+                               const float *w, const float *mean, const float *rstd, int rows,
+                               int dim, int zero_centered);
+    tr_status (*rmsnorm_fwd)(float *y, float *rstd, const float *x, const float *w, int rows,
+                             int dim, float eps, int zero_centered);
+    tr_status (*rmsnorm_bwd)(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                             const float *rstd, int rows, int dim, int zero_centered);
+
+    /* RoPE. The table is cos/sin [seq, rot_dim/2] for positions pos_offset..pos_offset+seq-1.
+     * Apply to x [batch, seq, heads, head_dim], non-interleaved (rotate-half) on the first
+     * rot_dim channels, the rest passed through. Backward is the inverse rotation. */
+    tr_status (*rope_table)(float *cos_t, float *sin_t, const tr_rope_params *p, int seq,
+                            int pos_offset);
+    tr_status (*rope_fwd)(float *y, const float *x, const float *cos_t, const float *sin_t,
+                          int batch, int seq, int heads, int head_dim, int rot_dim);
+    tr_status (*rope_bwd)(float *dx, const float *dy, const float *cos_t, const float *sin_t,
+                          int batch, int seq, int heads, int head_dim, int rot_dim);
+
+    /* Flash-style attention. q, out [B,T,H,D]; k, v [B,T,G,D]; lse [B,H,T] (natural log of the
+     * softmax denominator, scaled scores). Backward recomputes scores from q, k, v and lse;
+     * dq, dk, dv are overwritten. */
+    tr_status (*attention_fwd)(float *out, float *lse, const float *q, const float *k,
+                               const float *v, const tr_attn_desc *d);
+    tr_status (*attention_bwd)(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                               const float *k, const float *v, const float *out, const float *lse,
+                               const tr_attn_desc *d);
+
+    /* GeLU, exact (erf) or tanh approximation. Backward needs the forward input. */
+    tr_status (*gelu_fwd)(float *y, const float *x, int64_t n, int tanh_approx);
+    tr_status (*gelu_bwd)(float *dx, const float *dy, const float *x, int64_t n, int tanh_approx);
+    /* SwiGLU on fc1's fused output x [rows, 2*ffn] = [gate | up]: y [rows, ffn] = silu(gate)*up. */
+    tr_status (*swiglu_fwd)(float *y, const float *x, int rows, int ffn);
+    tr_status (*swiglu_bwd)(float *dx, const float *dy, const float *x, int rows, int ffn);
+    /* Inverted dropout with drop probability p. Element i uses Philox bits of global index
+     * offset + i, so backward regenerates the same mask and no mask is stored. */
+    tr_status (*dropout_fwd)(float *y, const float *x, int64_t n, float p, uint64_t seed,
+                             uint64_t offset);
+    tr_status (*dropout_bwd)(float *dx, const float *dy, int64_t n, float p, uint64_t seed,
+                             uint64_t offset);
+
+    /* Cross entropy over a vocab shard. logits [rows, vocab_local] cover global ids
+     * [vocab_start, vocab_start + vocab_local). stats is planar [3, rows]: row max, sum of
+     * exp(logit - max), and the target logit if this shard owns the target else 0. Targets < 0
+     * are ignored (zero loss, zero grad). Shards combine with ce_merge (associative), or with an
+     * all-reduce MAX of the max row, ce_rebase to that max, then all-reduce SUM of the rest. */
+    tr_status (*ce_stats)(float *stats, const float *logits, const int32_t *targets, int rows,
+                          int vocab_local, int vocab_start);
+    tr_status (*ce_merge)(float *stats, const float *other, int rows);
+    tr_status (*ce_rebase)(float *stats, const float *global_max, int rows);
+    tr_status (*ce_loss)(float *loss, const float *stats, const int32_t *targets, int rows);
+    /* Overwrites logits with dloss[r] * (softmax - onehot); dloss NULL means 1 per row. */
+    tr_status (*ce_bwd)(float *logits, const float *stats, const int32_t *targets,
+                        const float *dloss, int rows, int vocab_local, int vocab_start);
+
+    /* Optimizers over a flat range of n parameters. */
+    tr_status (*adamw)(float *param, const float *grad, float *m, float *v, int64_t n,
+                       const tr_adamw_params *p);
+    tr_status (*sgd)(float *param, const float *grad, float *momentum_buf, int64_t n,
+                     const tr_sgd_params *p);
+} tr_ops;
+
+const tr_ops *tr_ops_cpu(void);
+
+#endif

@@ -1,0 +1,399 @@
+#include "runtime/checkpoint/reader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "runtime/checkpoint/fsutil.h"
+#include "runtime/checkpoint/progress.h"
+
+struct tr_ckpt_reader {
+    char *dir;
+    int dirfd;
+    tr_ckpt_manifest m;
+    int *fds;
+};
+
+const tr_ckpt_manifest *tr_ckpt_reader_manifest(const tr_ckpt_reader *r) {
+    return &r->m;
+}
+
+static tr_status no_checkpoint(tr_diags *d, const char *path, const char *what) {
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
+    tr_diag_add(d, TR_SEV_ERROR, "checkpoint.no_checkpoint", &o, "checkpoint.load",
+                "point checkpoint.load at a directory written by checkpoint.save, or unset "
+                "checkpoint.ckpt_step to load the latest",
+                "%s: %s", path, what);
+    return TR_ERR_NOTFOUND;
+}
+
+tr_status tr_ckpt_find(const char *root, int64_t step, char **iter_dir, int64_t *iteration,
+                       tr_diags *d) {
+    *iter_dir = NULL;
+    *iteration = -1;
+    char name[64];
+    if (step < 0) {
+        char *tracker = tr_ckpt_join(root, TR_CKPT_TRACKER);
+        if (!tracker) return TR_ERR_NOMEM;
+        if (access(tracker, F_OK) != 0) {
+            tr_status s = no_checkpoint(d, tracker, "no tracker file: nothing was ever committed");
+            free(tracker);
+            return s;
+        }
+        char *text;
+        size_t len;
+        tr_status s = tr_ckpt_read_whole(tracker, &text, &len, d);
+        if (s != TR_OK) {
+            free(tracker);
+            return s;
+        }
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        bool ok = len > 0 && text[0] >= '0' && text[0] <= '9' && errno == 0 &&
+                  (strcmp(end, "\n") == 0 || *end == '\0');
+        if (ok) {
+            snprintf(name, sizeof name, "iter_%07lld", v);
+            *iteration = v;
+        } else if (strcmp(text, "release\n") == 0 || strcmp(text, "release") == 0) {
+            snprintf(name, sizeof name, "release");
+            *iteration = 0;
+        } else {
+            tr_origin o = tr_origin_make(TR_ORIGIN_FILE, tracker);
+            tr_diag_add(d, TR_SEV_ERROR, "checkpoint.tracker_invalid", &o, "checkpoint.load",
+                        "the tracker must hold one iteration number; set checkpoint.ckpt_step",
+                        "%s does not hold an iteration number", tracker);
+            free(text);
+            free(tracker);
+            return TR_ERR_INVALID;
+        }
+        free(text);
+        free(tracker);
+    } else {
+        snprintf(name, sizeof name, "iter_%07lld", (long long)step);
+        *iteration = step;
+    }
+    char *dir = tr_ckpt_join(root, name);
+    if (!dir) return TR_ERR_NOMEM;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        tr_status s = no_checkpoint(d, dir, "no such checkpoint directory");
+        free(dir);
+        return s;
+    }
+    *iter_dir = dir;
+    return TR_OK;
+}
+
+/* The first tensor with a shard in file f, for messages. */
+static const char *tensor_in_file(const tr_ckpt_manifest *m, int f) {
+    for (int i = 0; i < m->n_tensors; i++)
+        for (int s = 0; s < m->tensors[i].n_shards; s++)
+            if (m->tensors[i].shards[s].file == f) return m->tensors[i].name;
+    return "(none)";
+}
+
+static tr_status file_error(tr_ckpt_reader *r, int f, const char *id, const char *hint,
+                            const char *what, tr_diags *d) {
+    char *path = tr_ckpt_join(r->dir, r->m.files[f].name);
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path ? path : r->dir);
+    tr_diag_add(d, TR_SEV_ERROR, id, &o, "checkpoint.load", hint,
+                "checkpoint %s: data file %s (holding tensor '%s'): %s", r->dir, r->m.files[f].name,
+                tensor_in_file(&r->m, f), what);
+    free(path);
+    return TR_ERR_INVALID;
+}
+
+static tr_status open_files(tr_ckpt_reader *r, tr_diags *d) {
+    const char *hint = "the checkpoint is incomplete or damaged; load an older one";
+    r->fds = malloc(((size_t)r->m.n_files + 1) * sizeof *r->fds);
+    if (!r->fds) return TR_ERR_NOMEM;
+    for (int f = 0; f < r->m.n_files; f++) r->fds[f] = -1;
+    for (int f = 0; f < r->m.n_files; f++) {
+        int fd = openat(r->dirfd, r->m.files[f].name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            int err = errno;
+            if (err == ELOOP)
+                return file_error(r, f, "checkpoint.path_escape",
+                                  "data files must be plain files inside the checkpoint",
+                                  "is a symbolic link; refusing to follow it", d);
+            char what[128];
+            snprintf(what, sizeof what, "cannot be opened: %s", strerror(err));
+            return file_error(r, f, err == ENOENT ? "checkpoint.file_missing" : "checkpoint.io",
+                              hint, what, d);
+        }
+        r->fds[f] = fd;
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+            return file_error(r, f, "checkpoint.path_escape",
+                              "data files must be plain files inside the checkpoint",
+                              "is not a regular file", d);
+        if ((uint64_t)st.st_size != r->m.files[f].bytes) {
+            char what[160];
+            snprintf(what, sizeof what, "has %lld bytes, the manifest records %" PRIu64 " (%s)",
+                     (long long)st.st_size, r->m.files[f].bytes,
+                     (uint64_t)st.st_size < r->m.files[f].bytes ? "truncated" : "overwritten");
+            return file_error(r, f, "checkpoint.file_truncated", hint, what, d);
+        }
+    }
+    return TR_OK;
+}
+
+tr_status tr_ckpt_open(const char *iter_dir, tr_ckpt_reader **out, tr_diags *d) {
+    *out = NULL;
+    tr_ckpt_reader *r = calloc(1, sizeof *r);
+    if (!r) return TR_ERR_NOMEM;
+    tr_ckpt_manifest_init(&r->m);
+    r->dirfd = -1;
+    r->dir = strdup(iter_dir);
+    if (!r->dir) {
+        tr_ckpt_close(r);
+        return TR_ERR_NOMEM;
+    }
+    r->dirfd = open(iter_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (r->dirfd < 0) {
+        tr_status s = no_checkpoint(d, iter_dir, strerror(errno));
+        tr_ckpt_close(r);
+        return s;
+    }
+    char *path = tr_ckpt_join(iter_dir, TR_CKPT_MANIFEST);
+    tr_status s = path ? TR_OK : TR_ERR_NOMEM;
+    int fd = path ? openat(r->dirfd, TR_CKPT_MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (s == TR_OK && fd < 0) {
+        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
+        tr_diag_add(d, TR_SEV_ERROR, "checkpoint.incomplete", &o, "checkpoint.load",
+                    "this save never finished; load an older checkpoint",
+                    "%s has no readable %s (%s)", iter_dir, TR_CKPT_MANIFEST, strerror(errno));
+        s = TR_ERR_INVALID;
+    }
+    if (fd >= 0) close(fd);
+    char *text = NULL;
+    size_t len = 0;
+    if (s == TR_OK) s = tr_ckpt_read_whole(path, &text, &len, d);
+    if (s == TR_OK) s = tr_ckpt_manifest_parse(text, len, path, &r->m, d);
+    if (s == TR_OK && r->m.is_rank_index) {
+        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
+        s = tr_diag_add(d, TR_SEV_ERROR, "checkpoint.manifest_invalid", &o, "checkpoint.load", NULL,
+                        "%s is a rank index, not a manifest", path);
+    }
+    free(text);
+    free(path);
+    if (s == TR_OK) s = open_files(r, d);
+    if (s != TR_OK) {
+        tr_ckpt_close(r);
+        return s;
+    }
+    *out = r;
+    return TR_OK;
+}
+
+void tr_ckpt_close(tr_ckpt_reader *r) {
+    if (!r) return;
+    if (r->fds)
+        for (int f = 0; f < r->m.n_files; f++)
+            if (r->fds[f] >= 0) close(r->fds[f]);
+    if (r->dirfd >= 0) close(r->dirfd);
+    tr_ckpt_manifest_free(&r->m);
+    free(r->fds);
+    free(r->dir);
+    free(r);
+}
+
+static void format_slice(const tr_ckpt_slice *s, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < s->ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld:%lld", i ? "," : "",
+                              (long long)s->offset[i], (long long)(s->offset[i] + s->shape[i]));
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+static tr_status tensor_error(tr_ckpt_reader *r, const char *name, const char *file, const char *id,
+                              const char *hint, const char *what, tr_diags *d) {
+    char *path = file ? tr_ckpt_join(r->dir, file) : NULL;
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path ? path : r->dir);
+    tr_diag_add(d, TR_SEV_ERROR, id, &o, "checkpoint.load", hint,
+                "checkpoint %s: tensor '%s'%s%s: %s", r->dir, name, file ? " in file " : "",
+                file ? file : "", what);
+    free(path);
+    return TR_ERR_INVALID;
+}
+
+/* Reads shard sh into buf and checks its checksum. */
+static tr_status read_shard(tr_ckpt_reader *r, const tr_ckpt_entry *e, const tr_ckpt_shard *sh,
+                            void *buf, tr_diags *d) {
+    const char *file = r->m.files[sh->file].name;
+    int fd = r->fds[sh->file];
+    char *p = buf;
+    for (uint64_t got = 0; got < sh->bytes;) {
+        ssize_t n = pread(fd, p + got, sh->bytes - got, (off_t)(sh->pos + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            return tensor_error(r, e->name, file, "checkpoint.file_truncated",
+                                "the checkpoint is damaged; load an older one",
+                                n < 0 ? strerror(errno) : "the file ended early", d);
+        got += (uint64_t)n;
+    }
+    uint64_t h = XXH3_64bits(buf, sh->bytes);
+    if (h != sh->xxh3) {
+        char sl[160], what[320];
+        format_slice(&sh->slice, sl, sizeof sl);
+        snprintf(what, sizeof what,
+                 "shard %s at byte %" PRIu64 " fails its checksum (stored xxh3 %016" PRIx64
+                 ", computed %016" PRIx64 ")",
+                 sl, sh->pos, sh->xxh3, h);
+        return tensor_error(r, e->name, file, "checkpoint.checksum_mismatch",
+                            "the data file is corrupt; load an older checkpoint", what, d);
+    }
+    return TR_OK;
+}
+
+/* Copies the region ov from a row-major block at src (covering slice a) into one at dst
+ * (covering slice b), one innermost run at a time. */
+static void copy_region(const char *src, const tr_ckpt_slice *a, char *dst, const tr_ckpt_slice *b,
+                        const tr_ckpt_slice *ov, size_t esize) {
+    int nd = ov->ndim;
+    if (nd == 0) {
+        memcpy(dst, src, esize);
+        return;
+    }
+    int64_t sa[TR_CKPT_MAX_DIMS], sb[TR_CKPT_MAX_DIMS], idx[TR_CKPT_MAX_DIMS] = {0};
+    sa[nd - 1] = sb[nd - 1] = 1;
+    for (int i = nd - 2; i >= 0; i--) {
+        sa[i] = sa[i + 1] * a->shape[i + 1];
+        sb[i] = sb[i + 1] * b->shape[i + 1];
+    }
+    size_t run = (size_t)ov->shape[nd - 1] * esize;
+    for (;;) {
+        int64_t oa = 0, ob = 0;
+        for (int i = 0; i < nd; i++) {
+            int64_t g = ov->offset[i] + (i < nd - 1 ? idx[i] : 0);
+            oa += (g - a->offset[i]) * sa[i];
+            ob += (g - b->offset[i]) * sb[i];
+        }
+        memcpy(dst + (size_t)ob * esize, src + (size_t)oa * esize, run);
+        int i = nd - 2;
+        while (i >= 0 && ++idx[i] == ov->shape[i]) idx[i--] = 0;
+        if (i < 0) break;
+    }
+}
+
+tr_status tr_ckpt_read(tr_ckpt_reader *r, const char *name, tr_ckpt_dtype dtype,
+                       const tr_ckpt_slice *want, void *dst, tr_diags *d) {
+    const tr_ckpt_entry *e = tr_ckpt_manifest_find(&r->m, name);
+    if (!e)
+        return tensor_error(r, name, NULL, "checkpoint.tensor_missing",
+                            "the checkpoint was saved by a different model or without this state "
+                            "(save_optim/save_rng)",
+                            "not in the checkpoint", d);
+    char what[256];
+    if (e->dtype != dtype) {
+        snprintf(what, sizeof what, "stored as %s, requested as %s", tr_ckpt_dtype_name(e->dtype),
+                 tr_ckpt_dtype_name(dtype));
+        return tensor_error(r, name, NULL, "checkpoint.dtype_mismatch", NULL, what, d);
+    }
+    bool inside = want->ndim == e->ndim;
+    for (int i = 0; inside && i < e->ndim; i++)
+        inside = want->offset[i] >= 0 && want->shape[i] > 0 &&
+                 want->offset[i] <= e->shape[i] - want->shape[i];
+    if (!inside) {
+        char sl[160];
+        format_slice(want, sl, sizeof sl);
+        snprintf(what, sizeof what, "requested slice %s lies outside the stored tensor", sl);
+        return tensor_error(r, name, NULL, "checkpoint.slice_out_of_range",
+                            "the model's shapes differ from the checkpoint's", what, d);
+    }
+    size_t esize = tr_ckpt_dtype_size(dtype);
+    int64_t covered = 0;
+    for (int s = 0; s < e->n_shards; s++) {
+        const tr_ckpt_shard *sh = &e->shards[s];
+        tr_ckpt_slice ov;
+        if (e->ndim > 0 && !tr_ckpt_slice_overlap(&sh->slice, want, &ov)) continue;
+        if (e->ndim == 0) ov = *want;
+        if (tr_ckpt_slice_equal(&sh->slice, want)) {
+            TR_TRY(read_shard(r, e, sh, dst, d));
+        } else {
+            void *buf = malloc(sh->bytes ? sh->bytes : 1);
+            if (!buf) return TR_ERR_NOMEM;
+            tr_status st = read_shard(r, e, sh, buf, d);
+            if (st == TR_OK) copy_region(buf, &sh->slice, dst, want, &ov, esize);
+            free(buf);
+            TR_TRY(st);
+        }
+        covered += tr_ckpt_slice_volume(&ov);
+    }
+    if (covered != tr_ckpt_slice_volume(want))
+        return tensor_error(r, name, NULL, "checkpoint.not_covered", NULL,
+                            "the stored shards do not cover the requested slice", d);
+    return TR_OK;
+}
+
+tr_status tr_ckpt_load_tensors(tr_ckpt_reader *r, const tr_ckpt_tensor *t, int n, tr_diags *d) {
+    for (int i = 0; i < n; i++) {
+        const tr_ckpt_entry *e = tr_ckpt_manifest_find(&r->m, t[i].name);
+        bool same = e && e->ndim == t[i].ndim;
+        for (int k = 0; same && k < e->ndim; k++) same = e->shape[k] == t[i].global_shape[k];
+        if (e && !same)
+            return tensor_error(r, t[i].name, NULL, "checkpoint.shape_mismatch",
+                                "the model's shapes differ from the checkpoint's",
+                                "the global shape differs from the stored one", d);
+        TR_TRY(tr_ckpt_read(r, t[i].name, t[i].dtype, &t[i].slice, t[i].data, d));
+    }
+    return TR_OK;
+}
+
+tr_status tr_ckpt_verify(tr_ckpt_reader *r, tr_ckpt_progress *progress, tr_diags *d) {
+    enum { CHUNK = 8 << 20 };
+    char *buf = malloc(CHUNK);
+    XXH3_state_t *state = XXH3_createState();
+    if (!buf || !state) {
+        free(buf);
+        XXH3_freeState(state);
+        return TR_ERR_NOMEM;
+    }
+    tr_status worst = TR_OK;
+    for (int i = 0; i < r->m.n_tensors; i++) {
+        const tr_ckpt_entry *e = &r->m.tensors[i];
+        for (int s = 0; s < e->n_shards; s++) {
+            const tr_ckpt_shard *sh = &e->shards[s];
+            XXH3_64bits_reset(state);
+            bool short_read = false;
+            for (uint64_t got = 0; got < sh->bytes;) {
+                size_t want = sh->bytes - got > CHUNK ? CHUNK : (size_t)(sh->bytes - got);
+                ssize_t n = pread(r->fds[sh->file], buf, want, (off_t)(sh->pos + got));
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) {
+                    short_read = true;
+                    break;
+                }
+                XXH3_64bits_update(state, buf, (size_t)n);
+                got += (uint64_t)n;
+                if (progress) tr_ckpt_progress_add(progress, (uint64_t)n);
+            }
+            const char *file = r->m.files[sh->file].name;
+            uint64_t h = XXH3_64bits_digest(state);
+            if (short_read) {
+                worst = tensor_error(r, e->name, file, "checkpoint.file_truncated",
+                                     "the checkpoint is damaged; load an older one",
+                                     "the file ended early", d);
+            } else if (h != sh->xxh3) {
+                char sl[160], what[320];
+                format_slice(&sh->slice, sl, sizeof sl);
+                snprintf(what, sizeof what,
+                         "shard %s at byte %" PRIu64 " fails its checksum (stored xxh3 %016" PRIx64
+                         ", computed %016" PRIx64 ")",
+                         sl, sh->pos, sh->xxh3, h);
+                worst = tensor_error(r, e->name, file, "checkpoint.checksum_mismatch",
+                                     "the data file is corrupt; load an older checkpoint", what, d);
+            }
+        }
+    }
+    free(buf);
+    XXH3_freeState(state);
+    return worst;
+}

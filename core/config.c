@@ -38,7 +38,8 @@ static void free_field(tr_config *c, const tr_field *f) {
         l->null = true;
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -97,14 +98,24 @@ static tr_status copy_field(tr_config *dst, const tr_config *src, const tr_field
         *(tr_str_list *)d = nl;
         return TR_OK;
     }
-    case TR_T_BOOL: *(bool *)d = *(const bool *)s; return TR_OK;
-    case TR_T_OBOOL: *(int8_t *)d = *(const int8_t *)s; return TR_OK;
+    case TR_T_BOOL:
+        *(bool *)d = *(const bool *)s;
+        return TR_OK;
+    case TR_T_OBOOL:
+        *(int8_t *)d = *(const int8_t *)s;
+        return TR_OK;
     case TR_T_INT:
-    case TR_T_OINT: *(int64_t *)d = *(const int64_t *)s; return TR_OK;
+    case TR_T_OINT:
+        *(int64_t *)d = *(const int64_t *)s;
+        return TR_OK;
     case TR_T_FLOAT:
-    case TR_T_OFLOAT: *(double *)d = *(const double *)s; return TR_OK;
+    case TR_T_OFLOAT:
+        *(double *)d = *(const double *)s;
+        return TR_OK;
     case TR_T_ENUM:
-    case TR_T_OENUM: *(int32_t *)d = *(const int32_t *)s; return TR_OK;
+    case TR_T_OENUM:
+        *(int32_t *)d = *(const int32_t *)s;
+        return TR_OK;
     }
     return TR_ERR_INTERNAL;
 }
@@ -149,8 +160,8 @@ static tr_status type_error(tr_diags *d, const tr_field *f, const tr_value *v, c
     char hint[600];
     snprintf(hint, sizeof hint, "give %s a value of type %s (see `run_recipe --help-config %.*s`)",
              f->path, expected, (int)(strchr(f->path, '.') - f->path), f->path);
-    tr_diag_add(d, TR_SEV_ERROR, "override.type", o, f->path, hint,
-                "%s expects %s, got %s", f->path, expected, got);
+    tr_diag_add(d, TR_SEV_ERROR, "override.type", o, f->path, hint, "%s expects %s, got %s",
+                f->path, expected, got);
     return TR_ERR_INVALID;
 }
 
@@ -164,7 +175,8 @@ static tr_status range_error(tr_diags *d, const tr_field *f, const tr_value *v, 
 }
 
 static bool value_is_null(const tr_value *v) {
-    return v->kind == TR_VALUE_NULL || (v->kind == TR_VALUE_SCALAR && !v->quoted && tr_text_is_null(v->text));
+    return v->kind == TR_VALUE_NULL ||
+           (v->kind == TR_VALUE_SCALAR && !v->quoted && tr_text_is_null(v->text));
 }
 
 /* Parse one scalar element for a numeric or string type into out (no storage change). */
@@ -175,7 +187,8 @@ static tr_status parse_int_elem(const tr_field *f, const tr_value *v, const tr_o
              f->range && *f->range ? f->range : "");
     if (v->kind != TR_VALUE_SCALAR || !tr_parse_int(v->text, out)) {
         double x;
-        if (v->kind == TR_VALUE_SCALAR && tr_parse_float(v->text, &x) && x == floor(x) && fabs(x) < 9e15) {
+        if (v->kind == TR_VALUE_SCALAR && tr_parse_float(v->text, &x) && x == floor(x) &&
+            fabs(x) < 9e15) {
             /* 1e6 for train_iters is common in YAML written by hand; accept exact integers. */
             *out = (int64_t)x;
         } else {
@@ -183,7 +196,8 @@ static tr_status parse_int_elem(const tr_field *f, const tr_value *v, const tr_o
         }
     }
     char why[96];
-    if (!tr_range_check(f->range, (double)*out, why, sizeof why)) return range_error(d, f, v, o, why);
+    if (!tr_range_check(f->range, (double)*out, why, sizeof why))
+        return range_error(d, f, v, o, why);
     return TR_OK;
 }
 
@@ -204,7 +218,8 @@ tr_status tr_config_set(tr_config *c, const tr_field *f, const tr_value *v, cons
     }
     if (v->kind == TR_VALUE_MAP) return type_error(d, f, v, o, tr_field_type_name(f));
     bool is_list_type = f->type == TR_T_INTLIST || f->type == TR_T_STRLIST;
-    if (v->kind == TR_VALUE_LIST && !is_list_type) return type_error(d, f, v, o, tr_field_type_name(f));
+    if (v->kind == TR_VALUE_LIST && !is_list_type)
+        return type_error(d, f, v, o, tr_field_type_name(f));
 
     switch (f->type) {
     case TR_T_BOOL:
@@ -358,7 +373,8 @@ tr_status tr_config_init(tr_config *c, tr_diags *d) {
             buf[len - 2] = '\0';
             char *save = NULL;
             s = TR_OK;
-            for (char *tok = strtok_r(buf, ",", &save); tok && s == TR_OK; tok = strtok_r(NULL, ",", &save)) {
+            for (char *tok = strtok_r(buf, ",", &save); tok && s == TR_OK;
+                 tok = strtok_r(NULL, ",", &save)) {
                 while (*tok == ' ') tok++;
                 char *end = tok + strlen(tok);
                 while (end > tok && end[-1] == ' ') *--end = '\0';
@@ -375,7 +391,8 @@ tr_status tr_config_init(tr_config *c, tr_diags *d) {
         tr_value_free(&v);
         if (s != TR_OK) {
             tr_diag_add(d, TR_SEV_ERROR, "internal.bad_default", NULL, f->path, NULL,
-                        "the field table's default for %s (\"%s\") does not parse", f->path, f->def);
+                        "the field table's default for %s (\"%s\") does not parse", f->path,
+                        f->def);
             tr_config_free(c);
             return TR_ERR_INTERNAL;
         }
@@ -423,8 +440,10 @@ tr_status tr_config_copy(tr_config *dst, const tr_config *src) {
             dst->history[i] = src->history[i];
             dst->history[i].origin.name = remap_name(src, dst, src->history[i].origin.name);
             dst->history[i].value_text = strdup(src->history[i].value_text);
-            if (!dst->history[i].value_text) s = TR_ERR_NOMEM;
-            else dst->n_history++;
+            if (!dst->history[i].value_text)
+                s = TR_ERR_NOMEM;
+            else
+                dst->n_history++;
         }
     }
     for (int i = 0; i < TR_FIELD_COUNT; i++) {
@@ -435,7 +454,8 @@ tr_status tr_config_copy(tr_config *dst, const tr_config *src) {
     dst->finalized = src->finalized;
     if (s == TR_OK && src->recipe_snapshot) {
         dst->recipe_snapshot = malloc(sizeof *dst->recipe_snapshot);
-        if (!dst->recipe_snapshot) s = TR_ERR_NOMEM;
+        if (!dst->recipe_snapshot)
+            s = TR_ERR_NOMEM;
         else if ((s = tr_config_copy(dst->recipe_snapshot, src->recipe_snapshot)) != TR_OK) {
             free(dst->recipe_snapshot);
             dst->recipe_snapshot = NULL;
@@ -448,14 +468,19 @@ tr_status tr_config_copy(tr_config *dst, const tr_config *src) {
 bool tr_config_field_equal(const tr_config *a, const tr_config *b, const tr_field *f) {
     const void *x = tr_config_field_cptr(a, f), *y = tr_config_field_cptr(b, f);
     switch (f->type) {
-    case TR_T_BOOL: return *(const bool *)x == *(const bool *)y;
-    case TR_T_OBOOL: return *(const int8_t *)x == *(const int8_t *)y;
+    case TR_T_BOOL:
+        return *(const bool *)x == *(const bool *)y;
+    case TR_T_OBOOL:
+        return *(const int8_t *)x == *(const int8_t *)y;
     case TR_T_INT:
-    case TR_T_OINT: return *(const int64_t *)x == *(const int64_t *)y;
+    case TR_T_OINT:
+        return *(const int64_t *)x == *(const int64_t *)y;
     case TR_T_FLOAT:
-    case TR_T_OFLOAT: return memcmp(x, y, sizeof(double)) == 0;
+    case TR_T_OFLOAT:
+        return memcmp(x, y, sizeof(double)) == 0;
     case TR_T_ENUM:
-    case TR_T_OENUM: return *(const int32_t *)x == *(const int32_t *)y;
+    case TR_T_OENUM:
+        return *(const int32_t *)x == *(const int32_t *)y;
     case TR_T_STR:
     case TR_T_OSTR: {
         const char *s = *(char *const *)x, *t = *(char *const *)y;
@@ -463,7 +488,8 @@ bool tr_config_field_equal(const tr_config *a, const tr_config *b, const tr_fiel
     }
     case TR_T_INTLIST: {
         const tr_int_list *l = x, *m = y;
-        return l->null == m->null && l->n == m->n && (!l->n || !memcmp(l->v, m->v, (size_t)l->n * sizeof *l->v));
+        return l->null == m->null && l->n == m->n &&
+               (!l->n || !memcmp(l->v, m->v, (size_t)l->n * sizeof *l->v));
     }
     case TR_T_STRLIST: {
         const tr_str_list *l = x, *m = y;
@@ -480,7 +506,9 @@ void tr_config_field_format(const tr_config *c, const tr_field *f, char *buf, si
     const void *p = tr_config_field_cptr(c, f);
     char tmp[64];
     switch (f->type) {
-    case TR_T_BOOL: snprintf(buf, cap, "%s", *(const bool *)p ? "true" : "false"); return;
+    case TR_T_BOOL:
+        snprintf(buf, cap, "%s", *(const bool *)p ? "true" : "false");
+        return;
     case TR_T_OBOOL: {
         int8_t b = *(const int8_t *)p;
         snprintf(buf, cap, "%s", b < 0 ? "null" : b ? "true" : "false");

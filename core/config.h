@@ -9,7 +9,7 @@
 
 /* Enums used by ENUM/OENUM fields: typedef'd C enums with TR_* constants. */
 #define TR_EV(id, name, aliases) id,
-#define TR_ENUM(ename, values) typedef enum { values } tr_##ename##_t;
+#define TR_ENUM(ename, values)   typedef enum { values } tr_##ename##_t;
 #include "core/fields/enums.def"
 #undef TR_ENUM
 #undef TR_EV
@@ -30,7 +30,7 @@
 
 /* Field ids: TR_FID_model_tensor_model_parallel_size, ... */
 #define TR_CAT4_(a, b, c, d) a##b##c##d
-#define TR_CAT4(a, b, c, d) TR_CAT4_(a, b, c, d)
+#define TR_CAT4(a, b, c, d)  TR_CAT4_(a, b, c, d)
 enum tr_field_id {
 #define TR_SECTION(sec, doc)
 #define TR_SECTION_END(sec)
@@ -64,7 +64,7 @@ typedef struct tr_config {
     int n_history, cap_history;
     char **interned; /* file names and other strings origins point to */
     int n_interned, cap_interned;
-    const char *recipe_name; /* static string of the recipe that filled it, or NULL */
+    const char *recipe_name;           /* static string of the recipe that filled it, or NULL */
     struct tr_config *recipe_snapshot; /* values right after the recipe, for `~key` */
     bool finalized;
 } tr_config;

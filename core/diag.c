@@ -91,7 +91,9 @@ void tr_diags_print_text(const tr_diags *d, FILE *out, bool color) {
         const tr_diag *g = &d->items[i];
         const char *on = "", *off = "";
         if (color) {
-            on = g->severity == TR_SEV_ERROR ? "\033[1;31m" : g->severity == TR_SEV_WARNING ? "\033[1;33m" : "\033[1m";
+            on = g->severity == TR_SEV_ERROR     ? "\033[1;31m"
+                 : g->severity == TR_SEV_WARNING ? "\033[1;33m"
+                                                 : "\033[1m";
             off = "\033[0m";
         }
         /* "default" locates nothing the user wrote, so it would only clutter the line. */
@@ -110,11 +112,21 @@ static void json_string(FILE *out, const char *s) {
     fputc('"', out);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
-        case '"': fputs("\\\"", out); break;
-        case '\\': fputs("\\\\", out); break;
-        case '\n': fputs("\\n", out); break;
-        case '\t': fputs("\\t", out); break;
-        case '\r': fputs("\\r", out); break;
+        case '"':
+            fputs("\\\"", out);
+            break;
+        case '\\':
+            fputs("\\\\", out);
+            break;
+        case '\n':
+            fputs("\\n", out);
+            break;
+        case '\t':
+            fputs("\\t", out);
+            break;
+        case '\r':
+            fputs("\\r", out);
+            break;
         default:
             if (*p < 0x20)
                 fprintf(out, "\\u%04x", *p);
@@ -126,7 +138,8 @@ static void json_string(FILE *out, const char *s) {
 }
 
 void tr_diags_print_json(const tr_diags *d, FILE *out) {
-    fprintf(out, "{\"errors\": %d, \"warnings\": %d, \"diagnostics\": [", d->n_errors, d->n_warnings);
+    fprintf(out, "{\"errors\": %d, \"warnings\": %d, \"diagnostics\": [", d->n_errors,
+            d->n_warnings);
     for (int i = 0; i < d->n; i++) {
         const tr_diag *g = &d->items[i];
         fprintf(out, "%s\n  {\"severity\": \"%s\", \"id\": ", i ? "," : "", sev_name(g->severity));

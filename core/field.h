@@ -78,9 +78,9 @@ typedef enum tr_field_type {
 } tr_field_type;
 
 enum tr_field_flags {
-    TR_F_DERIVED = 1u << 0,    /* computed by finalize(); cannot be overridden */
-    TR_F_LAUNCH = 1u << 1,     /* names something only a real launch has (a file, a checkpoint) */
-    TR_F_DEPRECATED = 1u << 2, /* accepted for Megatron compatibility; doc says what replaces it */
+    TR_F_DERIVED = 1u << 0,     /* computed by finalize(); cannot be overridden */
+    TR_F_LAUNCH = 1u << 1,      /* names something only a real launch has (a file, a checkpoint) */
+    TR_F_DEPRECATED = 1u << 2,  /* accepted for Megatron compatibility; doc says what replaces it */
     TR_F_RUNTIME_ONLY = 1u << 3 /* recorded and validated, not yet acted on by the runtime */
 };
 
@@ -102,14 +102,14 @@ typedef struct tr_section_def {
 } tr_section_def;
 
 typedef struct tr_field {
-    int id;              /* index in the table == TR_FIELD_<section>_<name> */
-    int section;         /* index in tr_sections */
-    const char *path;    /* "model.tensor_model_parallel_size" */
-    const char *name;    /* "tensor_model_parallel_size" */
+    int id;           /* index in the table == TR_FIELD_<section>_<name> */
+    int section;      /* index in tr_sections */
+    const char *path; /* "model.tensor_model_parallel_size" */
+    const char *name; /* "tensor_model_parallel_size" */
     tr_field_type type;
-    size_t offset;       /* into tr_config */
-    const char *def;     /* default, as text */
-    const char *range;   /* numeric range spec for INT/OINT/FLOAT/OFLOAT/INTLIST, else NULL */
+    size_t offset;          /* into tr_config */
+    const char *def;        /* default, as text */
+    const char *range;      /* numeric range spec for INT/OINT/FLOAT/OFLOAT/INTLIST, else NULL */
     const tr_enum_def *enm; /* ENUM/OENUM */
     const char *unit;
     unsigned flags;

@@ -134,7 +134,8 @@ static bool needs_quotes(const char *s) {
     for (const char *p = s; *p; p++) {
         if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f || *p == '"' || *p == '\\')
             return true;
-        if ((*p == ':' || *p == '#') && (p[1] == ' ' || p[1] == '\0' || (*p == '#' && p > s && p[-1] == ' ')))
+        if ((*p == ':' || *p == '#') &&
+            (p[1] == ' ' || p[1] == '\0' || (*p == '#' && p > s && p[-1] == ' ')))
             return true;
         if (*p == ',' || *p == '[' || *p == ']' || *p == '{' || *p == '}') return true;
     }

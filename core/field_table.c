@@ -40,18 +40,18 @@ const tr_section_def tr_sections[] = {
 const int tr_section_count = TR_SECID_COUNT;
 
 /* The spec column means a numeric range for numeric types and an enum name for enum types. */
-#define TR_RANGE_BOOL(s)    NULL
-#define TR_RANGE_OBOOL(s)   NULL
-#define TR_RANGE_INT(s)     s
-#define TR_RANGE_OINT(s)    s
-#define TR_RANGE_FLOAT(s)   s
-#define TR_RANGE_OFLOAT(s)  s
-#define TR_RANGE_STR(s)     NULL
-#define TR_RANGE_OSTR(s)    NULL
-#define TR_RANGE_ENUM(s)    NULL
-#define TR_RANGE_OENUM(s)   NULL
-#define TR_RANGE_INTLIST(s) s
-#define TR_RANGE_STRLIST(s) NULL
+#define TR_RANGE_BOOL(s)      NULL
+#define TR_RANGE_OBOOL(s)     NULL
+#define TR_RANGE_INT(s)       s
+#define TR_RANGE_OINT(s)      s
+#define TR_RANGE_FLOAT(s)     s
+#define TR_RANGE_OFLOAT(s)    s
+#define TR_RANGE_STR(s)       NULL
+#define TR_RANGE_OSTR(s)      NULL
+#define TR_RANGE_ENUM(s)      NULL
+#define TR_RANGE_OENUM(s)     NULL
+#define TR_RANGE_INTLIST(s)   s
+#define TR_RANGE_STRLIST(s)   NULL
 #define TR_ENUMREF_BOOL(s)    NULL
 #define TR_ENUMREF_OBOOL(s)   NULL
 #define TR_ENUMREF_INT(s)     NULL
@@ -65,10 +65,10 @@ const int tr_section_count = TR_SECID_COUNT;
 #define TR_ENUMREF_INTLIST(s) NULL
 #define TR_ENUMREF_STRLIST(s) NULL
 
-#define TR_STR_(x) #x
-#define TR_STR(x) TR_STR_(x)
+#define TR_STR_(x)        #x
+#define TR_STR(x)         TR_STR_(x)
 #define TR_CAT3_(a, b, c) a##b##c
-#define TR_CAT3(a, b, c) TR_CAT3_(a, b, c)
+#define TR_CAT3(a, b, c)  TR_CAT3_(a, b, c)
 
 const tr_field tr_fields[] = {
 #define TR_SECTION(sec, doc)
@@ -111,8 +111,10 @@ bool tr_field_is_nullable(const tr_field *f) {
     case TR_T_OSTR:
     case TR_T_OENUM:
     case TR_T_INTLIST:
-    case TR_T_STRLIST: return true;
-    default: return false;
+    case TR_T_STRLIST:
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -172,18 +174,30 @@ int tr_field_suggest(const char *dotted, const tr_field **out, int max) {
 
 const char *tr_field_type_name(const tr_field *f) {
     switch (f->type) {
-    case TR_T_BOOL: return "bool";
-    case TR_T_OBOOL: return "bool or null";
-    case TR_T_INT: return "int";
-    case TR_T_OINT: return "int or null";
-    case TR_T_FLOAT: return "float";
-    case TR_T_OFLOAT: return "float or null";
-    case TR_T_STR: return "string";
-    case TR_T_OSTR: return "string or null";
-    case TR_T_ENUM: return "enum";
-    case TR_T_OENUM: return "enum or null";
-    case TR_T_INTLIST: return "list of int";
-    case TR_T_STRLIST: return "list of string";
+    case TR_T_BOOL:
+        return "bool";
+    case TR_T_OBOOL:
+        return "bool or null";
+    case TR_T_INT:
+        return "int";
+    case TR_T_OINT:
+        return "int or null";
+    case TR_T_FLOAT:
+        return "float";
+    case TR_T_OFLOAT:
+        return "float or null";
+    case TR_T_STR:
+        return "string";
+    case TR_T_OSTR:
+        return "string or null";
+    case TR_T_ENUM:
+        return "enum";
+    case TR_T_OENUM:
+        return "enum or null";
+    case TR_T_INTLIST:
+        return "list of int";
+    case TR_T_STRLIST:
+        return "list of string";
     }
     return "?";
 }

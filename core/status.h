@@ -9,8 +9,8 @@ typedef enum tr_status {
     TR_ERR_NOTFOUND, /* a named thing (recipe, file, key) does not exist */
     TR_ERR_IO,       /* the operating system refused a read or write */
     TR_ERR_NOMEM,
-    TR_ERR_COMM,     /* a collective or point-to-point operation failed or timed out */
-    TR_ERR_INTERNAL  /* a broken invariant inside Trestle: always a bug */
+    TR_ERR_COMM,    /* a collective or point-to-point operation failed or timed out */
+    TR_ERR_INTERNAL /* a broken invariant inside Trestle: always a bug */
 } tr_status;
 
 const char *tr_status_name(tr_status s);

@@ -203,7 +203,7 @@
     X(tr_warn_vocab_padding, "tokenizer.vocab_padded", W, false,                                   \
       "Vocabulary padding leaves the vocabulary size unchanged.")                                  \
     /* checkpoint */                                                                               \
-    X(tr_note_save_interval_without_save, "checkpoint.save_interval_without_save", N, false,  \
+    X(tr_note_save_interval_without_save, "checkpoint.save_interval_without_save", N, false,       \
       "save_interval comes with a save directory.")                                                \
     X(tr_check_most_recent_k, "checkpoint.most_recent_k", E, false,                                \
       "most_recent_k is -1 or at least 1.")                                                        \
@@ -252,13 +252,20 @@ const int tr_rule_count = (int)(sizeof tr_rules / sizeof tr_rules[0]);
 
 static int origin_rank(tr_origin_kind kind) {
     switch (kind) {
-    case TR_ORIGIN_CLI: return 6;
-    case TR_ORIGIN_FILE: return 5;
-    case TR_ORIGIN_API: return 4;
-    case TR_ORIGIN_RECIPE: return 3;
-    case TR_ORIGIN_PROVIDER: return 2;
-    case TR_ORIGIN_DEFAULT: return 1;
-    case TR_ORIGIN_DERIVED: return 0;
+    case TR_ORIGIN_CLI:
+        return 6;
+    case TR_ORIGIN_FILE:
+        return 5;
+    case TR_ORIGIN_API:
+        return 4;
+    case TR_ORIGIN_RECIPE:
+        return 3;
+    case TR_ORIGIN_PROVIDER:
+        return 2;
+    case TR_ORIGIN_DEFAULT:
+        return 1;
+    case TR_ORIGIN_DERIVED:
+        return 0;
     }
     return 0;
 }

@@ -49,7 +49,9 @@ static int fmt_into(const tr_value *v, char *buf, int cap) {
         if (k_ > 0) used += k_;                                                                    \
     } while (0)
     switch (v->kind) {
-    case TR_VALUE_NULL: PUT("null"); break;
+    case TR_VALUE_NULL:
+        PUT("null");
+        break;
     case TR_VALUE_SCALAR:
         if (v->quoted)
             PUT("\"%s\"", v->text);
@@ -62,7 +64,8 @@ static int fmt_into(const tr_value *v, char *buf, int cap) {
         for (int i = 0; i < v->n; i++) {
             if (i) PUT(", ");
             if (v->kind == TR_VALUE_MAP) PUT("%s: ", v->keys[i]);
-            used += fmt_into(&v->items[i], buf + (used < cap ? used : cap), used < cap ? cap - used : 0);
+            used += fmt_into(&v->items[i], buf + (used < cap ? used : cap),
+                             used < cap ? cap - used : 0);
         }
         PUT(v->kind == TR_VALUE_LIST ? "]" : "}");
         break;

@@ -1,5 +1,6 @@
 /* A parsed but untyped value, as YAML and the command line produce it. The field table turns a
- * tr_value into a typed field; keeping the two apart lets both front ends share one type checker. */
+ * tr_value into a typed field; keeping the two apart lets both front ends share one type checker.
+ */
 #ifndef TR_VALUE_H
 #define TR_VALUE_H
 
@@ -8,16 +9,21 @@
 #include "core/origin.h"
 #include "core/status.h"
 
-typedef enum tr_value_kind { TR_VALUE_NULL = 0, TR_VALUE_SCALAR, TR_VALUE_LIST, TR_VALUE_MAP } tr_value_kind;
+typedef enum tr_value_kind {
+    TR_VALUE_NULL = 0,
+    TR_VALUE_SCALAR,
+    TR_VALUE_LIST,
+    TR_VALUE_MAP
+} tr_value_kind;
 
 typedef struct tr_value {
     tr_value_kind kind;
-    bool quoted;          /* scalar was quoted: "null" and "true" stay strings */
-    char *text;           /* scalar text (owned) */
+    bool quoted;            /* scalar was quoted: "null" and "true" stay strings */
+    char *text;             /* scalar text (owned) */
     struct tr_value *items; /* list elements or map values (owned) */
-    char **keys;          /* map keys (owned), parallel to items */
+    char **keys;            /* map keys (owned), parallel to items */
     int n;
-    tr_origin origin;     /* where the value starts */
+    tr_origin origin; /* where the value starts */
 } tr_value;
 
 void tr_value_free(tr_value *v); /* frees the contents, not v itself */

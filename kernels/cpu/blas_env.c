@@ -12,8 +12,8 @@ const char *tr_cpu_blas_core(void) {
 
 /* Cores whose kernels are no wider than SSE: what OpenBLAS falls back to on unknown CPUs. */
 static int is_narrow_core(const char *core) {
-    static const char *const narrow[] = {"Prescott", "Core2",  "Penryn", "Dunnington",
-                                         "Nehalem",  "Atom",   "Opteron", "Barcelona",
+    static const char *const narrow[] = {"Prescott", "Core2",  "Penryn",     "Dunnington",
+                                         "Nehalem",  "Atom",   "Opteron",    "Barcelona",
                                          "Bobcat",   "Katmai", "Coppermine", "Northwood",
                                          "Banias",   "Athlon", "unknown"};
     for (size_t i = 0; i < sizeof narrow / sizeof narrow[0]; i++)

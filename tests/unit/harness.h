@@ -36,8 +36,8 @@ extern int tr_test_failures; /* failures in the current test */
     do {                                                                                           \
         const char *ca_ = (a), *cb_ = (b);                                                         \
         if (!ca_ || !cb_ || strcmp(ca_, cb_) != 0) {                                               \
-            fprintf(stderr, "  %s:%d: \"%s\" != \"%s\"\n", __FILE__, __LINE__, ca_ ? ca_ : "(null)", \
-                    cb_ ? cb_ : "(null)");                                                         \
+            fprintf(stderr, "  %s:%d: \"%s\" != \"%s\"\n", __FILE__, __LINE__,                     \
+                    ca_ ? ca_ : "(null)", cb_ ? cb_ : "(null)");                                   \
             tr_test_failures++;                                                                    \
         }                                                                                          \
     } while (0)
@@ -56,7 +56,7 @@ extern int tr_test_failures; /* failures in the current test */
 #define CHECK_CLOSE(a, b, rtol, atol)                                                              \
     do {                                                                                           \
         double ca_ = (double)(a), cb_ = (double)(b);                                               \
-        double tol_ = (rtol) * fmax(fabs(ca_), fabs(cb_)) + (atol);                                \
+        double tol_ = (rtol)*fmax(fabs(ca_), fabs(cb_)) + (atol);                                  \
         if (!(fabs(ca_ - cb_) <= tol_)) {                                                          \
             fprintf(stderr, "  %s:%d: %s = %.9g vs %s = %.9g (tol %.3g)\n", __FILE__, __LINE__,    \
                     #a, ca_, #b, cb_, tol_);                                                       \
@@ -64,7 +64,8 @@ extern int tr_test_failures; /* failures in the current test */
         }                                                                                          \
     } while (0)
 
-#define TR_TEST(fn) {#fn, fn}
+#define TR_TEST(fn)                                                                                \
+    { #fn, fn }
 
 /* Runs the tests (all, or those whose name contains argv[1]); returns the process exit code. */
 int tr_test_main(int argc, char **argv, const tr_test_case *tests, int n);

@@ -145,7 +145,8 @@ static void test_type_errors_name_key_value_type_origin(void) {
     tr_config c;
     tr_config_init(&c, &d);
     tr_origin o = cli(5);
-    CHECK_INT_EQ(tr_config_set_text(&c, "model.tensor_model_parallel_size", "two", &o, &d), TR_ERR_INVALID);
+    CHECK_INT_EQ(tr_config_set_text(&c, "model.tensor_model_parallel_size", "two", &o, &d),
+                 TR_ERR_INVALID);
     CHECK_INT_EQ(d.n_errors, 1);
     CHECK_STR_EQ(d.items[0].id, "override.type");
     CHECK_CONTAINS(d.items[0].message, "model.tensor_model_parallel_size");
@@ -155,20 +156,24 @@ static void test_type_errors_name_key_value_type_origin(void) {
     CHECK_INT_EQ(c.model.tensor_model_parallel_size, 1); /* unchanged */
 
     tr_diags_clear(&d);
-    CHECK_INT_EQ(tr_config_set_text(&c, "model.tensor_model_parallel_size", "0", &o, &d), TR_ERR_INVALID);
+    CHECK_INT_EQ(tr_config_set_text(&c, "model.tensor_model_parallel_size", "0", &o, &d),
+                 TR_ERR_INVALID);
     CHECK_STR_EQ(d.items[0].id, "override.range");
     CHECK_CONTAINS(d.items[0].message, ">= 1");
 
     tr_diags_clear(&d);
-    CHECK_INT_EQ(tr_config_set_text(&c, "model.tensor_model_parallel_size", "null", &o, &d), TR_ERR_INVALID);
+    CHECK_INT_EQ(tr_config_set_text(&c, "model.tensor_model_parallel_size", "null", &o, &d),
+                 TR_ERR_INVALID);
     CHECK_CONTAINS(d.items[0].message, "non-null");
 
     tr_diags_clear(&d);
-    CHECK_INT_EQ(tr_config_set_text(&c, "model.normalization", "BatchNorm", &o, &d), TR_ERR_INVALID);
+    CHECK_INT_EQ(tr_config_set_text(&c, "model.normalization", "BatchNorm", &o, &d),
+                 TR_ERR_INVALID);
     CHECK_CONTAINS(d.items[0].message, "LayerNorm|RMSNorm");
 
     tr_diags_clear(&d);
-    CHECK_INT_EQ(tr_config_set_text(&c, "model.sequence_parallel", "sometimes", &o, &d), TR_ERR_INVALID);
+    CHECK_INT_EQ(tr_config_set_text(&c, "model.sequence_parallel", "sometimes", &o, &d),
+                 TR_ERR_INVALID);
     CHECK_CONTAINS(d.items[0].message, "bool");
 
     tr_diags_clear(&d);

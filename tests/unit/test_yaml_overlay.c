@@ -300,11 +300,29 @@ static void test_dump_round_trip(void) {
     set_text(c, "model.window_size", "-1", &f.d);
     set_text(c, "peft.scheme", "dora", &f.d);
     set_text(c, "checkpoint.ckpt_format", "trestle", &f.d);
-    const char *nasty[] = {"null",      "true",        "a: b",    "# hash",  "-dash",
-                           " padded ",  "x,y",         "[br]",    "quo\"te", "back\\slash",
-                           "tab\there", "line\nbreak", "日本語",  "1e5",     "~",
-                           "",          "'single'",    "%percent", "del\x7f",
-                           "nel\xc2\x85x", "ls\xe2\x80\xa8x", "${not_interp}", "a${b}c"};
+    const char *nasty[] = {"null",
+                           "true",
+                           "a: b",
+                           "# hash",
+                           "-dash",
+                           " padded ",
+                           "x,y",
+                           "[br]",
+                           "quo\"te",
+                           "back\\slash",
+                           "tab\there",
+                           "line\nbreak",
+                           "日本語",
+                           "1e5",
+                           "~",
+                           "",
+                           "'single'",
+                           "%percent",
+                           "del\x7f",
+                           "nel\xc2\x85x",
+                           "ls\xe2\x80\xa8x",
+                           "${not_interp}",
+                           "a${b}c"};
     CHECK_INT_EQ(tr_config_set_strlist(c, TR_FID_dataset_data_path, nasty,
                                        (int)(sizeof nasty / sizeof nasty[0])),
                  TR_OK);

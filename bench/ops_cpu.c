@@ -2,7 +2,10 @@
  * layer, and causal attention forward+backward, each reported next to a naive implementation
  * timed in the same run (so the ratio does not depend on the machine).
  *
- *   bench_ops_cpu [tokens=1024] [seq=1024] [gemm|attn]
+ *   bench_ops_cpu [tokens=1024] [seq=1024] [gemm|attn|packed]
+ *
+ * `packed` (also run after `attn`) times document-masked attention over 8 documents of seq/8
+ * tokens packed into one row against plain causal attention over the same row.
  */
 #include <math.h>
 #include <stdio.h>
@@ -196,12 +199,56 @@ static void bench_attention(int seq, int with_naive) {
     free(q), free(k), free(v), free(dout), free(o), free(lse), free(dq), free(dk), free(dv);
 }
 
+/* Mean seconds of one forward + backward over at least half a second. */
+static double time_fwd_bwd(const tr_attn_desc *d, const float *q, const float *k, const float *v,
+                           const float *dout, float *o, float *lse, float *dq, float *dk,
+                           float *dv) {
+    const tr_ops *ops = tr_ops_cpu();
+    ops->attention_fwd(o, lse, q, k, v, d);
+    int reps = 0;
+    double t0 = now(), t;
+    do {
+        ops->attention_fwd(o, lse, q, k, v, d);
+        ops->attention_bwd(dq, dk, dv, dout, q, k, v, o, lse, d);
+        reps++;
+    } while ((t = now() - t0) < 0.5);
+    return t / reps;
+}
+
+static void bench_packed(int seq) {
+    const int H = 12, G = 4, D = 64, docs = 8;
+    size_t nq = (size_t)seq * H * D, nk = (size_t)seq * G * D;
+    float *q = rnd(nq), *k = rnd(nk), *v = rnd(nk), *dout = rnd(nq);
+    float *o = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * H * seq);
+    float *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk),
+          *dv = malloc(sizeof(float) * nk);
+    int32_t *ds = malloc(sizeof(int32_t) * seq);
+    int len = seq / docs > 0 ? seq / docs : 1;
+    for (int t = 0; t < seq; t++) ds[t] = t / len * len;
+    tr_attn_desc d = {.batch = 1,
+                      .seq = seq,
+                      .heads = H,
+                      .groups = G,
+                      .head_dim = D,
+                      .scale = 1.0f / sqrtf((float)D),
+                      .causal = 1};
+    double full = time_fwd_bwd(&d, q, k, v, dout, o, lse, dq, dk, dv);
+    d.doc_start = ds;
+    double packed = time_fwd_bwd(&d, q, k, v, dout, o, lse, dq, dk, dv);
+    printf("packed attention B=1 T=%d H=%d G=%d D=%d, %d documents of %d (tile kernels: %s)\n", seq,
+           H, G, D, (seq + len - 1) / len, len, tr_cpu_simd_active()->isa);
+    printf("  full causal fwd+bwd    %8.2f ms\n", full * 1e3);
+    printf("  doc-masked fwd+bwd     %8.2f ms  (%.1fx faster)\n", packed * 1e3, full / packed);
+    free(q), free(k), free(v), free(dout), free(o), free(lse), free(dq), free(dk), free(dv);
+    free(ds);
+}
+
 int main(int argc, char **argv) {
     int tokens = argc > 1 ? atoi(argv[1]) : 1024, seq = argc > 2 ? atoi(argv[2]) : 1024;
     const char *only = argc > 3 ? argv[3] : "";
     /* attention first: OpenBLAS workers spin for a while after each sgemm and would steal
      * cycles from the op pool */
-    if (strcmp(only, "gemm")) {
+    if (strcmp(only, "gemm") && strcmp(only, "packed")) {
         /* widest variant first (the default), then the narrower ones this CPU can run */
         static const char *isas[] = {"avx512", "avx2", "generic"};
         int first = 1;
@@ -212,7 +259,14 @@ int main(int argc, char **argv) {
             first = 0;
         }
     }
-    if (strcmp(only, "attn")) {
+    if (!strcmp(only, "attn") || !strcmp(only, "packed") || !*only) {
+        const char *isas[] = {"avx512", "avx2", "generic"};
+        for (int i = 0; i < 3; i++)
+            if (tr_cpu_simd_select(isas[i]) == TR_OK) break; /* back to the widest */
+        printf("\n");
+        bench_packed(seq);
+    }
+    if (strcmp(only, "attn") && strcmp(only, "packed")) {
         printf("\n");
         bench_gemm(tokens);
         if (!strncmp(openblas_get_corename(), "Prescott", 8) ||

@@ -25,6 +25,11 @@ typedef struct tr_attn_desc {
     float scale;                             /* usually 1/sqrt(head_dim) */
     int causal;
     int block_q, block_k; /* tile sizes of the online softmax; 0 picks the backend default */
+    /* [batch, seq] or NULL: query t of row b attends keys j with doc_start[b*seq+t] <= j <= t
+     * (causal), the first position of its document (packed sequences); NULL means 0. Requires
+     * causal; each row must start at 0 and every entry be t (a new document) or the previous
+     * entry, else the op returns TR_ERR_INVALID. */
+    const int32_t *doc_start;
 } tr_attn_desc;
 
 typedef struct tr_adamw_params {

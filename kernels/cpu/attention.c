@@ -5,7 +5,13 @@
  *
  * Backward runs two passes instead of using atomics: pass 1 owns a key block of one KV group
  * (dK, dV summed over that group's heads and all query blocks), pass 2 owns a query block
- * (dQ). Each output element has one writer, so results do not depend on thread count. */
+ * (dQ). Each output element has one writer, so results do not depend on thread count.
+ *
+ * Document masking (packed sequences, desc->doc_start) narrows each query's keys to
+ * [doc start, t]. Because doc starts never decrease along a row, a query block needs no keys
+ * before the doc start of its first query, and a key block is needed by no query past the first
+ * document that begins after it; those whole tiles are skipped, so packing n documents of length
+ * L into one row costs about n * L^2, not (n L)^2. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -32,10 +38,57 @@ typedef struct attn_ctx {
     atomic_int nomem;
 } attn_ctx;
 
-static int valid_keys(const tr_attn_desc *d, int row, int k0, int nk) {
-    if (!d->causal) return nk;
-    int n = row - k0 + 1;
-    return n < 0 ? 0 : (n > nk ? nk : n);
+/* The keys of query `row` (batch b) inside the tile [k0, k0 + nk), as tile offsets [lo, hi);
+ * lo == hi when none. */
+typedef struct key_span {
+    int lo, hi;
+} key_span;
+
+static key_span tile_keys(const tr_attn_desc *d, int b, int row, int k0, int nk) {
+    key_span r = {0, nk};
+    if (d->causal) {
+        int n = row - k0 + 1;
+        r.hi = n < 0 ? 0 : (n > nk ? nk : n);
+    }
+    if (d->doc_start) {
+        int lo = d->doc_start[(int64_t)b * d->seq + row] - k0;
+        r.lo = lo < 0 ? 0 : (lo > r.hi ? r.hi : lo);
+    }
+    return r;
+}
+
+/* First key any query of the block starting at q0 may see (doc starts are non-decreasing). */
+static int first_key(const tr_attn_desc *d, int b, int q0) {
+    return d->doc_start ? d->doc_start[(int64_t)b * d->seq + q0] : 0;
+}
+
+/* One past the last query that may see a key before `kend`: the first query whose document
+ * starts at or after kend (found by bisection over the non-decreasing doc starts). */
+static int last_query_end(const tr_attn_desc *d, int b, int kend) {
+    if (!d->doc_start || kend >= d->seq) return d->seq;
+    const int32_t *ds = d->doc_start + (int64_t)b * d->seq;
+    int lo = kend, hi = d->seq; /* ds[kend - 1] < kend, so the answer lies in [kend, seq] */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (ds[mid] >= kend)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Row b is valid when it starts at 0 and each entry either opens a new document (== t) or
+ * continues the previous one; by induction that gives 0 <= ds[t] <= t, non-decreasing and
+ * contiguous documents. */
+static tr_status check_doc_start(const tr_attn_desc *d) {
+    for (int b = 0; b < d->batch; b++) {
+        const int32_t *ds = d->doc_start + (int64_t)b * d->seq;
+        if (d->seq > 0 && ds[0] != 0) return TR_ERR_INVALID;
+        for (int t = 1; t < d->seq; t++)
+            if (ds[t] != t && ds[t] != ds[t - 1]) return TR_ERR_INVALID;
+    }
+    return TR_OK;
 }
 
 static inline const float *qrow(const attn_ctx *c, const float *base, int b, int t, int h) {
@@ -98,22 +151,24 @@ static void attn_fwd_tasks(void *vc, int64_t t0, int64_t t1) {
         memset(O, 0, sizeof(float) * (size_t)nq * D);
         for (int i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0.0f;
         int kend = d->causal ? q0 + nq : T;
-        for (int k0 = 0; k0 < kend; k0 += bk) {
+        for (int k0 = first_key(d, b, q0); k0 < kend; k0 += bk) {
             int nk = k0 + bk <= kend ? bk : kend - k0;
             memset(S, 0, sizeof(float) * (size_t)nq * nk);
             simd->tile_mm(nq, nk, D, Q, c->qs, 1, Kt + k0, c->ts, S, nk);
             for (int i = 0; i < nq; i++) {
                 float *s = S + i * nk;
-                int nv = valid_keys(d, q0 + i, k0, nk);
-                if (nv == 0) {
+                key_span ks = tile_keys(d, b, q0 + i, k0, nk);
+                if (ks.hi == ks.lo) {
                     memset(s, 0, sizeof(float) * (size_t)nk);
                     continue;
                 }
                 /* scale > 0, so max(s)*scale = max(s*scale) */
-                float mx = simd->row_max(s, nv) * d->scale;
+                float mx = simd->row_max(s + ks.lo, ks.hi - ks.lo) * d->scale;
                 float mnew = mx > m[i] ? mx : m[i];
                 float alpha = m[i] == -INFINITY ? 0.0f : expf(m[i] - mnew);
-                l[i] = l[i] * alpha + simd->exp_row(s, nk, nv, d->scale, mnew);
+                memset(s, 0, sizeof(float) * (size_t)ks.lo);
+                l[i] = l[i] * alpha +
+                       simd->exp_row(s + ks.lo, nk - ks.lo, ks.hi - ks.lo, d->scale, mnew);
                 m[i] = mnew;
                 if (alpha != 1.0f) simd->scale(O + i * D, D, alpha);
             }
@@ -148,6 +203,10 @@ static tr_status attn_setup(attn_ctx *c, const tr_attn_desc *d) {
     /* A power-of-two seq would put every row of a K^T tile 4 KiB apart, all in one L1 set. */
     c->ts = (int64_t)d->seq + 16;
     atomic_init(&c->nomem, 0);
+    if (d->doc_start) {
+        if (!d->causal) return TR_ERR_INVALID; /* documents are defined by the causal span */
+        TR_TRY(check_doc_start(d));
+    }
     return TR_OK;
 }
 
@@ -198,9 +257,11 @@ static void tile_grad(attn_ctx *c, int b, int h, int q0, int nq, int k0, int nk,
     simd->tile_mm(nq, nk, D, qrow(c, c->dout, b, q0, h), c->qs, 1, c->vt + kt_off(c, b, g) + k0,
                   c->ts, dS, nk);
     for (int i = 0; i < nq; i++) {
-        int nv = valid_keys(d, q0 + i, k0, nk);
-        simd->exp_row(P + i * nk, nk, nv, d->scale, lse[i]);
-        simd->dsoftmax(dS + i * nk, P + i * nk, nk, di[i], d->scale);
+        key_span ks = tile_keys(d, b, q0 + i, k0, nk);
+        float *p = P + i * nk;
+        memset(p, 0, sizeof(float) * (size_t)ks.lo);
+        simd->exp_row(p + ks.lo, nk - ks.lo, ks.hi - ks.lo, d->scale, lse[i]);
+        simd->dsoftmax(dS + i * nk, p, nk, di[i], d->scale);
     }
 }
 
@@ -221,9 +282,10 @@ static void attn_dkv_tasks(void *vc, int64_t t0, int64_t t1) {
         int k0 = kb * bk, nk = k0 + bk <= T ? bk : T - k0;
         memset(dK, 0, sizeof(float) * (size_t)nk * D);
         memset(dV, 0, sizeof(float) * (size_t)nk * D);
+        int qend = last_query_end(d, b, k0 + nk);
         for (int h = g * c->hpg; h < (g + 1) * c->hpg; h++) {
-            for (int q0 = d->causal ? k0 : 0; q0 < T; q0 += bq) {
-                int nq = q0 + bq <= T ? bq : T - q0;
+            for (int q0 = d->causal ? k0 : 0; q0 < qend; q0 += bq) {
+                int nq = q0 + bq <= qend ? bq : qend - q0;
                 tile_grad(c, b, h, q0, nq, k0, nk, P, dS);
                 /* dV += P^T dO, dK += dS^T Q */
                 c->simd->tile_mm(nk, D, nq, P, 1, nk, qrow(c, c->dout, b, q0, h), c->qs, dV, D);
@@ -256,7 +318,7 @@ static void attn_dq_tasks(void *vc, int64_t t0, int64_t t1) {
         int q0 = qb * bq, nq = q0 + bq <= T ? bq : T - q0;
         memset(dQ, 0, sizeof(float) * (size_t)nq * D);
         int kend = d->causal ? q0 + nq : T;
-        for (int k0 = 0; k0 < kend; k0 += bk) {
+        for (int k0 = first_key(d, b, q0); k0 < kend; k0 += bk) {
             int nk = k0 + bk <= kend ? bk : kend - k0;
             tile_grad(c, b, h, q0, nq, k0, nk, P, dS);
             const float *K = c->k + ((int64_t)b * T + k0) * c->ks + (int64_t)g * D;

@@ -1,7 +1,7 @@
 /* Rules on how the layer stack is cut into pipeline stages (reference §3.4 and §3.6). */
-#include <ctype.h>
 #include <stdlib.h>
 
+#include "core/pipeline_layout.h"
 #include "core/rules_util.h"
 
 #define PP      c->model.pipeline_model_parallel_size
@@ -133,79 +133,22 @@ TR_RULE_FN(tr_check_layout_conflicts) {
             "stage sizes or account_for_* switches");
 }
 
-/* Expands Megatron's layout grammar ("Et*3|(tt|)*2L", commas ignored) into one flat string of
- * E/t/m/L/| characters. Returns false with a reason on malformed input. */
-typedef struct layout_buf {
-    char *s;
-    size_t n, cap;
-    const char *err;
-} layout_buf;
-
-static void lb_put(layout_buf *b, const char *s, size_t n) {
-    if (b->err) return;
-    if (b->n + n >= b->cap) {
-        b->err = "expands to more than 65536 symbols";
-        return;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-}
-
-static const char *expand_seq(const char *p, layout_buf *b, int depth) {
-    while (*p && *p != ')' && !b->err) {
-        size_t start = b->n;
-        if (*p == '(') {
-            if (depth > 8) {
-                b->err = "nests parentheses too deeply";
-                return p;
-            }
-            p = expand_seq(p + 1, b, depth + 1);
-            if (*p != ')') {
-                if (!b->err) b->err = "has an unclosed '('";
-                return p;
-            }
-            p++;
-        } else if (strchr("EtmL|", *p)) {
-            lb_put(b, p++, 1);
-        } else if (*p == ',' || isspace((unsigned char)*p)) {
-            p++;
-            continue;
-        } else {
-            b->err = "contains a character other than E, t, m, L, |, (, ), * and digits";
-            return p;
-        }
-        if (*p == '*') {
-            char *end;
-            long k = strtol(p + 1, &end, 10);
-            if (end == p + 1 || k < 0 || k > 65536) {
-                b->err = "has '*' without a repeat count";
-                return end;
-            }
-            p = end;
-            size_t len = b->n - start;
-            if (k == 0) b->n = start;
-            for (long r = 1; r < k && !b->err; r++) lb_put(b, b->s + start, len);
-        }
-    }
-    return p;
-}
-
 TR_RULE_FN(tr_check_layout_valid) {
     const char *layout = c->model.pipeline_model_parallel_layout;
     if (!layout) return;
     const char *key = "model.pipeline_model_parallel_layout";
-    layout_buf b = {malloc(65536), 0, 65536, NULL};
-    if (!b.s) return;
-    const char *end = expand_seq(layout, &b, 0);
-    if (!b.err && *end == ')') b.err = "has an unmatched ')'";
-    if (b.err) {
-        TR_FAIL(key, "write stages like \"Et*2|t*2|t*2L\"", "%s (\"%s\") %s", key, layout, b.err);
-        free(b.s);
+    char *flat;
+    size_t n;
+    const char *err;
+    tr_status st = tr_pipeline_layout_expand(layout, &flat, &n, &err);
+    if (st == TR_ERR_NOMEM) return;
+    if (st != TR_OK) {
+        TR_FAIL(key, "write stages like \"Et*2|t*2|t*2L\"", "%s (\"%s\") %s", key, layout, err);
         return;
     }
     int64_t stages = 1, t = 0, m = 0, e_stage = -1, l_stage = -1, stage = 0;
-    for (size_t i = 0; i < b.n; i++) {
-        switch (b.s[i]) {
+    for (size_t i = 0; i < n; i++) {
+        switch (flat[i]) {
         case '|':
             stages++, stage++;
             break;
@@ -223,7 +166,7 @@ TR_RULE_FN(tr_check_layout_valid) {
             break;
         }
     }
-    free(b.s);
+    free(flat);
     char hint[200];
     if (stages % PP)
         TR_FAIL("model.pipeline_model_parallel_layout,model.pipeline_model_parallel_size",

@@ -2,57 +2,11 @@
  * even split, uneven first/last stages, account_for_embedding/loss, and the layout string.
  * validate() has already accepted the config (core/rules_pipeline.c); the checks here only
  * guard against being handed an unvalidated one. */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/pipeline_layout.h"
 #include "runtime/pipeline/pipeline.h"
-
-#define LAYOUT_MAX 65536
-
-/* The grammar is the one core/rules_pipeline.c validates ("Et*3|(tt|)*2L"); its expander is
- * private there, so this is a second, minimal reader of already-validated strings. */
-typedef struct expand_buf {
-    char s[LAYOUT_MAX];
-    size_t n;
-    bool bad;
-} expand_buf;
-
-static const char *expand(const char *p, expand_buf *b, int depth) {
-    while (*p && *p != ')' && !b->bad) {
-        size_t start = b->n;
-        if (*p == '(' && depth < 8) {
-            p = expand(p + 1, b, depth + 1);
-            if (*p != ')')
-                b->bad = true;
-            else
-                p++;
-        } else if (strchr("EtmL|", *p) && b->n + 1 < LAYOUT_MAX) {
-            b->s[b->n++] = *p++;
-        } else if (*p == ',' || isspace((unsigned char)*p)) {
-            p++;
-            continue;
-        } else {
-            b->bad = true;
-            return p;
-        }
-        if (*p == '*') {
-            char *end;
-            long k = strtol(p + 1, &end, 10);
-            if (end == p + 1 || k < 0) b->bad = true;
-            p = end;
-            size_t len = b->n - start;
-            if (k == 0) b->n = start;
-            for (long r = 1; r < k && !b->bad; r++) {
-                if (b->n + len >= LAYOUT_MAX)
-                    b->bad = true;
-                else
-                    memcpy(b->s + b->n, b->s + start, len), b->n += len;
-            }
-        }
-    }
-    return p;
-}
 
 static tr_status bad_config(tr_diags *d, const char *keys, const char *msg) {
     tr_diag_add(d, TR_SEV_ERROR, "pipeline.schedule_layout", NULL, keys,
@@ -61,25 +15,28 @@ static tr_status bad_config(tr_diags *d, const char *keys, const char *msg) {
 }
 
 static tr_status from_layout_string(const tr_config *c, tr_pp_layout *l, tr_diags *d) {
-    expand_buf *b = calloc(1, sizeof *b);
-    if (!b) return TR_ERR_NOMEM;
-    const char *end = expand(c->model.pipeline_model_parallel_layout, b, 0);
-    if (*end) b->bad = true;
+    char *flat;
+    size_t n;
+    const char *err;
+    tr_status st =
+        tr_pipeline_layout_expand(c->model.pipeline_model_parallel_layout, &flat, &n, &err);
+    if (st == TR_ERR_NOMEM) return st;
+    bool bad = st != TR_OK;
     int stage = 0, nstages = l->pp * l->vpp;
-    for (size_t i = 0; i < b->n && !b->bad; i++) {
-        if (b->s[i] == '|') {
-            if (++stage >= nstages) b->bad = true;
+    for (size_t i = 0; i < n && !bad; i++) {
+        if (flat[i] == '|') {
+            if (++stage >= nstages) bad = true;
             continue;
         }
         /* flat stage i is virtual stage i: chunk i / PP on pp rank i % PP */
         tr_pp_stage *s = &l->stages[stage];
-        if (b->s[i] == 't') s->num_layers++;
-        if (b->s[i] == 'm') s->num_mtp_layers++;
-        if (b->s[i] == 'E') s->has_embedding = true;
-        if (b->s[i] == 'L') s->has_loss = true;
+        if (flat[i] == 't') s->num_layers++;
+        if (flat[i] == 'm') s->num_mtp_layers++;
+        if (flat[i] == 'E') s->has_embedding = true;
+        if (flat[i] == 'L') s->has_loss = true;
     }
-    bool bad = b->bad || stage != nstages - 1;
-    free(b);
+    bad = bad || stage != nstages - 1;
+    free(flat);
     if (bad)
         return bad_config(d, "model.pipeline_model_parallel_layout",
                           "model.pipeline_model_parallel_layout does not describe PP * VPP "
@@ -155,12 +112,14 @@ tr_status tr_pp_layout_build(const tr_config *c, tr_pp_layout *out, tr_diags *d)
     const char *ls = c->model.pipeline_model_parallel_layout;
     if (ls && c->model.virtual_pipeline_model_parallel_size == TR_NULL_INT) {
         /* the layout implies VPP: count its stages */
-        expand_buf *b = calloc(1, sizeof *b);
-        if (!b) return TR_ERR_NOMEM;
-        expand(ls, b, 0);
+        char *flat;
+        size_t n;
+        const char *err;
+        tr_status st = tr_pipeline_layout_expand(ls, &flat, &n, &err);
+        if (st == TR_ERR_NOMEM) return st;
         int stages = 1;
-        for (size_t i = 0; i < b->n; i++) stages += b->s[i] == '|';
-        free(b);
+        for (size_t i = 0; i < n; i++) stages += flat[i] == '|';
+        free(flat);
         if (out->pp > 0 && stages % out->pp == 0) out->vpp = stages / out->pp;
     }
     if (out->pp < 1 || out->vpp < 1)

@@ -17,6 +17,7 @@ typedef enum opt_id {
     OPT_EXPLAIN,
     OPT_WORLD_SIZE,
     OPT_GPUS_PER_NODE,
+    OPT_PRINT_SCHEDULE,
     OPT_STRICT,
     OPT_DIAG_FORMAT,
     OPT_VALIDATE_ALL,
@@ -55,6 +56,8 @@ static const cli_opt OPTS[] = {
          "print the resolved config as YAML (a valid --config-file) and exit"),
     FLAG(OPT_PRINT_GROUPS, "--print-groups", "--print_groups", ARG_NONE, NULL,
          "with --dry-run: print every process group of the world"),
+    FLAG(OPT_PRINT_SCHEDULE, "--print-schedule", "--print_schedule", ARG_NONE, NULL,
+         "with --dry-run: print every pipeline rank's schedule for one iteration"),
     FLAG(OPT_LIST_RECIPES, "--list-recipes", "--list_recipes", ARG_NONE, NULL,
          "list the recipes: name, mode, minimum GPUs, parameters"),
     FLAG(OPT_DESCRIBE_RECIPE, "--describe-recipe", "--describe_recipe", ARG_REQUIRED, "NAME",
@@ -283,6 +286,9 @@ static tr_status apply_opt(const cli_opt *opt, const char *flag, const char *val
     case OPT_PRINT_GROUPS:
         cli->print_groups = true;
         return TR_OK;
+    case OPT_PRINT_SCHEDULE:
+        cli->print_schedule = true;
+        return TR_OK;
     case OPT_LIST_RECIPES:
         cli->list_recipes = true;
         return TR_OK;
@@ -436,10 +442,11 @@ tr_status tr_cli_parse(int argc, char **argv, tr_cli *cli, tr_diags *d) {
     if (s == TR_OK) s = join_overrides(cli, &conv, &trail);
     free_list(&conv);
     free_list(&trail);
-    if (s == TR_OK && cli->print_groups && !cli->dry_run) {
+    if (s == TR_OK && (cli->print_groups || cli->print_schedule) && !cli->dry_run) {
         tr_origin o = tr_origin_make(TR_ORIGIN_CLI, NULL);
         tr_diag_add(d, TR_SEV_ERROR, "cli.needs_dry_run", &o, NULL, "add --dry-run",
-                    "--print-groups only works together with --dry-run");
+                    "%s only works together with --dry-run",
+                    cli->print_groups ? "--print-groups" : "--print-schedule");
     }
     return s;
 }

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/blas_env.h"
 #include "overrides/overrides.h"
+#include "runtime/pipeline/pipeline.h"
 #include "scripts/cli_args.h"
 #include "scripts/cli_catalog.h"
 #include "scripts/cli_launch.h"
@@ -31,6 +32,13 @@ static void print_dry_run(const tr_cli *cli, const tr_config *c, tr_diags *d) {
             tr_enum_train_mode.values[c->derived.mode].name, c->derived.world_size,
             c->derived.gpus_per_node);
     if (tr_cli_print_layout(out, c, cli->print_groups, d) != TR_OK) return;
+    /* Every pipeline rank's send/receive order must pair up and be free of deadlock before
+     * anything runs; a dry run proves it for the cluster it describes. */
+    if (cli->print_schedule) {
+        if (tr_pp_schedule_print(out, c, -1, false, d) != TR_OK) return;
+    } else if (tr_pp_schedule_check_all(c, d) != TR_OK) {
+        return;
+    }
     tr_cli_print_derived(out, c);
     fprintf(out, "fingerprint %016" PRIx64 "\n", tr_config_fingerprint(c));
     fprintf(out, "dry run: configuration valid (%d warning%s); nothing trained\n", d->n_warnings,

@@ -1,0 +1,51 @@
+/* Mixed-precision entry points beside the fp32 op table, for the bf16/fp16 training path:
+ * bf16 GEMMs with fp32 accumulation (and a fused bias epilogue), casts between fp32 master
+ * copies and bf16/fp16 working copies, and the fp16 loss-scaling check. Same conventions as
+ * cuda_ops.h: device pointers, the bound context's stream, host-side argument checks.
+ * Half-precision tensors are passed as uint16_t so that C callers need no CUDA headers. */
+#ifndef TR_CUDA_MIXED_H
+#define TR_CUDA_MIXED_H
+
+#include <stdint.h>
+
+#include "core/status.h"
+#include "kernels/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tr_cuda_dtype { TR_CUDA_F32 = 0, TR_CUDA_BF16, TR_CUDA_F16 } tr_cuda_dtype;
+
+/* C[m,n] = alpha op(A) op(B) + beta C (+ bias[n] on every row when bias != NULL), row-major as
+ * tr_ops.gemm; A and B bf16, accumulation fp32, C of dtype c_type (F32 or BF16). bias is fp32
+ * and needs beta == 0 (cuBLASLt's epilogue adds it to the product only). */
+tr_status tr_cuda_gemm_bf16(tr_transpose ta, tr_transpose tb, int m, int n, int k, float alpha,
+                            const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
+                            void *c, tr_cuda_dtype c_type, int ldc, const float *bias);
+
+/* tr_ops.attention_fwd / attention_bwd on bf16 tensors: the same layouts, causal / GQA /
+ * document masks, checks and fp32 lse [B,H,T]; products and softmax in fp32, outputs rounded to
+ * bf16 (out; dq, dk, dv overwritten). Halves the attention's memory traffic in the bf16 path;
+ * the arithmetic is the fp32 kernels' (SIMT, no tensor cores). */
+tr_status tr_cuda_attention_fwd_bf16(uint16_t *out, float *lse, const uint16_t *q,
+                                     const uint16_t *k, const uint16_t *v, const tr_attn_desc *d);
+tr_status tr_cuda_attention_bwd_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                                     const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                     const uint16_t *out, const float *lse, const tr_attn_desc *d);
+
+/* Round-to-nearest-even casts; dst and src must not overlap. */
+tr_status tr_cuda_f32_to_bf16(uint16_t *dst, const float *src, int64_t n);
+tr_status tr_cuda_bf16_to_f32(float *dst, const uint16_t *src, int64_t n);
+tr_status tr_cuda_f32_to_f16(uint16_t *dst, const float *src, int64_t n);
+tr_status tr_cuda_f16_to_f32(float *dst, const uint16_t *src, int64_t n);
+
+/* fp16 dynamic loss scaling: g *= inv_scale and *found_inf (device float, not reset here) is set
+ * to 1 when any element of g is inf or NaN, so the caller skips the step and lowers the scale. */
+tr_status tr_cuda_unscale_check(float *g, int64_t n, float inv_scale, float *found_inf);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

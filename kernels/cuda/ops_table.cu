@@ -1,0 +1,46 @@
+#include "kernels/cuda/cuda_impl.cuh"
+
+static const tr_ops g_cuda_ops = {
+    "cuda",
+    tr_cuda_gemm,
+    tr_cuda_bias_add,
+    tr_cuda_bias_grad,
+    tr_cuda_add,
+    tr_cuda_fill,
+    tr_cuda_scale,
+    tr_cuda_sum_squares,
+    tr_cuda_embedding_fwd,
+    tr_cuda_embedding_bwd,
+    tr_cuda_pos_embedding_fwd,
+    tr_cuda_pos_embedding_bwd,
+    tr_cuda_layernorm_fwd,
+    tr_cuda_layernorm_bwd,
+    tr_cuda_rmsnorm_fwd,
+    tr_cuda_rmsnorm_bwd,
+    tr_cuda_rope_table,
+    tr_cuda_rope_fwd,
+    tr_cuda_rope_bwd,
+    tr_cuda_attention_fwd,
+    tr_cuda_attention_bwd,
+    tr_cuda_gelu_fwd,
+    tr_cuda_gelu_bwd,
+    tr_cuda_swiglu_fwd,
+    tr_cuda_swiglu_bwd,
+    tr_cuda_dropout_fwd,
+    tr_cuda_dropout_bwd,
+    tr_cuda_ce_stats,
+    tr_cuda_ce_merge,
+    tr_cuda_ce_rebase,
+    tr_cuda_ce_loss,
+    tr_cuda_ce_bwd,
+    tr_cuda_adamw,
+    tr_cuda_sgd,
+};
+
+/* C++ before C++20 has no designated initialisers, so the order above must follow tr_ops; this
+ * catches a member added to ops.h without a CUDA entry. */
+static_assert(sizeof(tr_ops) == sizeof(void *) * 34, "tr_ops changed: update kernels/cuda");
+
+extern "C" const tr_ops *tr_ops_cuda(void) {
+    return &g_cuda_ops;
+}

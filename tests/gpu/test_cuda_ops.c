@@ -1,0 +1,557 @@
+/* Every op of the CUDA table against the CPU op on fresh random inputs, with poisoned outputs.
+ *
+ * Limits (relative L2 error against the CPU result), and why:
+ *  - 1e-6: ops whose every element is the same float expression on both backends (flat helpers,
+ *    dropout, embeddings, casts); the only slack is fused multiply-add contraction by nvcc.
+ *  - 1e-5: ops through libm-vs-CUDA transcendental functions (a few ulp each: GeLU, SiLU, exp in
+ *    the norms and cross entropy) and fp32 GEMM/reductions summed in a different order (error
+ *    grows like sqrt(k) * 6e-8, about 1e-6 at our sizes).
+ *  - 1e-4: attention backward, where P = exp(s - lse) and dS = P (dP - di) compound the
+ *    reordered dot products of both passes.
+ *  - 1e-2: the bf16 GEMM against the fp32 CPU GEMM (bf16 keeps 8 significant bits, 4e-3 per
+ *    operand rounding). */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/arena.h"
+#include "kernels/cuda/cuda_mixed.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
+#include "tests/gpu/gpu_test.h"
+
+#define EXACTISH 1e-6
+#define FP32     1e-5
+#define FP32_BWD 1e-4
+
+static const tr_ops *cpu, *gpu;
+
+static float *rnd(size_t n, float lo, float hi) {
+    float *h = malloc(n * sizeof(float) + 1);
+    gt_fill(h, n, lo, hi);
+    return h;
+}
+
+static float *copy_of(const float *h, size_t n) {
+    float *c = malloc(n * sizeof(float) + 1);
+    memcpy(c, h, n * sizeof(float));
+    return c;
+}
+
+static void test_gemm(void) {
+    const int m = 37, n = 45, k = 53, pad = 3;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+            size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb;
+            size_t nc = (size_t)m * ldc;
+            float *a = rnd(na, -1, 1), *b = rnd(nb, -1, 1), *c = rnd(nc, -1, 1);
+            float *da = gt_dev(a, na), *db = gt_dev(b, nb), *dc = gt_dev(c, nc);
+            CHECK(cpu->gemm(ta, tb, m, n, k, 0.7f, a, lda, b, ldb, 0.5f, c, ldc) == TR_OK);
+            CHECK(gpu->gemm(ta, tb, m, n, k, 0.7f, da, lda, db, ldb, 0.5f, dc, ldc) == TR_OK);
+            char name[64];
+            snprintf(name, sizeof name, "gemm ta=%d tb=%d beta=0.5", ta, tb);
+            CHECK_DEV(name, dc, c, nc, FP32);
+            free(a), free(b), free(c), gt_free(da), gt_free(db), gt_free(dc);
+        }
+    /* k == 0 with beta == 0 overwrites C, NaN included (BLAS rule). */
+    float *dc = gt_dev_poison(6), zero[6] = {0};
+    CHECK(gpu->gemm(TR_NOTRANS, TR_NOTRANS, 2, 3, 0, 1.0f, NULL, 1, NULL, 3, 0.0f, dc, 3) == TR_OK);
+    CHECK_DEV("gemm k=0 beta=0", dc, zero, 6, 0.0);
+    gt_free(dc);
+}
+
+static void test_gemm_bf16(void) {
+    const int m = 64, n = 96, k = 128;
+    for (int tb = 0; tb < 2; tb++) {
+        size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+        float *a = rnd(na, -1, 1), *b = rnd(nb, -1, 1), *bias = rnd(n, -1, 1);
+        float *c = calloc(nc, sizeof(float));
+        CHECK(cpu->gemm(TR_NOTRANS, tb, m, n, k, 1.0f, a, k, b, tb ? k : n, 0.0f, c, n) == TR_OK);
+        CHECK(cpu->bias_add(c, bias, m, n) == TR_OK);
+        float *da = gt_dev(a, na), *db = gt_dev(b, nb), *dbias = gt_dev(bias, n);
+        uint16_t *ha = gt_dev_bytes(NULL, na * 2), *hb = gt_dev_bytes(NULL, nb * 2);
+        CHECK(tr_cuda_f32_to_bf16(ha, da, (int64_t)na) == TR_OK);
+        CHECK(tr_cuda_f32_to_bf16(hb, db, (int64_t)nb) == TR_OK);
+        float *dc = gt_dev_poison(nc);
+        CHECK(tr_cuda_gemm_bf16(TR_NOTRANS, tb, m, n, k, 1.0f, ha, k, hb, tb ? k : n, 0.0f, dc,
+                                TR_CUDA_F32, n, dbias) == TR_OK);
+        CHECK_DEV(tb ? "gemm_bf16 (N,T) + bias, fp32 out" : "gemm_bf16 (N,N) + bias, fp32 out", dc,
+                  c, nc, 1e-2);
+        /* bf16 output, then back to fp32 for the comparison */
+        uint16_t *hc = gt_dev_bytes(NULL, nc * 2);
+        CHECK(tr_cuda_gemm_bf16(TR_NOTRANS, tb, m, n, k, 1.0f, ha, k, hb, tb ? k : n, 0.0f, hc,
+                                TR_CUDA_BF16, n, dbias) == TR_OK);
+        CHECK(tr_cuda_bf16_to_f32(dc, hc, (int64_t)nc) == TR_OK);
+        CHECK_DEV("gemm_bf16 + bias, bf16 out", dc, c, nc, 1e-2);
+        free(a), free(b), free(bias), free(c);
+        gt_free(da), gt_free(db), gt_free(dbias), gt_free(ha), gt_free(hb), gt_free(hc),
+            gt_free(dc);
+    }
+}
+
+static void test_casts(void) {
+    const size_t n = 1000;
+    float *x = rnd(n, -100, 100);
+    float *dx = gt_dev(x, n), *back = gt_dev_poison(n);
+    uint16_t *h = gt_dev_bytes(NULL, n * 2);
+    CHECK(tr_cuda_f32_to_bf16(h, dx, (int64_t)n) == TR_OK);
+    CHECK(tr_cuda_bf16_to_f32(back, h, (int64_t)n) == TR_OK);
+    CHECK_DEV("f32 -> bf16 -> f32 (unit roundoff 2^-8)", back, x, n, 1.0 / 256);
+    /* a value already in bf16 survives exactly: its round trip is the identity */
+    float *once = gt_host(back, n), *donce = gt_dev(once, n);
+    CHECK(tr_cuda_f32_to_bf16(h, donce, (int64_t)n) == TR_OK);
+    CHECK(tr_cuda_bf16_to_f32(back, h, (int64_t)n) == TR_OK);
+    CHECK_DEV("bf16 round trip of bf16 values", back, once, n, 0.0);
+    CHECK(tr_cuda_f32_to_f16(h, dx, (int64_t)n) == TR_OK);
+    CHECK(tr_cuda_f16_to_f32(back, h, (int64_t)n) == TR_OK);
+    CHECK_DEV("f32 -> f16 -> f32 (unit roundoff 2^-11)", back, x, n, 1.0 / 2048);
+    /* overlapping source and destination are refused before any launch */
+    CHECK(tr_cuda_f32_to_bf16((uint16_t *)dx, dx, (int64_t)n) == TR_ERR_INVALID);
+    /* loss-scale check: a finite buffer leaves the flag, an inf sets it */
+    float zero = 0.0f, *flag = gt_dev(&zero, 1);
+    CHECK(tr_cuda_unscale_check(dx, (int64_t)n, 0.5f, flag) == TR_OK);
+    float *halved = copy_of(x, n);
+    for (size_t i = 0; i < n; i++) halved[i] *= 0.5f;
+    CHECK_DEV("unscale_check 0.5", dx, halved, n, 0.0);
+    CHECK_DEV("unscale_check flag (finite)", flag, &zero, 1, 0.0);
+    float inf = INFINITY, one = 1.0f;
+    CHECK(cudaMemcpy(dx + 17, &inf, sizeof inf, cudaMemcpyHostToDevice) == cudaSuccess);
+    gt_settle();
+    CHECK(tr_cuda_unscale_check(dx, (int64_t)n, 1.0f, flag) == TR_OK);
+    CHECK_DEV("unscale_check flag (inf)", flag, &one, 1, 0.0);
+    free(x), free(once), free(halved);
+    gt_free(dx), gt_free(back), gt_free(h), gt_free(donce), gt_free(flag);
+}
+
+static void test_flat(void) {
+    const int64_t n = 10007;
+    float *x = rnd(n, -2, 2), *y = rnd(n, -2, 2);
+    float *dx = gt_dev(x, n), *dy = gt_dev(y, n);
+    CHECK(cpu->add(y, x, n) == TR_OK && gpu->add(dy, dx, n) == TR_OK);
+    CHECK_DEV("add", dy, y, n, EXACTISH);
+    CHECK(cpu->scale(y, n, -0.3f) == TR_OK && gpu->scale(dy, n, -0.3f) == TR_OK);
+    CHECK_DEV("scale", dy, y, n, EXACTISH);
+    float ss_c, *dss = gt_dev_poison(1);
+    CHECK(cpu->sum_squares(&ss_c, y, n) == TR_OK && gpu->sum_squares(dss, dy, n) == TR_OK);
+    CHECK_DEV("sum_squares", dss, &ss_c, 1, EXACTISH);
+    CHECK(cpu->fill(y, n, 1.25f) == TR_OK && gpu->fill(dy, n, 1.25f) == TR_OK);
+    CHECK_DEV("fill", dy, y, n, 0.0);
+    float *bias = rnd(37, -1, 1), *db = gt_dev(bias, 37), *m = rnd(37 * 271, -1, 1);
+    float *dm = gt_dev(m, 37 * 271);
+    CHECK(cpu->bias_add(m, bias, 271, 37) == TR_OK && gpu->bias_add(dm, db, 271, 37) == TR_OK);
+    CHECK_DEV("bias_add", dm, m, 37 * 271, EXACTISH);
+    CHECK(cpu->bias_grad(bias, m, 271, 37) == TR_OK && gpu->bias_grad(db, dm, 271, 37) == TR_OK);
+    CHECK_DEV("bias_grad (accumulates)", db, bias, 37, FP32);
+    free(x), free(y), free(bias), free(m);
+    gt_free(dx), gt_free(dy), gt_free(dss), gt_free(db), gt_free(dm);
+}
+
+static void test_embedding(void) {
+    const int n = 300, dim = 40, v0 = 50, v1 = 130;
+    int32_t ids[300];
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)gt_uniform(0, 180); /* some outside the shard */
+    ids[7] = ids[8] = ids[9] = 60;                                    /* repeats accumulate */
+    int32_t *dids = gt_dev_bytes(ids, sizeof ids);
+    float *table = rnd((size_t)(v1 - v0) * dim, -1, 1), *dtable = gt_dev(table, (v1 - v0) * dim);
+    float *out = malloc(sizeof(float) * n * dim), *dout = gt_dev_poison((size_t)n * dim);
+    CHECK(cpu->embedding_fwd(out, ids, table, n, dim, v0, v1) == TR_OK);
+    CHECK(gpu->embedding_fwd(dout, dids, dtable, n, dim, v0, v1) == TR_OK);
+    CHECK_DEV("embedding_fwd (vocab shard)", dout, out, (size_t)n * dim, 0.0);
+    float *g = rnd((size_t)n * dim, -1, 1), *dg = gt_dev(g, (size_t)n * dim);
+    CHECK(cpu->embedding_bwd(table, ids, g, n, dim, v0, v1) == TR_OK);
+    CHECK(gpu->embedding_bwd(dtable, dids, dg, n, dim, v0, v1) == TR_OK);
+    CHECK_DEV("embedding_bwd (accumulates)", dtable, table, (size_t)(v1 - v0) * dim, EXACTISH);
+    const int B = 3, T = 20, off = 5;
+    float *wpe = rnd((size_t)(off + T) * dim, -1, 1), *dwpe = gt_dev(wpe, (off + T) * dim);
+    float *x = rnd((size_t)B * T * dim, -1, 1), *dx = gt_dev(x, (size_t)B * T * dim);
+    CHECK(cpu->pos_embedding_fwd(x, wpe, B, T, dim, off) == TR_OK);
+    CHECK(gpu->pos_embedding_fwd(dx, dwpe, B, T, dim, off) == TR_OK);
+    CHECK_DEV("pos_embedding_fwd", dx, x, (size_t)B * T * dim, EXACTISH);
+    CHECK(cpu->pos_embedding_bwd(wpe, x, B, T, dim, off) == TR_OK);
+    CHECK(gpu->pos_embedding_bwd(dwpe, dx, B, T, dim, off) == TR_OK);
+    CHECK_DEV("pos_embedding_bwd (accumulates)", dwpe, wpe, (size_t)(off + T) * dim, EXACTISH);
+    free(table), free(out), free(g), free(wpe), free(x);
+    gt_free(dids), gt_free(dtable), gt_free(dout), gt_free(dg), gt_free(dwpe), gt_free(dx);
+}
+
+static void test_norms(void) {
+    const int rows = 300, dim = 200;
+    size_t n = (size_t)rows * dim;
+    for (int zc = 0; zc < 2; zc++)
+        for (int rms = 0; rms < 2; rms++) {
+            float *x = rnd(n, -3, 5), *w = rnd(dim, 0.5f, 1.5f), *b = rnd(dim, -1, 1);
+            float *y = malloc(n * sizeof(float)), *mean = malloc(rows * 4),
+                  *rstd = malloc(rows * 4);
+            float *dx_ = gt_dev(x, n), *dw_ = gt_dev(w, dim), *db_ = gt_dev(b, dim);
+            float *dy_ = gt_dev_poison(n), *dmean = gt_dev_poison(rows),
+                  *drstd = gt_dev_poison(rows);
+            char name[80];
+            if (rms) {
+                CHECK(cpu->rmsnorm_fwd(y, rstd, x, w, rows, dim, 1e-5f, zc) == TR_OK);
+                CHECK(gpu->rmsnorm_fwd(dy_, drstd, dx_, dw_, rows, dim, 1e-5f, zc) == TR_OK);
+            } else {
+                CHECK(cpu->layernorm_fwd(y, mean, rstd, x, w, b, rows, dim, 1e-5f, zc) == TR_OK);
+                CHECK(gpu->layernorm_fwd(dy_, dmean, drstd, dx_, dw_, db_, rows, dim, 1e-5f, zc) ==
+                      TR_OK);
+                snprintf(name, sizeof name, "layernorm_fwd mean zc=%d", zc);
+                CHECK_DEV(name, dmean, mean, rows, FP32);
+            }
+            snprintf(name, sizeof name, "%s_fwd y zc=%d", rms ? "rmsnorm" : "layernorm", zc);
+            CHECK_DEV(name, dy_, y, n, FP32);
+            snprintf(name, sizeof name, "%s_fwd rstd zc=%d", rms ? "rmsnorm" : "layernorm", zc);
+            CHECK_DEV(name, drstd, rstd, rows, FP32);
+            /* backward: dx, dw, db all accumulate onto random starting values */
+            float *g = rnd(n, -1, 1), *gx = rnd(n, -1, 1), *gw = rnd(dim, -1, 1),
+                  *gb = rnd(dim, -1, 1);
+            float *dg = gt_dev(g, n), *dgx = gt_dev(gx, n), *dgw = gt_dev(gw, dim),
+                  *dgb = gt_dev(gb, dim);
+            /* saved statistics: the CPU's, so both backwards see identical inputs */
+            float *dmean2 = gt_dev(mean, rows), *drstd2 = gt_dev(rstd, rows);
+            if (rms) {
+                CHECK(cpu->rmsnorm_bwd(gx, gw, g, x, w, rstd, rows, dim, zc) == TR_OK);
+                CHECK(gpu->rmsnorm_bwd(dgx, dgw, dg, dx_, dw_, drstd2, rows, dim, zc) == TR_OK);
+            } else {
+                CHECK(cpu->layernorm_bwd(gx, gw, gb, g, x, w, mean, rstd, rows, dim, zc) == TR_OK);
+                CHECK(gpu->layernorm_bwd(dgx, dgw, dgb, dg, dx_, dw_, dmean2, drstd2, rows, dim,
+                                         zc) == TR_OK);
+                snprintf(name, sizeof name, "layernorm_bwd db zc=%d", zc);
+                CHECK_DEV(name, dgb, gb, dim, FP32);
+            }
+            snprintf(name, sizeof name, "%s_bwd dx zc=%d", rms ? "rmsnorm" : "layernorm", zc);
+            CHECK_DEV(name, dgx, gx, n, FP32);
+            snprintf(name, sizeof name, "%s_bwd dw zc=%d", rms ? "rmsnorm" : "layernorm", zc);
+            CHECK_DEV(name, dgw, gw, dim, FP32);
+            free(x), free(w), free(b), free(y), free(mean), free(rstd), free(g), free(gx), free(gw),
+                free(gb);
+            gt_free(dx_), gt_free(dw_), gt_free(db_), gt_free(dy_), gt_free(dmean), gt_free(drstd),
+                gt_free(dg), gt_free(dgx), gt_free(dgw), gt_free(dgb), gt_free(dmean2),
+                gt_free(drstd2);
+        }
+    /* frozen weights: dw/db NULL is allowed, dx still accumulates */
+    float *x = rnd(64, -1, 1), *dx = gt_dev(x, 64), *w = gt_dev(x, 8), *r = gt_dev(x, 8);
+    CHECK(gpu->rmsnorm_bwd(dx, NULL, dx, dx, w, r, 8, 8, 0) == TR_OK);
+    gt_sync();
+    free(x), gt_free(dx), gt_free(w), gt_free(r);
+}
+
+static void test_rope(void) {
+    const int B = 2, T = 33, H = 3, D = 40, rot = 32, half = rot / 2;
+    tr_rope_params p = {.rot_dim = rot,
+                        .base = 500000.0,
+                        .llama3 = 1,
+                        .factor = 32,
+                        .low_freq_factor = 1,
+                        .high_freq_factor = 4,
+                        .original_max_position = 8192};
+    float *cs = malloc(sizeof(float) * T * half), *sn = malloc(sizeof(float) * T * half);
+    float *dcs = gt_dev_poison((size_t)T * half), *dsn = gt_dev_poison((size_t)T * half);
+    CHECK(cpu->rope_table(cs, sn, &p, T, 7) == TR_OK &&
+          gpu->rope_table(dcs, dsn, &p, T, 7) == TR_OK);
+    /* the same host code in double on both sides: equal up to a stray last-bit rounding */
+    CHECK_DEV("rope_table cos (llama3, offset 7)", dcs, cs, (size_t)T * half, 1e-7);
+    CHECK_DEV("rope_table sin", dsn, sn, (size_t)T * half, 1e-7);
+    size_t n = (size_t)B * T * H * D;
+    float *x = rnd(n, -1, 1), *y = malloc(n * sizeof(float));
+    float *dx = gt_dev(x, n), *dy = gt_dev_poison(n);
+    CHECK(cpu->rope_fwd(y, x, cs, sn, B, T, H, D, rot) == TR_OK);
+    CHECK(gpu->rope_fwd(dy, dx, dcs, dsn, B, T, H, D, rot) == TR_OK);
+    CHECK_DEV("rope_fwd (pass-through channels)", dy, y, n, EXACTISH);
+    CHECK(cpu->rope_bwd(x, x, cs, sn, B, T, H, D, rot) == TR_OK); /* in place */
+    CHECK(gpu->rope_bwd(dx, dx, dcs, dsn, B, T, H, D, rot) == TR_OK);
+    CHECK_DEV("rope_bwd in place", dx, x, n, EXACTISH);
+    free(cs), free(sn), free(x), free(y);
+    gt_free(dcs), gt_free(dsn), gt_free(dx), gt_free(dy);
+}
+
+/* doc_len > 0: packed documents of that length (the last one shorter) in every row. */
+static void attention_case(int B, int T, int H, int G, int D, int causal, int doc_len) {
+    tr_attn_desc d = {B, T, H, G, D, 1.0f / sqrtf((float)D), causal, 0, 0, NULL};
+    int32_t *ds = NULL, *dds = NULL;
+    if (doc_len) {
+        ds = malloc(sizeof(int32_t) * (size_t)B * T);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) ds[b * T + t] = t / doc_len * doc_len;
+        dds = gt_dev_bytes(ds, sizeof(int32_t) * (size_t)B * T);
+    }
+    tr_attn_desc dd = d; /* the device's doc_start is device memory */
+    d.doc_start = ds;
+    dd.doc_start = dds;
+    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * G * D, nl = (size_t)B * H * T;
+    float *q = rnd(nq, -2, 2), *k = rnd(nk, -2, 2), *v = rnd(nk, -1, 1), *g = rnd(nq, -1, 1);
+    float *o = malloc(nq * 4), *lse = malloc(nl * 4), *dq = malloc(nq * 4), *dk = malloc(nk * 4),
+          *dv = malloc(nk * 4);
+    CHECK(cpu->attention_fwd(o, lse, q, k, v, &d) == TR_OK);
+    CHECK(cpu->attention_bwd(dq, dk, dv, g, q, k, v, o, lse, &d) == TR_OK);
+    float *Q = gt_dev(q, nq), *K = gt_dev(k, nk), *V = gt_dev(v, nk), *Gd = gt_dev(g, nq);
+    float *O = gt_dev_poison(nq), *L = gt_dev_poison(nl), *DQ = gt_dev_poison(nq),
+          *DK = gt_dev_poison(nk), *DV = gt_dev_poison(nk);
+    CHECK(gpu->attention_fwd(O, L, Q, K, V, &dd) == TR_OK);
+    char name[96];
+    snprintf(name, sizeof name, "attn B%d T%d H%d G%d D%d c%d doc%d out", B, T, H, G, D, causal,
+             doc_len);
+    CHECK_DEV(name, O, o, nq, FP32);
+    snprintf(name, sizeof name, "attn B%d T%d H%d G%d D%d c%d lse", B, T, H, G, D, causal);
+    CHECK_DEV(name, L, lse, nl, FP32);
+    /* backward from the CPU's out/lse so the comparison isolates the backward kernels */
+    float *O2 = gt_dev(o, nq), *L2 = gt_dev(lse, nl);
+    CHECK(gpu->attention_bwd(DQ, DK, DV, Gd, Q, K, V, O2, L2, &dd) == TR_OK);
+    snprintf(name, sizeof name, "attn B%d T%d H%d G%d D%d c%d dq", B, T, H, G, D, causal);
+    CHECK_DEV(name, DQ, dq, nq, FP32_BWD);
+    snprintf(name, sizeof name, "attn B%d T%d H%d G%d D%d c%d dk", B, T, H, G, D, causal);
+    CHECK_DEV(name, DK, dk, nk, FP32_BWD);
+    snprintf(name, sizeof name, "attn B%d T%d H%d G%d D%d c%d dv", B, T, H, G, D, causal);
+    CHECK_DEV(name, DV, dv, nk, FP32_BWD);
+    free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv);
+    gt_free(Q), gt_free(K), gt_free(V), gt_free(Gd), gt_free(O), gt_free(L), gt_free(DQ),
+        gt_free(DK), gt_free(DV), gt_free(O2), gt_free(L2);
+    free(ds), gt_free(dds);
+}
+
+/* bf16 device copy of host floats, and the rounded values back on the host. */
+static uint16_t *to_bf16(const float *h, size_t n, float *rounded) {
+    float *d = gt_dev(h, n), *back = gt_dev_poison(n);
+    uint16_t *b = gt_dev_bytes(NULL, n * 2);
+    CHECK(tr_cuda_f32_to_bf16(b, d, (int64_t)n) == TR_OK);
+    CHECK(tr_cuda_bf16_to_f32(back, b, (int64_t)n) == TR_OK);
+    float *r = gt_host(back, n);
+    memcpy(rounded, r, n * sizeof(float));
+    free(r), gt_free(d), gt_free(back);
+    return b;
+}
+
+static void check_bf16(const char *name, const uint16_t *b, const float *want, size_t n) {
+    float *d = gt_dev_poison(n);
+    CHECK(tr_cuda_bf16_to_f32(d, b, (int64_t)n) == TR_OK);
+    CHECK_DEV(name, d, want, n, 1e-2); /* bf16 outputs: unit roundoff 2^-8 */
+    gt_free(d);
+}
+
+/* The bf16 entry points against the fp32 CPU op on the same (bf16-representable) inputs. */
+static void attention_bf16_case(int T, int H, int G, int D, int doc_len) {
+    const int B = 2;
+    tr_attn_desc d = {B, T, H, G, D, 1.0f / sqrtf((float)D), 1, 0, 0, NULL};
+    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * G * D, nl = (size_t)B * H * T;
+    int32_t *ds = NULL, *dds = NULL;
+    if (doc_len) {
+        ds = malloc(sizeof(int32_t) * (size_t)B * T);
+        for (int i = 0; i < B * T; i++) ds[i] = i % T / doc_len * doc_len;
+        dds = gt_dev_bytes(ds, sizeof(int32_t) * (size_t)B * T);
+    }
+    tr_attn_desc dd = d;
+    d.doc_start = ds, dd.doc_start = dds;
+    float *q = rnd(nq, -2, 2), *k = rnd(nk, -2, 2), *v = rnd(nk, -1, 1), *g = rnd(nq, -1, 1);
+    uint16_t *Q = to_bf16(q, nq, q), *K = to_bf16(k, nk, k), *V = to_bf16(v, nk, v),
+             *Gd = to_bf16(g, nq, g);
+    float *o = malloc(nq * 4), *lse = malloc(nl * 4), *dq = malloc(nq * 4), *dk = malloc(nk * 4),
+          *dv = malloc(nk * 4);
+    CHECK(cpu->attention_fwd(o, lse, q, k, v, &d) == TR_OK);
+    uint16_t *O = gt_dev_bytes(NULL, nq * 2);
+    float *L = gt_dev_poison(nl);
+    CHECK(tr_cuda_attention_fwd_bf16(O, L, Q, K, V, &dd) == TR_OK);
+    char name[96];
+    snprintf(name, sizeof name, "attn bf16 T%d H%d G%d D%d doc%d out", T, H, G, D, doc_len);
+    check_bf16(name, O, o, nq);
+    snprintf(name, sizeof name, "attn bf16 T%d H%d G%d D%d doc%d lse", T, H, G, D, doc_len);
+    CHECK_DEV(name, L, lse, nl, FP32);
+    /* backward from the device's bf16 out (as floats on the CPU) and the CPU's lse, so only
+     * the output rounding differs */
+    float *orounded = malloc(nq * 4);
+    uint16_t *O2 = to_bf16(o, nq, orounded);
+    CHECK(cpu->attention_bwd(dq, dk, dv, g, q, k, v, orounded, lse, &d) == TR_OK);
+    float *L2 = gt_dev(lse, nl);
+    uint16_t *DQ = gt_dev_bytes(NULL, nq * 2), *DK = gt_dev_bytes(NULL, nk * 2),
+             *DV = gt_dev_bytes(NULL, nk * 2);
+    CHECK(tr_cuda_attention_bwd_bf16(DQ, DK, DV, Gd, Q, K, V, O2, L2, &dd) == TR_OK);
+    snprintf(name, sizeof name, "attn bf16 T%d H%d G%d D%d doc%d dq", T, H, G, D, doc_len);
+    check_bf16(name, DQ, dq, nq);
+    snprintf(name, sizeof name, "attn bf16 T%d H%d G%d D%d doc%d dk", T, H, G, D, doc_len);
+    check_bf16(name, DK, dk, nk);
+    snprintf(name, sizeof name, "attn bf16 T%d H%d G%d D%d doc%d dv", T, H, G, D, doc_len);
+    check_bf16(name, DV, dv, nk);
+    free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv),
+        free(orounded), free(ds);
+    gt_free(Q), gt_free(K), gt_free(V), gt_free(Gd), gt_free(O), gt_free(L), gt_free(O2),
+        gt_free(L2), gt_free(DQ), gt_free(DK), gt_free(DV), gt_free(dds);
+}
+
+static void test_attention_bf16(void) {
+    attention_bf16_case(97, 8, 2, 64, 0);
+    attention_bf16_case(80, 4, 4, 128, 30);
+}
+
+static void test_attention(void) {
+    attention_case(2, 67, 4, 2, 64, 1, 0);   /* GQA, seq not a multiple of any tile */
+    attention_case(1, 45, 4, 4, 80, 0, 0);   /* MHA, head_dim not a multiple of 32, no mask */
+    attention_case(1, 130, 4, 1, 128, 1, 0); /* MQA, head_dim 128 */
+    attention_case(1, 20, 2, 1, 256, 1, 0);  /* head_dim 256: opt-in shared memory */
+    attention_case(2, 150, 4, 2, 64, 1, 37); /* packed documents across tile edges */
+    tr_attn_desc bad = {1, 4, 2, 1, 300, 0.1f, 1, 0, 0, NULL};
+    float *p = gt_dev_poison(64);
+    CHECK(gpu->attention_fwd(p, p, p, p, p, &bad) == TR_ERR_INVALID); /* head_dim > 256 */
+    /* a malformed doc_start (row not starting at 0) is refused like the CPU does */
+    int32_t ds[4] = {1, 1, 2, 3};
+    int32_t *dds = gt_dev_bytes(ds, sizeof ds);
+    tr_attn_desc docs = {1, 4, 2, 1, 8, 0.3f, 1, 0, 0, dds};
+    CHECK(gpu->attention_fwd(p, p, p, p, p, &docs) == TR_ERR_INVALID);
+    gt_free(p), gt_free(dds);
+}
+
+static void test_activations(void) {
+    const int rows = 50, ffn = 173;
+    size_t n = (size_t)rows * ffn;
+    for (int t = 0; t < 2; t++) {
+        float *x = rnd(n, -6, 6), *g = rnd(n, -1, 1), *y = malloc(n * 4);
+        float *dx = gt_dev(x, n), *dg = gt_dev(g, n), *dy = gt_dev_poison(n);
+        CHECK(cpu->gelu_fwd(y, x, (int64_t)n, t) == TR_OK &&
+              gpu->gelu_fwd(dy, dx, (int64_t)n, t) == TR_OK);
+        CHECK_DEV(t ? "gelu_fwd tanh" : "gelu_fwd erf", dy, y, n, FP32);
+        CHECK(cpu->gelu_bwd(y, g, x, (int64_t)n, t) == TR_OK);
+        CHECK(gpu->gelu_bwd(dy, dg, dx, (int64_t)n, t) == TR_OK);
+        CHECK_DEV(t ? "gelu_bwd tanh" : "gelu_bwd erf", dy, y, n, FP32);
+        free(x), free(g), free(y), gt_free(dx), gt_free(dg), gt_free(dy);
+    }
+    float *x = rnd(2 * n, -6, 6), *g = rnd(n, -1, 1), *y = malloc(2 * n * 4);
+    float *dx = gt_dev(x, 2 * n), *dg = gt_dev(g, n), *dy = gt_dev_poison(2 * n);
+    CHECK(cpu->swiglu_fwd(y, x, rows, ffn) == TR_OK && gpu->swiglu_fwd(dy, dx, rows, ffn) == TR_OK);
+    CHECK_DEV("swiglu_fwd", dy, y, n, FP32);
+    CHECK(cpu->swiglu_bwd(y, g, x, rows, ffn) == TR_OK &&
+          gpu->swiglu_bwd(dy, dg, dx, rows, ffn) == TR_OK);
+    CHECK_DEV("swiglu_bwd", dy, y, 2 * n, FP32);
+    CHECK(gpu->swiglu_bwd(dx, dg, dx, rows, ffn) == TR_ERR_INVALID); /* aliasing refused */
+    /* dropout: identical Philox bits, so identical masks; offset as a shard would use */
+    const float p = 0.3f;
+    CHECK(cpu->dropout_fwd(y, x, (int64_t)n, p, 1234, 999) == TR_OK);
+    CHECK(gpu->dropout_fwd(dy, dx, (int64_t)n, p, 1234, 999) == TR_OK);
+    CHECK_DEV("dropout_fwd (same mask)", dy, y, n, EXACTISH);
+    float *got = gt_host(dy, n);
+    int same_zeros = 1;
+    for (size_t i = 0; i < n; i++) same_zeros &= (got[i] == 0.0f) == (y[i] == 0.0f);
+    CHECK(same_zeros);
+    CHECK(cpu->dropout_bwd(y, g, (int64_t)n, p, 1234, 999) == TR_OK);
+    CHECK(gpu->dropout_bwd(dy, dg, (int64_t)n, p, 1234, 999) == TR_OK);
+    CHECK_DEV("dropout_bwd", dy, y, n, EXACTISH);
+    CHECK(gpu->dropout_fwd(dy, dx, (int64_t)n, 1.0f, 1, 0) == TR_ERR_INVALID);
+    free(x), free(g), free(y), free(got), gt_free(dx), gt_free(dg), gt_free(dy);
+}
+
+static void test_cross_entropy(void) {
+    const int rows = 40, V = 5003, split = 2100;
+    float *logits = rnd((size_t)rows * V, -8, 8);
+    int32_t tg[40];
+    for (int r = 0; r < rows; r++) tg[r] = r % 7 == 3 ? -1 : (int32_t)gt_uniform(0, (float)V);
+    int32_t *dtg = gt_dev_bytes(tg, sizeof tg);
+    /* two shards [0, split) and [split, V), merged one way on the CPU, the other on the GPU */
+    float *l0 = malloc(sizeof(float) * rows * split),
+          *l1 = malloc(sizeof(float) * rows * (V - split));
+    for (int r = 0; r < rows; r++) {
+        memcpy(l0 + (size_t)r * split, logits + (size_t)r * V, sizeof(float) * split);
+        memcpy(l1 + (size_t)r * (V - split), logits + (size_t)r * V + split,
+               sizeof(float) * (V - split));
+    }
+    float s0[120], s1[120], loss[40], gmax[40];
+    CHECK(cpu->ce_stats(s0, l0, tg, rows, split, 0) == TR_OK);
+    CHECK(cpu->ce_stats(s1, l1, tg, rows, V - split, split) == TR_OK);
+    float *d0 = gt_dev(l0, (size_t)rows * split), *d1 = gt_dev(l1, (size_t)rows * (V - split));
+    float *ds0 = gt_dev_poison(120), *ds1 = gt_dev_poison(120);
+    CHECK(gpu->ce_stats(ds0, d0, dtg, rows, split, 0) == TR_OK);
+    CHECK(gpu->ce_stats(ds1, d1, dtg, rows, V - split, split) == TR_OK);
+    CHECK_DEV("ce_stats shard 0", ds0, s0, 120, FP32);
+    CHECK_DEV("ce_stats shard 1", ds1, s1, 120, FP32);
+    /* Megatron style on the GPU: rebase both to the global max, add the sums */
+    for (int r = 0; r < rows; r++) gmax[r] = s0[r] > s1[r] ? s0[r] : s1[r];
+    float *dg = gt_dev(gmax, rows);
+    CHECK(gpu->ce_rebase(ds0, dg, rows) == TR_OK && gpu->ce_rebase(ds1, dg, rows) == TR_OK);
+    CHECK(gpu->add(ds0 + rows, ds1 + rows, 2 * rows) == TR_OK);
+    float *merged = copy_of(s0, 120);
+    CHECK(cpu->ce_merge(merged, s1, rows) == TR_OK);
+    CHECK_DEV("ce_rebase + sum == ce_merge", ds0, merged, 120, FP32);
+    float *dmerged = gt_dev(s0, 120), *ds1c = gt_dev(s1, 120);
+    CHECK(gpu->ce_merge(dmerged, ds1c, rows) == TR_OK);
+    CHECK_DEV("ce_merge", dmerged, merged, 120, FP32);
+    /* a "global" max below a shard's max is a caller error, reported as on the CPU */
+    float low[40];
+    for (int r = 0; r < rows; r++) low[r] = s0[r] - 1.0f;
+    float *dlow = gt_dev(low, rows), *ds0c = gt_dev(s0, 120);
+    CHECK(gpu->ce_rebase(ds0c, dlow, rows) == TR_ERR_INVALID);
+    CHECK(cpu->ce_loss(loss, merged, tg, rows) == TR_OK);
+    float *dloss = gt_dev_poison(rows);
+    CHECK(gpu->ce_loss(dloss, dmerged, dtg, rows) == TR_OK);
+    CHECK_DEV("ce_loss (ignored rows 0)", dloss, loss, rows, FP32);
+    float *scale = rnd(rows, 0.5f, 2.0f), *dscale = gt_dev(scale, rows);
+    CHECK(cpu->ce_bwd(l1, merged, tg, scale, rows, V - split, split) == TR_OK);
+    CHECK(gpu->ce_bwd(d1, dmerged, dtg, dscale, rows, V - split, split) == TR_OK);
+    CHECK_DEV("ce_bwd shard 1 (dloss per row)", d1, l1, (size_t)rows * (V - split), FP32);
+    CHECK(cpu->ce_bwd(l0, merged, tg, NULL, rows, split, 0) == TR_OK);
+    CHECK(gpu->ce_bwd(d0, dmerged, dtg, NULL, rows, split, 0) == TR_OK);
+    CHECK_DEV("ce_bwd shard 0 (dloss NULL)", d0, l0, (size_t)rows * split, FP32);
+    free(logits), free(l0), free(l1), free(merged), free(scale);
+    gt_free(dtg), gt_free(d0), gt_free(d1), gt_free(ds0), gt_free(ds1), gt_free(dg),
+        gt_free(dmerged), gt_free(ds1c), gt_free(dlow), gt_free(ds0c), gt_free(dloss),
+        gt_free(dscale);
+}
+
+static void test_optimizers(void) {
+    const int64_t n = 5000;
+    float *p = rnd(n, -1, 1), *m = calloc(n, 4), *v = calloc(n, 4), *g = rnd(n, -1, 1);
+    float *dp = gt_dev(p, n), *dm = gt_dev(m, n), *dv = gt_dev(v, n), *dg = gt_dev(g, n);
+    for (int64_t step = 1; step <= 3; step++) {
+        tr_adamw_params a = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step};
+        CHECK(cpu->adamw(p, g, m, v, n, &a) == TR_OK && gpu->adamw(dp, dg, dm, dv, n, &a) == TR_OK);
+    }
+    CHECK_DEV("adamw 3 steps: param", dp, p, n, EXACTISH);
+    CHECK_DEV("adamw 3 steps: exp_avg", dm, m, n, EXACTISH);
+    CHECK_DEV("adamw 3 steps: exp_avg_sq", dv, v, n, EXACTISH);
+    tr_adamw_params bad = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0};
+    CHECK(gpu->adamw(dp, dg, dm, dv, n, &bad) == TR_ERR_INVALID); /* step is 1-based */
+    memset(m, 0, n * 4);
+    CHECK(cudaMemset(dm, 0, n * 4) == cudaSuccess);
+    gt_settle();
+    for (int i = 0; i < 2; i++) {
+        tr_sgd_params s = {0.1f, 0.9f, 0.01f, 1};
+        CHECK(cpu->sgd(p, g, m, n, &s) == TR_OK && gpu->sgd(dp, dg, dm, n, &s) == TR_OK);
+    }
+    CHECK_DEV("sgd nesterov 2 steps", dp, p, n, EXACTISH);
+    free(p), free(m), free(v), free(g);
+    gt_free(dp), gt_free(dm), gt_free(dv), gt_free(dg);
+}
+
+/* Device arenas: one cudaMalloc per kind, usable device pointers, exact peaks, and a request
+ * the card cannot hold answered with TR_ERR_NOMEM rather than a crash. */
+static void test_arenas(void) {
+    size_t cap[TR_ARENA_KIND_COUNT] = {1 << 20, 1 << 20, 2 << 20, 4 << 20, 1 << 20};
+    tr_arenas s;
+    CHECK(tr_arenas_create(&s, cap) == TR_OK);
+    float *a, *b;
+    CHECK(tr_arena_alloc(&s.a[TR_ARENA_ACTIVATIONS], 1000 * sizeof(float), (void **)&a) == TR_OK);
+    size_t mark = tr_arena_mark(&s.a[TR_ARENA_ACTIVATIONS]);
+    CHECK(tr_arena_alloc(&s.a[TR_ARENA_ACTIVATIONS], 3 << 20, (void **)&b) == TR_OK);
+    struct cudaPointerAttributes attr;
+    CHECK(cudaPointerGetAttributes(&attr, b) == cudaSuccess && attr.type == cudaMemoryTypeDevice);
+    CHECK(tr_ops_cuda()->fill(b, 1000, 3.0f) == TR_OK); /* the memory is really usable */
+    float want[1000];
+    for (int i = 0; i < 1000; i++) want[i] = 3.0f;
+    CHECK_DEV("fill inside the activations arena", b, want, 1000, 0.0);
+    CHECK(tr_arena_reset(&s.a[TR_ARENA_ACTIVATIONS], mark) == TR_OK);
+    CHECK_INT_EQ(s.a[TR_ARENA_ACTIVATIONS].peak, 4096 + (3 << 20));
+    CHECK(tr_arena_alloc(&s.a[TR_ARENA_ACTIVATIONS], 4 << 20, (void **)&b) == TR_ERR_NOMEM);
+    CHECK_INT_EQ(tr_arenas_peak_total(&s), 4096 + (3 << 20));
+    tr_arenas_log_peaks(&s);
+    tr_arenas_destroy(&s);
+    tr_arena huge;
+    CHECK(tr_arena_create(&huge, TR_ARENA_PARAMS, (size_t)1 << 50) == TR_ERR_NOMEM); /* 1 PiB */
+    CHECK(cudaGetLastError() == cudaSuccess); /* and no sticky error left behind */
+}
+
+static void setup(void) {
+    cpu = tr_ops_cpu();
+    gpu = tr_ops_cuda();
+    CHECK_STR_EQ(gpu->name, "cuda");
+}
+
+TR_GPU_TEST_MAIN(TR_TEST(setup), TR_TEST(test_gemm), TR_TEST(test_gemm_bf16), TR_TEST(test_casts),
+                 TR_TEST(test_flat), TR_TEST(test_embedding), TR_TEST(test_norms),
+                 TR_TEST(test_rope), TR_TEST(test_attention), TR_TEST(test_attention_bf16),
+                 TR_TEST(test_activations), TR_TEST(test_cross_entropy), TR_TEST(test_optimizers),
+                 TR_TEST(test_arenas))

@@ -142,6 +142,10 @@ static tr_status post(emitter *e, tr_pp_action a, tr_pp_action b, bool wait_now,
 
 static tr_status wait_for(emitter *e, int group) {
     if (group < 0) return TR_OK;
+    /* A group posted with wait_now was already waited right after posting. */
+    const tr_pp_schedule *s = e->s;
+    if (s->n && s->actions[s->n - 1].op == TR_PP_WAIT && s->actions[s->n - 1].group == group)
+        return TR_OK;
     return tr_pp_schedule_push(e->s, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, group, 0});
 }
 

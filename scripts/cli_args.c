@@ -503,7 +503,7 @@ void tr_cli_usage(FILE *out) {
         }
     }
     fputs("\nexit codes: 0 ok, 1 internal or I/O failure, 2 configuration or usage error,\n"
-          "            3 the config is valid but the training runtime is not available yet.\n"
+          "            4 the loss became NaN/Inf, 128+N stopped cleanly on signal N.\n"
           "docs: docs/cli.md, docs/config-reference.md, docs/validation-rules.md\n",
           out);
 }

@@ -12,9 +12,11 @@
 #include "runtime/launch.h"
 #include "runtime/parallel_config.h"
 #include "runtime/parallel_state.h"
+#include "runtime/train.h"
 #include "scripts/cli_resolve.h"
 
-enum { EXIT_NO_RUNTIME = 3 };
+/* See docs/cli.md: 4 = the loss became NaN/Inf; 128 + N = stopped cleanly by signal N. */
+enum { EXIT_NAN_LOSS = 4, EXIT_SIGNAL_BASE = 128 };
 
 void tr_cli_output_dir(const tr_config *c, const char *recipe, char *buf, size_t cap) {
     if (c->logger.output_dir)
@@ -88,6 +90,24 @@ _Noreturn static void fail_all(const tr_cli *cli, int rank, tr_config *c, tr_dia
     tr_parallel_fail_all(MPI_COMM_WORLD, cli->diag_format == TR_CLI_DIAG_JSON ? NULL : d, code);
 }
 
+/* Runs the training loop; rank 0 logs and writes the metrics. Returns the exit code. */
+static int train(const tr_config *c, const char *dir, int rank, FILE *report, tr_diags *d) {
+    char metrics[4200];
+    if (c->logger.metrics_path)
+        snprintf(metrics, sizeof metrics, "%s", c->logger.metrics_path);
+    else
+        snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    tr_train_opts o = {.log = rank == 0 ? report : NULL,
+                       .metrics_path = rank == 0 ? metrics : NULL,
+                       .handle_signals = 1};
+    tr_train_result r;
+    tr_status s = tr_train_run(c, &o, &r, d);
+    if (s == TR_OK && rank == 0) fprintf(report, "metrics written to %s\n", metrics);
+    if (s == TR_OK) return r.stop == TR_STOP_SIGNAL ? EXIT_SIGNAL_BASE + r.signal : 0;
+    if (tr_diags_find(d, "train.nan_loss")) return EXIT_NAN_LOSS;
+    return tr_cli_exit_code(s, d);
+}
+
 int tr_cli_launch(const tr_cli *cli, int *argc, char ***argv) {
     MPI_Init(argc, argv);
     int rank = 0, size = 1;
@@ -138,12 +158,14 @@ int tr_cli_launch(const tr_cli *cli, int *argc, char ***argv) {
     if (rank == 0) {
         tr_parallel_banner(report, &dims, (int)c.derived.num_microbatches);
         fflush(report);
-        TR_ERROR("training runtime not available yet (issue Runtime v1); use --dry-run");
     }
-    if (rank == 0 && json) tr_cli_print_diags(cli, &d);
+    /* Text mode already printed the resolve diagnostics; print only what training adds. */
+    if (!json) tr_diags_clear(&d);
+    int code = train(&c, dir, rank, report, &d);
+    if (rank == 0) tr_cli_print_diags(cli, &d);
     tr_parallel_state_free(&ps);
     tr_config_free(&c);
     tr_diags_free(&d);
     MPI_Finalize();
-    return EXIT_NO_RUNTIME;
+    return code;
 }

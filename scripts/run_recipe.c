@@ -1,7 +1,7 @@
 /* run_recipe: resolve a recipe with YAML files and overrides, validate it, and inspect it
  * (--dry-run, --print-config, --explain, ...) or run it under MPI. The only place that turns
  * statuses into exit codes: 0 ok, 1 internal or I/O failure, 2 configuration or usage error,
- * 3 valid config but no training runtime yet. */
+ * 4 loss became NaN/Inf, 128+N a clean stop on signal N (docs/cli.md). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

@@ -8,11 +8,13 @@ expect_bad_launch 3 parallel.world_divisible_by_model_size \
 expect_bad_launch 2 parallel.world_divisible_by_expert_size \
     --recipe moe_tiny_pretrain model.expert_model_parallel_size=4 logger.output_dir="$TMP/o"
 
-# A world that fits: every rank gets through validation and group creation, then exit 3.
+# A world that fits: every rank gets through validation and group creation; the training runtime
+# (one rank so far) then refuses TP 2 on every rank, reported once, exit 2.
 flags="--allow-run-as-root --oversubscribe"
 args=(--recipe llama_tiny_pretrain model.tensor_model_parallel_size=2 logger.output_dir="$TMP/o")
 # shellcheck disable=SC2086
 out=$("$MPIEXEC" $flags -np 2 sh -c '"$@"; echo "rank-exit=$?"' sh "$RR" "${args[@]}" 2>&1)
-[ "$(printf '%s\n' "$out" | grep -c '^rank-exit=3$')" -eq 2 ] || { echo "$out"; fail "TP 2 on 2 ranks"; }
+[ "$(printf '%s\n' "$out" | grep -c '^rank-exit=2$')" -eq 2 ] || { echo "$out"; fail "TP 2 on 2 ranks"; }
+[ "$(printf '%s\n' "$out" | grep -c 'runtime.unsupported')" -eq 1 ] || { echo "$out"; fail "refusal once"; }
 [ "$(printf '%s\n' "$out" | grep -c 'parallel layout: world 2')" -eq 1 ] || { echo "$out"; fail "banner once"; }
 echo OK

@@ -1,0 +1,133 @@
+/* The decoder-only transformer (GPT and Llama families) written once against the op table.
+ *
+ * Parameters and gradients are views into one flat buffer each, so data-parallel buckets and
+ * distributed-optimizer shards are plain ranges. Activations are kept for one microbatch at a
+ * time: forward fills them, backward consumes them and ACCUMULATES parameter gradients, so
+ * gradient accumulation is "forward/backward per microbatch, one optimizer step".
+ *
+ * Parallelism stays out of the maths: every linear layer is a tr_linear that knows which shard
+ * of the logical weight it holds (tensor-parallel rank/size); today the model is built for the
+ * single shard (0, 1). See docs/runtime.md. */
+#ifndef TR_RUNTIME_MODEL_H
+#define TR_RUNTIME_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/diag.h"
+#include "kernels/ops.h"
+
+/* Everything the maths needs, read once from a validated config (tr_model_spec_from_config) or
+ * filled directly by tests and benchmarks. */
+typedef struct tr_model_spec {
+    int num_layers, hidden, heads, groups, head_dim, ffn;
+    int vocab;     /* padded vocabulary: rows of the embedding and of the output layer */
+    int seq;       /* model.seq_length: rows of the learned position table */
+    int layernorm; /* 1: LayerNorm (GPT), 0: RMSNorm (Llama) */
+    int swiglu;    /* gated MLP with silu; else a plain GeLU MLP */
+    int gelu_tanh; /* tanh-approximated GeLU ("gelu_new") instead of the erf form */
+    int learned_pos;
+    int rope; /* rotary embedding on q and k (rope_p is used only then) */
+    tr_rope_params rope_p;
+    int bias_linear; /* biases on every linear layer */
+    int bias_qkv;    /* a bias on the QKV projection only */
+    int tied;        /* output layer reuses the word embedding */
+    int zero_centered;
+    float eps;
+    double init_std, embed_init_std;
+    float hidden_dropout; /* on the embedding output and both residual branches */
+} tr_model_spec;
+
+/* Which shard of the logical tensors this rank holds (tensor parallelism). */
+typedef struct tr_tp_shard {
+    int rank, size;
+} tr_tp_shard;
+
+/* One parameter tensor: a named range of the flat buffer. */
+typedef struct tr_param_info {
+    char name[80]; /* Megatron's names, e.g. decoder.layers.0.self_attention.linear_qkv.weight */
+    int64_t offset, numel;
+    int rows, cols; /* 2-D view; vectors have rows == 1 */
+    bool no_decay;  /* biases and norm weights: Megatron applies no weight decay to them */
+    int init;       /* TR_INIT_* */
+} tr_param_info;
+
+enum { TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_EMBEDDING, TR_INIT_ZERO, TR_INIT_ONE };
+
+typedef struct tr_layer_views {
+    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+} tr_layer_views;
+
+/* Pointers into one flat buffer (parameters or their gradients); NULL where absent. */
+typedef struct tr_model_views {
+    float *word_emb, *pos_emb, *final_w, *final_b, *out_w;
+    tr_layer_views *layers;
+} tr_model_views;
+
+typedef struct tr_layer_acts {
+    float *x_in, *ln1, *ln1_mean, *ln1_rstd, *q, *k, *v, *attn, *lse;
+    float *x_mid, *ln2, *ln2_mean, *ln2_rstd, *fc1, *act;
+} tr_layer_acts;
+
+typedef struct tr_model {
+    tr_model_spec spec;
+    tr_tp_shard tp;
+    const tr_ops *ops;
+    int batch; /* micro batch size the activations are sized for */
+    int qkv_dim, fc1_dim;
+
+    float *params, *grads; /* the flat buffers */
+    int64_t n_params;
+    tr_param_info *info;
+    int n_info;
+    tr_model_views p, g;
+
+    /* Activations of the current microbatch. */
+    float *act_buf;
+    tr_layer_acts *acts;
+    float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *ce_stats, *losses, *dloss;
+    float *rope_cos, *rope_sin;
+    int32_t *ids, *targets;
+    /* Backward scratch. */
+    float *dx, *dtmp, *dbig, *dact, *dq, *dk, *dv;
+    int64_t n_valid;        /* targets >= 0 in the current microbatch */
+    uint64_t dropout_seed;  /* rng.seed-derived; the offset below makes each site distinct */
+    uint64_t dropout_round; /* set by the caller to a new value for every training microbatch */
+    int training;           /* 0 during evaluation: no dropout */
+} tr_model;
+
+/* Reads the model section (and the derived padded vocab) into a spec; features the CPU runtime
+ * does not implement yet are reported as diagnostics (id runtime.unsupported) with the key and
+ * the fix. */
+tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d);
+
+/* Lays out parameters, gradients and activations for micro batches of `batch` sequences of
+ * spec.seq tokens. Parameters are zero until tr_model_init_weights or a load. */
+tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, const tr_ops *ops,
+                          int batch);
+void tr_model_free(tr_model *m);
+
+/* Megatron's initialisation: N(0, init_std) for QKV, fc1, an untied output layer; embeddings
+ * N(0, embed_init_std); attention and MLP output projections N(0, init_std/sqrt(2 L)); biases 0;
+ * norm weights 1 (0 with zero-centred gamma). Each element is drawn from a counter-based stream
+ * keyed by (seed, tensor, logical element), so the values do not depend on the layout. */
+tr_status tr_model_init_weights(tr_model *m, uint64_t seed);
+
+/* Forward of one microbatch: ids and targets are [batch, seq] (targets < 0 are not trained on).
+ * Writes the mean loss over the trained tokens to *loss (0 when there are none). */
+tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targets, float *loss);
+
+/* Backward of the last forward, ACCUMULATING into m->grads; loss_scale multiplies the
+ * microbatch's mean loss (1/num_microbatches under gradient accumulation). Call it once per
+ * forward: it overwrites the logits with their gradient. */
+tr_status tr_model_backward(tr_model *m, float loss_scale);
+
+/* The parameter named `name` (Megatron's name), or NULL. */
+const tr_param_info *tr_model_find_param(const tr_model *m, const char *name);
+
+/* Forward FLOPs of one sequence of spec.seq tokens (matmuls and attention), for throughput. */
+double tr_model_flops_per_seq(const tr_model_spec *s);
+
+#endif

@@ -1,0 +1,92 @@
+/* Backward pass of the last forward. Parameter gradients ACCUMULATE into the flat gradient
+ * buffer (the ops' convention), so microbatches of one step simply add up. */
+#include <string.h>
+
+#include "runtime/model_internal.h"
+
+static tr_status norm_bwd(const tr_model *m, float *dx, float *dw, float *db, const float *dy,
+                          const float *x, const float *w, const float *mean, const float *rstd,
+                          int rows) {
+    const tr_model_spec *s = &m->spec;
+    if (s->layernorm)
+        return m->ops->layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, rows, s->hidden,
+                                     s->zero_centered);
+    return m->ops->rmsnorm_bwd(dx, dw, dy, x, w, rstd, rows, s->hidden, s->zero_centered);
+}
+
+/* The gradient entering a residual branch: dy itself, or through the branch's dropout mask. */
+static const float *branch_grad(const tr_model *m, const float *dy, float *scratch, int site) {
+    float p = m->spec.hidden_dropout;
+    if (p <= 0.0f || !m->training) return dy;
+    int64_t n = (int64_t)m->batch * m->spec.seq * m->spec.hidden;
+    if (m->ops->dropout_bwd(scratch, dy, n, p, m->dropout_seed, tr_model_dropout_offset(m, site)) !=
+        TR_OK)
+        return NULL;
+    return scratch;
+}
+
+static tr_status layer_bwd(tr_model *m, int i) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    const tr_layer_views *p = &m->p.layers[i];
+    const tr_layer_views *g = &m->g.layers[i];
+    const tr_layer_acts *a = &m->acts[i];
+    int rows = m->batch * s->seq;
+
+    /* MLP branch: m->dx holds dL/d(layer output). */
+    const float *dy = branch_grad(m, m->dx, m->dtmp, 2 + 2 * i);
+    if (!dy) return TR_ERR_INVALID;
+    tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
+    TR_TRY(tr_linear_bwd(ops, &fc2, a->act, dy, m->dact, rows));
+    if (s->swiglu)
+        TR_TRY(ops->swiglu_bwd(m->dbig, m->dact, a->fc1, rows, s->ffn));
+    else
+        TR_TRY(ops->gelu_bwd(m->dbig, m->dact, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
+    tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
+    TR_TRY(tr_linear_bwd(ops, &fc1, a->ln2, m->dbig, m->dtmp, rows));
+    TR_TRY(norm_bwd(m, m->dx, g->ln2_w, g->ln2_b, m->dtmp, a->x_mid, p->ln2_w, a->ln2_mean,
+                    a->ln2_rstd, rows));
+
+    /* Attention branch: m->dx now holds dL/d(x_mid). */
+    dy = branch_grad(m, m->dx, m->dtmp, 1 + 2 * i);
+    if (!dy) return TR_ERR_INVALID;
+    tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
+    float *dattn = m->dbig;
+    TR_TRY(tr_linear_bwd(ops, &proj, a->attn, dy, dattn, rows));
+    tr_attn_desc ad = tr_model_attn_desc(m);
+    TR_TRY(ops->attention_bwd(m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse, &ad));
+    if (s->rope) {
+        int rot = s->rope_p.rot_dim;
+        TR_TRY(ops->rope_bwd(m->dq, m->dq, m->rope_cos, m->rope_sin, m->batch, s->seq, s->heads,
+                             s->head_dim, rot));
+        TR_TRY(ops->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, m->batch, s->seq, s->groups,
+                             s->head_dim, rot));
+    }
+    tr_model_qkv_merge(m, m->dbig, m->dq, m->dk, m->dv, rows);
+    tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
+    TR_TRY(tr_linear_bwd(ops, &qkv, a->ln1, m->dbig, m->dtmp, rows));
+    return norm_bwd(m, m->dx, g->ln1_w, g->ln1_b, m->dtmp, a->x_in, p->ln1_w, a->ln1_mean,
+                    a->ln1_rstd, rows);
+}
+
+tr_status tr_model_backward(tr_model *m, float loss_scale) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq;
+    int64_t n = (int64_t)rows * s->hidden;
+    float per_token = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
+    for (int r = 0; r < rows; r++) m->dloss[r] = m->targets[r] >= 0 ? per_token : 0.0f;
+    TR_TRY(ops->ce_bwd(m->logits, m->ce_stats, m->targets, m->dloss, rows, s->vocab, 0));
+    tr_linear out = tr_model_output_linear(m);
+    TR_TRY(tr_linear_bwd(ops, &out, m->lnf, m->logits, m->dtmp, rows));
+    TR_TRY(ops->fill(m->dx, n, 0.0f));
+    TR_TRY(norm_bwd(m, m->dx, m->g.final_w, m->g.final_b, m->dtmp, m->x_final, m->p.final_w,
+                    m->lnf_mean, m->lnf_rstd, rows));
+    for (int i = s->num_layers - 1; i >= 0; i--) TR_TRY(layer_bwd(m, i));
+    if (s->hidden_dropout > 0.0f && m->training)
+        TR_TRY(ops->dropout_bwd(m->dx, m->dx, n, s->hidden_dropout, m->dropout_seed,
+                                tr_model_dropout_offset(m, 0)));
+    if (s->learned_pos)
+        TR_TRY(ops->pos_embedding_bwd(m->g.pos_emb, m->dx, m->batch, s->seq, s->hidden, 0));
+    return ops->embedding_bwd(m->g.word_emb, m->ids, m->dx, rows, s->hidden, 0, s->vocab);
+}

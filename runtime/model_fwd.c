@@ -1,0 +1,187 @@
+/* Forward pass of one microbatch: embedding, pre-norm transformer layers, final norm, output
+ * layer and the vocab-parallel cross entropy (stats, then loss), all through the op table. */
+#include <math.h>
+#include <string.h>
+
+#include "runtime/model_internal.h"
+
+tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rstd, const float *x,
+                            const float *w, const float *b, int rows) {
+    const tr_model_spec *s = &m->spec;
+    if (s->layernorm)
+        return m->ops->layernorm_fwd(y, mean, rstd, x, w, b, rows, s->hidden, s->eps,
+                                     s->zero_centered);
+    return m->ops->rmsnorm_fwd(y, rstd, x, w, rows, s->hidden, s->eps, s->zero_centered);
+}
+
+tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id) {
+    const tr_model_spec *s = &m->spec;
+    const tr_layer_views *p = &m->p.layers[layer], *g = &m->g.layers[layer];
+    int hd = s->heads * s->head_dim;
+    switch (id) {
+    case TR_LIN_QKV:
+        return (tr_linear){p->qkv_w,  p->qkv_b,   g->qkv_w,         g->qkv_b,
+                           s->hidden, m->qkv_dim, TR_LINEAR_COLUMN, m->tp};
+    case TR_LIN_PROJ:
+        return (tr_linear){p->proj_w, p->proj_b, g->proj_w,     g->proj_b,
+                           hd,        s->hidden, TR_LINEAR_ROW, m->tp};
+    case TR_LIN_FC1:
+        return (tr_linear){p->fc1_w,  p->fc1_b,   g->fc1_w,         g->fc1_b,
+                           s->hidden, m->fc1_dim, TR_LINEAR_COLUMN, m->tp};
+    case TR_LIN_FC2:
+    default:
+        return (tr_linear){p->fc2_w, p->fc2_b,  g->fc2_w,      g->fc2_b,
+                           s->ffn,   s->hidden, TR_LINEAR_ROW, m->tp};
+    }
+}
+
+tr_linear tr_model_output_linear(const tr_model *m) {
+    return (tr_linear){m->p.out_w,     NULL,          m->g.out_w,       NULL,
+                       m->spec.hidden, m->spec.vocab, TR_LINEAR_COLUMN, m->tp};
+}
+
+/* Megatron's fused QKV rows are grouped: per KV group, its (heads/groups) query heads, then
+ * its key head, then its value head. Attention wants q [B,T,H,D], k and v [B,T,G,D]. */
+void tr_model_qkv_split(const tr_model *m, const float *qkv, float *q, float *k, float *v,
+                        int64_t rows) {
+    const tr_model_spec *s = &m->spec;
+    int D = s->head_dim, G = s->groups, hpg = s->heads / s->groups;
+    size_t bytes = (size_t)D * sizeof(float);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *src = qkv + r * m->qkv_dim;
+        for (int g = 0; g < G; g++) {
+            memcpy(q + (r * s->heads + (int64_t)g * hpg) * D, src, bytes * (size_t)hpg);
+            src += (int64_t)hpg * D;
+            memcpy(k + (r * G + g) * D, src, bytes);
+            src += D;
+            memcpy(v + (r * G + g) * D, src, bytes);
+            src += D;
+        }
+    }
+}
+
+void tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, const float *k,
+                        const float *v, int64_t rows) {
+    const tr_model_spec *s = &m->spec;
+    int D = s->head_dim, G = s->groups, hpg = s->heads / s->groups;
+    size_t bytes = (size_t)D * sizeof(float);
+    for (int64_t r = 0; r < rows; r++) {
+        float *dst = qkv + r * m->qkv_dim;
+        for (int g = 0; g < G; g++) {
+            memcpy(dst, q + (r * s->heads + (int64_t)g * hpg) * D, bytes * (size_t)hpg);
+            dst += (int64_t)hpg * D;
+            memcpy(dst, k + (r * G + g) * D, bytes);
+            dst += D;
+            memcpy(dst, v + (r * G + g) * D, bytes);
+            dst += D;
+        }
+    }
+}
+
+tr_attn_desc tr_model_attn_desc(const tr_model *m) {
+    const tr_model_spec *s = &m->spec;
+    return (tr_attn_desc){.batch = m->batch,
+                          .seq = s->seq,
+                          .heads = s->heads,
+                          .groups = s->groups,
+                          .head_dim = s->head_dim,
+                          .scale = 1.0f / sqrtf((float)s->head_dim),
+                          .causal = 1};
+}
+
+/* Dropout site `site` of the current microbatch: a disjoint Philox counter range per site and
+ * per microbatch, so backward regenerates exactly the forward mask. */
+uint64_t tr_model_dropout_offset(const tr_model *m, int site) {
+    uint64_t n = (uint64_t)m->batch * (uint64_t)m->spec.seq * (uint64_t)m->spec.hidden;
+    uint64_t sites = 2u * (uint64_t)m->spec.num_layers + 1u;
+    return (m->dropout_round * sites + (uint64_t)site) * n;
+}
+
+static tr_status dropout_fwd(const tr_model *m, float *x, int64_t n, int site) {
+    float p = m->spec.hidden_dropout;
+    if (p <= 0.0f || !m->training) return TR_OK;
+    return m->ops->dropout_fwd(x, x, n, p, m->dropout_seed, tr_model_dropout_offset(m, site));
+}
+
+static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    const tr_layer_views *p = &m->p.layers[i];
+    tr_layer_acts *a = &m->acts[i];
+    int rows = m->batch * s->seq;
+    int64_t n = (int64_t)rows * s->hidden;
+    if (a->x_in != x_in) memcpy(a->x_in, x_in, (size_t)n * sizeof(float));
+
+    TR_TRY(
+        tr_model_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, p->ln1_w, p->ln1_b, rows));
+    tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
+    TR_TRY(tr_linear_fwd(ops, &qkv, a->ln1, m->dbig, rows));
+    tr_model_qkv_split(m, m->dbig, a->q, a->k, a->v, rows);
+    if (s->rope) {
+        int rot = s->rope_p.rot_dim;
+        TR_TRY(ops->rope_fwd(a->q, a->q, m->rope_cos, m->rope_sin, m->batch, s->seq, s->heads,
+                             s->head_dim, rot));
+        TR_TRY(ops->rope_fwd(a->k, a->k, m->rope_cos, m->rope_sin, m->batch, s->seq, s->groups,
+                             s->head_dim, rot));
+    }
+    tr_attn_desc ad = tr_model_attn_desc(m);
+    TR_TRY(ops->attention_fwd(a->attn, a->lse, a->q, a->k, a->v, &ad));
+    tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
+    TR_TRY(tr_linear_fwd(ops, &proj, a->attn, m->dtmp, rows));
+    TR_TRY(dropout_fwd(m, m->dtmp, n, 1 + 2 * i));
+    memcpy(a->x_mid, a->x_in, (size_t)n * sizeof(float));
+    TR_TRY(ops->add(a->x_mid, m->dtmp, n));
+
+    TR_TRY(
+        tr_model_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p->ln2_w, p->ln2_b, rows));
+    tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
+    TR_TRY(tr_linear_fwd(ops, &fc1, a->ln2, a->fc1, rows));
+    if (s->swiglu)
+        TR_TRY(ops->swiglu_fwd(a->act, a->fc1, rows, s->ffn));
+    else
+        TR_TRY(ops->gelu_fwd(a->act, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
+    tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
+    TR_TRY(tr_linear_fwd(ops, &fc2, a->act, m->dtmp, rows));
+    TR_TRY(dropout_fwd(m, m->dtmp, n, 2 + 2 * i));
+    memcpy(x_out, a->x_mid, (size_t)n * sizeof(float));
+    return ops->add(x_out, m->dtmp, n);
+}
+
+tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targets, float *loss) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq;
+    int64_t n = (int64_t)rows * s->hidden;
+    for (int r = 0; r < rows; r++)
+        if (ids[r] < 0 || ids[r] >= s->vocab || targets[r] >= s->vocab) return TR_ERR_INVALID;
+    memcpy(m->ids, ids, (size_t)rows * sizeof *ids);
+    memcpy(m->targets, targets, (size_t)rows * sizeof *targets);
+
+    /* Layer i reads acts[i].x_in and writes the next layer's x_in (or x_final). */
+    float *x0 = m->acts[0].x_in;
+    TR_TRY(ops->embedding_fwd(x0, m->ids, m->p.word_emb, rows, s->hidden, 0, s->vocab));
+    if (s->learned_pos)
+        TR_TRY(ops->pos_embedding_fwd(x0, m->p.pos_emb, m->batch, s->seq, s->hidden, 0));
+    TR_TRY(dropout_fwd(m, x0, n, 0));
+    for (int i = 0; i < s->num_layers; i++) {
+        float *out = i + 1 < s->num_layers ? m->acts[i + 1].x_in : m->x_final;
+        TR_TRY(layer_fwd(m, i, m->acts[i].x_in, out));
+    }
+    TR_TRY(tr_model_norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->p.final_w,
+                             m->p.final_b, rows));
+    tr_linear out = tr_model_output_linear(m);
+    TR_TRY(tr_linear_fwd(ops, &out, m->lnf, m->logits, rows));
+    /* One vocab shard today: its stats are the global stats (TP merges them with ce_merge). */
+    TR_TRY(ops->ce_stats(m->ce_stats, m->logits, m->targets, rows, s->vocab, 0));
+    TR_TRY(ops->ce_loss(m->losses, m->ce_stats, m->targets, rows));
+    double sum = 0.0;
+    int64_t valid = 0;
+    for (int r = 0; r < rows; r++) {
+        if (m->targets[r] < 0) continue;
+        sum += m->losses[r];
+        valid++;
+    }
+    m->n_valid = valid;
+    *loss = valid ? (float)(sum / (double)valid) : 0.0f;
+    return TR_OK;
+}

@@ -1,0 +1,303 @@
+/* Parameter layout (one flat buffer, Megatron's names and order), activation buffers, and
+ * Megatron's initialisation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/common/philox.h"
+#include "runtime/model.h"
+
+/* Each tensor starts on a 64-byte boundary so vector loads never straddle two tensors. */
+#define TR_PARAM_ALIGN 16
+
+typedef struct layout {
+    tr_param_info *info;
+    int n, cap;
+    int64_t total;
+} layout;
+
+static tr_status add_param(layout *l, const char *name, int rows, int cols, bool no_decay,
+                           int init) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 32;
+        tr_param_info *p = realloc(l->info, (size_t)cap * sizeof *p);
+        if (!p) return TR_ERR_NOMEM;
+        l->info = p;
+        l->cap = cap;
+    }
+    tr_param_info *p = &l->info[l->n++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->rows = rows;
+    p->cols = cols;
+    p->numel = (int64_t)rows * cols;
+    p->offset = l->total;
+    p->no_decay = no_decay;
+    p->init = init;
+    l->total += (p->numel + TR_PARAM_ALIGN - 1) / TR_PARAM_ALIGN * TR_PARAM_ALIGN;
+    return TR_OK;
+}
+
+static tr_status add_norm(layout *l, const tr_model_spec *s, const char *prefix) {
+    char name[80];
+    int init = s->zero_centered ? TR_INIT_ZERO : TR_INIT_ONE;
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    TR_TRY(add_param(l, name, 1, s->hidden, true, init));
+    if (!s->layernorm) return TR_OK;
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    return add_param(l, name, 1, s->hidden, true, TR_INIT_ZERO);
+}
+
+static tr_status add_linear(layout *l, const char *prefix, int out, int in, bool bias, int init) {
+    char name[80];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    TR_TRY(add_param(l, name, out, in, false, init));
+    if (!bias) return TR_OK;
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    return add_param(l, name, 1, out, true, TR_INIT_ZERO);
+}
+
+/* The order is the module order of Megatron's GPTModel, so a name lists like its state dict. */
+static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, int fc1_dim) {
+    TR_TRY(add_param(l, "embedding.word_embeddings.weight", s->vocab, s->hidden, false,
+                     TR_INIT_EMBEDDING));
+    if (s->learned_pos)
+        TR_TRY(add_param(l, "embedding.position_embeddings.weight", s->seq, s->hidden, false,
+                         TR_INIT_EMBEDDING));
+    char pre[80];
+    for (int i = 0; i < s->num_layers; i++) {
+        snprintf(pre, sizeof pre, "decoder.layers.%d.input_layernorm", i);
+        TR_TRY(add_norm(l, s, pre));
+        snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_qkv", i);
+        TR_TRY(add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL));
+        snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_proj", i);
+        TR_TRY(add_linear(l, pre, s->hidden, s->heads * s->head_dim, s->bias_linear,
+                          TR_INIT_SCALED_NORMAL));
+        snprintf(pre, sizeof pre, "decoder.layers.%d.pre_mlp_layernorm", i);
+        TR_TRY(add_norm(l, s, pre));
+        snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.linear_fc1", i);
+        TR_TRY(add_linear(l, pre, fc1_dim, s->hidden, s->bias_linear, TR_INIT_NORMAL));
+        snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.linear_fc2", i);
+        TR_TRY(add_linear(l, pre, s->hidden, s->ffn, s->bias_linear, TR_INIT_SCALED_NORMAL));
+    }
+    TR_TRY(add_norm(l, s, "decoder.final_layernorm"));
+    if (!s->tied)
+        TR_TRY(add_param(l, "output_layer.weight", s->vocab, s->hidden, false, TR_INIT_NORMAL));
+    return TR_OK;
+}
+
+const tr_param_info *tr_model_find_param(const tr_model *m, const char *name) {
+    for (int i = 0; i < m->n_info; i++)
+        if (strcmp(m->info[i].name, name) == 0) return &m->info[i];
+    return NULL;
+}
+
+static float *view(const tr_model *m, float *base, const char *name) {
+    const tr_param_info *p = tr_model_find_param(m, name);
+    return p ? base + p->offset : NULL;
+}
+
+static tr_status bind_views(tr_model *m, float *base, tr_model_views *v) {
+    const tr_model_spec *s = &m->spec;
+    v->layers = calloc((size_t)s->num_layers, sizeof *v->layers);
+    if (!v->layers) return TR_ERR_NOMEM;
+    v->word_emb = view(m, base, "embedding.word_embeddings.weight");
+    v->pos_emb = view(m, base, "embedding.position_embeddings.weight");
+    v->final_w = view(m, base, "decoder.final_layernorm.weight");
+    v->final_b = view(m, base, "decoder.final_layernorm.bias");
+    v->out_w = s->tied ? v->word_emb : view(m, base, "output_layer.weight");
+    char n[96];
+#define BIND(field, fmt)                                                                           \
+    snprintf(n, sizeof n, "decoder.layers.%d." fmt, i);                                            \
+    L->field = view(m, base, n)
+    for (int i = 0; i < s->num_layers; i++) {
+        tr_layer_views *L = &v->layers[i];
+        BIND(ln1_w, "input_layernorm.weight");
+        BIND(ln1_b, "input_layernorm.bias");
+        BIND(qkv_w, "self_attention.linear_qkv.weight");
+        BIND(qkv_b, "self_attention.linear_qkv.bias");
+        BIND(proj_w, "self_attention.linear_proj.weight");
+        BIND(proj_b, "self_attention.linear_proj.bias");
+        BIND(ln2_w, "pre_mlp_layernorm.weight");
+        BIND(ln2_b, "pre_mlp_layernorm.bias");
+        BIND(fc1_w, "mlp.linear_fc1.weight");
+        BIND(fc1_b, "mlp.linear_fc1.bias");
+        BIND(fc2_w, "mlp.linear_fc2.weight");
+        BIND(fc2_b, "mlp.linear_fc2.bias");
+    }
+#undef BIND
+    return TR_OK;
+}
+
+/* Carves activation buffers out of one allocation: sizes first (base NULL), then pointers. */
+typedef struct carver {
+    float *base;
+    int64_t used;
+} carver;
+
+static float *carve(carver *c, int64_t n) {
+    float *p = c->base ? c->base + c->used : NULL;
+    c->used += (n + TR_PARAM_ALIGN - 1) / TR_PARAM_ALIGN * TR_PARAM_ALIGN;
+    return p;
+}
+
+static void carve_acts(tr_model *m, carver *c) {
+    const tr_model_spec *s = &m->spec;
+    int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
+    int64_t hd = (int64_t)s->heads * s->head_dim, gd = (int64_t)s->groups * s->head_dim;
+    for (int i = 0; i < s->num_layers; i++) {
+        tr_layer_acts *a = &m->acts[i];
+        a->x_in = carve(c, bt * C);
+        a->ln1 = carve(c, bt * C);
+        a->ln1_mean = carve(c, bt);
+        a->ln1_rstd = carve(c, bt);
+        a->q = carve(c, bt * hd);
+        a->k = carve(c, bt * gd);
+        a->v = carve(c, bt * gd);
+        a->attn = carve(c, bt * hd);
+        a->lse = carve(c, (int64_t)m->batch * s->heads * s->seq);
+        a->x_mid = carve(c, bt * C);
+        a->ln2 = carve(c, bt * C);
+        a->ln2_mean = carve(c, bt);
+        a->ln2_rstd = carve(c, bt);
+        a->fc1 = carve(c, bt * m->fc1_dim);
+        a->act = carve(c, bt * s->ffn);
+    }
+    int64_t big = m->fc1_dim > m->qkv_dim ? m->fc1_dim : m->qkv_dim;
+    if (big < C) big = C;
+    m->x_final = carve(c, bt * C);
+    m->lnf = carve(c, bt * C);
+    m->lnf_mean = carve(c, bt);
+    m->lnf_rstd = carve(c, bt);
+    m->logits = carve(c, bt * s->vocab);
+    m->ce_stats = carve(c, 3 * bt);
+    m->losses = carve(c, bt);
+    m->dloss = carve(c, bt);
+    m->rope_cos = carve(c, (int64_t)s->seq * (s->head_dim / 2 + 1));
+    m->rope_sin = carve(c, (int64_t)s->seq * (s->head_dim / 2 + 1));
+    m->dx = carve(c, bt * C);
+    m->dtmp = carve(c, bt * C);
+    m->dbig = carve(c, bt * big);
+    m->dact = carve(c, bt * s->ffn);
+    m->dq = carve(c, bt * hd);
+    m->dk = carve(c, bt * gd);
+    m->dv = carve(c, bt * gd);
+}
+
+static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
+    if (s->num_layers < 1 || s->hidden < 1 || s->heads < 1 || s->groups < 1 || s->head_dim < 1 ||
+        s->ffn < 1 || s->vocab < 1 || s->seq < 1 || batch < 1)
+        return TR_ERR_INVALID;
+    if (s->heads % s->groups != 0) return TR_ERR_INVALID;
+    if (s->rope && (s->rope_p.rot_dim < 2 || s->rope_p.rot_dim > s->head_dim))
+        return TR_ERR_INVALID;
+    /* Today's runtime is single-shard; the tr_tp_shard argument is where TP plugs in. */
+    if (tp.size != 1 || tp.rank != 0) return TR_ERR_INVALID;
+    return TR_OK;
+}
+
+tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, const tr_ops *ops,
+                          int batch) {
+    memset(m, 0, sizeof *m);
+    TR_TRY(check_spec(s, tp, batch));
+    m->spec = *s;
+    m->tp = tp;
+    m->ops = ops;
+    m->batch = batch;
+    m->training = 1;
+    m->qkv_dim = (s->heads + 2 * s->groups) * s->head_dim;
+    m->fc1_dim = s->swiglu ? 2 * s->ffn : s->ffn;
+    layout l = {0};
+    tr_status st = build_layout(&l, s, m->qkv_dim, m->fc1_dim);
+    m->info = l.info;
+    m->n_info = l.n;
+    m->n_params = l.total;
+    if (st != TR_OK) goto fail;
+    st = TR_ERR_NOMEM;
+    m->params = calloc((size_t)l.total, sizeof(float));
+    m->grads = calloc((size_t)l.total, sizeof(float));
+    m->acts = calloc((size_t)s->num_layers, sizeof *m->acts);
+    int64_t bt = (int64_t)batch * s->seq;
+    m->ids = malloc((size_t)bt * sizeof *m->ids);
+    m->targets = malloc((size_t)bt * sizeof *m->targets);
+    if (!m->params || !m->grads || !m->acts || !m->ids || !m->targets) goto fail;
+    carver c = {0};
+    carve_acts(m, &c);
+    m->act_buf = calloc((size_t)c.used, sizeof(float));
+    if (!m->act_buf) goto fail;
+    c = (carver){m->act_buf, 0};
+    carve_acts(m, &c);
+    if ((st = bind_views(m, m->params, &m->p)) != TR_OK) goto fail;
+    if ((st = bind_views(m, m->grads, &m->g)) != TR_OK) goto fail;
+    if (s->rope) {
+        st = ops->rope_table(m->rope_cos, m->rope_sin, &s->rope_p, s->seq, 0);
+        if (st != TR_OK) goto fail;
+    }
+    return TR_OK;
+fail:
+    tr_model_free(m);
+    return st;
+}
+
+void tr_model_free(tr_model *m) {
+    free(m->params);
+    free(m->grads);
+    free(m->info);
+    free(m->p.layers);
+    free(m->g.layers);
+    free(m->act_buf);
+    free(m->acts);
+    free(m->ids);
+    free(m->targets);
+    memset(m, 0, sizeof *m);
+}
+
+/* The stream of a tensor is keyed by its name, so adding or reordering other tensors never
+ * changes its values. */
+static uint64_t name_key(const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    return h;
+}
+
+/* Box-Muller on two Philox uniforms per logical element, so a shard can initialise its slice of
+ * a tensor to exactly the values the unsharded model has. */
+static float normal_at(uint64_t seed, uint64_t tensor, uint64_t e) {
+    uint64_t key = seed * 0x9E3779B97F4A7C15ull + tensor;
+    float u1 = tr_philox_uniform(key, 2 * e), u2 = tr_philox_uniform(key, 2 * e + 1);
+    double r = sqrt(-2.0 * log(1.0 - (double)u1));
+    return (float)(r * cos(2.0 * 3.14159265358979323846 * (double)u2));
+}
+
+tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
+    const tr_model_spec *s = &m->spec;
+    double scaled = s->init_std / sqrt(2.0 * s->num_layers);
+    for (int i = 0; i < m->n_info; i++) {
+        const tr_param_info *p = &m->info[i];
+        float *w = m->params + p->offset;
+        uint64_t key = name_key(p->name);
+        double std = p->init == TR_INIT_SCALED_NORMAL ? scaled
+                     : p->init == TR_INIT_EMBEDDING   ? s->embed_init_std
+                                                      : s->init_std;
+        for (int64_t e = 0; e < p->numel; e++) {
+            if (p->init == TR_INIT_ZERO)
+                w[e] = 0.0f;
+            else if (p->init == TR_INIT_ONE)
+                w[e] = 1.0f;
+            else
+                w[e] = (float)std * normal_at(seed, key, (uint64_t)e);
+        }
+    }
+    return TR_OK;
+}
+
+double tr_model_flops_per_seq(const tr_model_spec *s) {
+    double T = s->seq, C = s->hidden, hd = (double)s->heads * s->head_dim;
+    double qkv = (double)(s->heads + 2 * s->groups) * s->head_dim;
+    double fc1 = s->swiglu ? 2.0 * s->ffn : s->ffn;
+    double per_tok = 2.0 * (C * qkv + hd * C + C * fc1 + s->ffn * C);
+    /* causal attention: QK^T and PV over on average T/2 keys */
+    double attn = 2.0 * 2.0 * hd * (T / 2.0);
+    return s->num_layers * T * (per_tok + attn) + 2.0 * T * C * s->vocab;
+}

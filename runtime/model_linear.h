@@ -1,0 +1,28 @@
+/* A linear layer y = x W^T + b as the model sees it: the weight it holds is one shard of a
+ * logical [out, in] matrix. A column-parallel layer holds rows (out/TP) and needs no input
+ * communication in forward; a row-parallel layer holds columns (in/TP) and sums partial outputs
+ * over the TP group. With one shard (today's runtime) both are plain GEMMs; the TP collectives go
+ * here, not into the model code. */
+#ifndef TR_RUNTIME_MODEL_LINEAR_H
+#define TR_RUNTIME_MODEL_LINEAR_H
+
+#include "kernels/ops.h"
+#include "runtime/model.h"
+
+typedef enum tr_linear_kind { TR_LINEAR_COLUMN, TR_LINEAR_ROW } tr_linear_kind;
+
+typedef struct tr_linear {
+    const float *w, *b; /* w [out_local, in_local]; b may be NULL */
+    float *dw, *db;     /* gradients (accumulated); db NULL when there is no bias */
+    int in, out;        /* local (shard) sizes */
+    tr_linear_kind kind;
+    tr_tp_shard tp;
+} tr_linear;
+
+/* y [rows, out] = x [rows, in] W^T + b (overwrites y). */
+tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y, int rows);
+/* dW += dy^T x, db += column sums of dy, and dx = dy W (overwritten; skipped when dx is NULL). */
+tr_status tr_linear_bwd(const tr_ops *ops, const tr_linear *l, const float *x, const float *dy,
+                        float *dx, int rows);
+
+#endif

@@ -1,0 +1,45 @@
+/* The training loop (Megatron's pretrain/train): per iteration, num_microbatches forward and
+ * backward passes accumulate into the flat gradient buffer, then one clipped optimizer step
+ * with the scheduled learning rate and weight decay. Evaluation every eval_interval for
+ * eval_iters batches, a log line every log_interval (and a JSONL metrics record), NaN/Inf loss
+ * detection, and a clean stop on SIGTERM/SIGINT after the current iteration. */
+#ifndef TR_RUNTIME_TRAIN_H
+#define TR_RUNTIME_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/config.h"
+#include "core/diag.h"
+
+typedef struct tr_train_opts {
+    FILE *log;                /* the log lines; NULL for silence */
+    const char *metrics_path; /* JSONL file (truncated), or NULL for none */
+    int handle_signals;       /* install SIGTERM/SIGINT handlers for the run */
+    float *losses;            /* if set, the loss of iteration i goes to losses[i - 1] */
+    int64_t losses_cap;
+} tr_train_opts;
+
+typedef enum tr_stop_reason {
+    TR_STOP_DONE,          /* train_iters reached */
+    TR_STOP_EXIT_INTERVAL, /* train.exit_interval */
+    TR_STOP_DURATION,      /* train.exit_duration_in_mins */
+    TR_STOP_SIGNAL         /* SIGTERM or SIGINT: finished the iteration and stopped */
+} tr_stop_reason;
+
+typedef struct tr_train_result {
+    int64_t iterations; /* iterations completed */
+    int64_t consumed_samples;
+    int64_t skipped_iterations; /* optimizer steps skipped (non-finite or too large grad norm) */
+    double first_loss, last_loss;
+    double last_eval_loss; /* NaN when no evaluation ran */
+    tr_stop_reason stop;
+    int signal; /* the signal that stopped the run, when stop == TR_STOP_SIGNAL */
+    double seconds;
+} tr_train_result;
+
+/* Trains the config's model from scratch on one rank. Unsupported settings, unreadable data and
+ * a non-finite loss (with rerun_state_machine.check_for_nan_in_loss) are diagnostics. */
+tr_status tr_train_run(const tr_config *c, const tr_train_opts *o, tr_train_result *r, tr_diags *d);
+
+#endif

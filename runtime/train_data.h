@@ -1,0 +1,39 @@
+/* What the training loop reads: fixed-length token samples from a train, validation and test
+ * split. A sample is seq + 1 tokens (inputs are the first seq, labels the last seq), as
+ * Megatron's GPTDataset with add_extra_token_to_sequence. Sample indices of the train split may
+ * run past one epoch: each epoch visits every sample once, in a seeded order. */
+#ifndef TR_RUNTIME_TRAIN_DATA_H
+#define TR_RUNTIME_TRAIN_DATA_H
+
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/diag.h"
+
+enum { TR_SPLIT_TRAIN = 0, TR_SPLIT_VALID = 1, TR_SPLIT_TEST = 2 };
+
+typedef struct tr_token_dataset tr_token_dataset;
+struct tr_token_dataset {
+    int seq;
+    int32_t eod; /* end-of-document id, or -1 when the data has none */
+    int64_t n_samples[3];
+    uint64_t seed;
+    /* Writes seq + 1 tokens of sample `index` (any index >= 0 for a non-empty split). */
+    tr_status (*sample)(const tr_token_dataset *ds, int split, int64_t index, int32_t *out);
+    void (*destroy)(tr_token_dataset *ds);
+    void *impl;
+};
+
+/* Opens the dataset the config names: dataset.type gpt without data files is the mock dataset,
+ * dataset.type text is a byte-level text file; anything else is a diagnostic. */
+tr_status tr_train_data_open(const tr_config *c, tr_token_dataset *ds, tr_diags *d);
+void tr_train_data_close(tr_token_dataset *ds);
+
+/* dataset.split ("98,2,0") as three fractions summing to 1; NULL gives `fallback`. */
+tr_status tr_train_data_split(const char *split, const char *fallback, double out[3], tr_diags *d);
+
+/* The epoch-shuffled position of train sample `index` among n: a seeded affine bijection of
+ * [0, n) per epoch (cheap, no index table, identical on every rank). */
+int64_t tr_train_data_shuffle(int64_t index, int64_t n, uint64_t seed);
+
+#endif

@@ -1,0 +1,35 @@
+/* The training log in Megatron's spirit: one line every log_interval iterations with values
+ * averaged over the interval, evaluation lines, and the same numbers as JSONL records. */
+#ifndef TR_RUNTIME_TRAIN_LOG_H
+#define TR_RUNTIME_TRAIN_LOG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/diag.h"
+
+typedef struct tr_train_log {
+    FILE *out, *metrics;
+    int64_t interval;
+    /* sums over the current interval */
+    int n, n_loss, skipped_total;
+    double loss, seconds, flops, tokens;
+} tr_train_log;
+
+tr_status tr_train_log_open(tr_train_log *l, FILE *out, const char *metrics_path, int64_t interval,
+                            tr_diags *d);
+void tr_train_log_close(tr_train_log *l);
+/* Does iteration `it` print? Every interval, the last of `iters`, and the last one of a run
+ * that stops early (`stopping`). */
+bool tr_train_log_due(const tr_train_log *l, int64_t it, int64_t iters, bool stopping);
+/* params_norm NaN: not logged. */
+void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool stopping,
+                            int64_t consumed, double loss, double lr, double grad_norm,
+                            double params_norm, bool skipped, double seconds, double flops,
+                            double tokens);
+/* split: "validation" or "test". */
+void tr_train_log_eval(tr_train_log *l, const char *split, int64_t it, double loss);
+void tr_train_log_end(tr_train_log *l, int64_t it, int stop, int signal, double seconds);
+
+#endif

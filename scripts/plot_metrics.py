@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Plots a Trestle metrics file (metrics.jsonl, written by every training run) to a PNG:
+training and validation loss, learning rate, and throughput against the iteration.
+
+    pip install matplotlib          # once (any Python 3.8+)
+    python3 scripts/plot_metrics.py outputs/llama_tiny_pretrain/metrics.jsonl [-o out.png]
+
+Without -o the PNG goes next to the metrics file (metrics.png). Records are JSON objects, one a
+line: {"type": "train", "iteration", "loss", "lr", "tokens_per_s", ...} and
+{"type": "eval", "iteration", "loss", "ppl"}; null values (a NaN loss) are skipped.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def read(path):
+    train, evals = [], []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                sys.exit(f"{path}:{n}: not a JSON record ({e.msg}); is this a Trestle metrics file?")
+            (evals if rec.get("type") == "eval" else train).append(rec)
+    return train, evals
+
+
+def series(recs, key):
+    pts = [(r["iteration"], r[key]) for r in recs if r.get(key) is not None]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("metrics", help="metrics.jsonl of a run")
+    ap.add_argument("-o", "--output", help="PNG path (default: metrics.png next to the input)")
+    args = ap.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("matplotlib is missing: pip install matplotlib")
+    train, evals = read(args.metrics)
+    if not train:
+        sys.exit(f"{args.metrics}: no training records")
+    out = args.output or os.path.join(os.path.dirname(os.path.abspath(args.metrics)),
+                                      "metrics.png")
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    ax[0].plot(*series(train, "loss"), label="train")
+    if evals:
+        ax[0].plot(*series(evals, "loss"), "o-", label="validation")
+    ax[0].set(title="lm loss", xlabel="iteration", ylabel="cross entropy (nats)")
+    ax[0].legend()
+    ax[1].plot(*series(train, "lr"))
+    ax[1].set(title="learning rate", xlabel="iteration")
+    ax[1].ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+    ax[2].plot(*series(train, "tokens_per_s"))
+    ax[2].set(title="throughput", xlabel="iteration", ylabel="tokens/s")
+    for a in ax:
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,7 @@
 """Plots a Trestle metrics file (metrics.jsonl, written by every training run) to a PNG:
 training and validation loss, learning rate, and throughput against the iteration.
 
-    pip install matplotlib          # once (any Python 3.8+)
+    apt-get install python3-matplotlib   # scripts/setup.sh does this (or: pip install matplotlib)
     python3 scripts/plot_metrics.py outputs/llama_tiny_pretrain/metrics.jsonl [-o out.png]
 
 Without -o the PNG goes next to the metrics file (metrics.png). Records are JSON objects, one a
@@ -45,7 +45,14 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        sys.exit("matplotlib is missing: pip install matplotlib")
+        # scripts/setup.sh installs Debian's python3-matplotlib; a python3 earlier on PATH
+        # (pyenv, a virtualenv) may not see it, so hand over to the system interpreter once.
+        system = "/usr/bin/python3"
+        if os.path.realpath(sys.executable) != os.path.realpath(system) and os.access(system, os.X_OK) \
+                and not os.environ.get("TRESTLE_PLOT_REEXEC"):
+            os.environ["TRESTLE_PLOT_REEXEC"] = "1"
+            os.execv(system, [system] + sys.argv)
+        sys.exit("matplotlib is missing: apt-get install python3-matplotlib (or pip install matplotlib)")
     train, evals = read(args.metrics)
     if not train:
         sys.exit(f"{args.metrics}: no training records")

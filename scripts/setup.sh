@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libyaml-dev libxxhash-dev libopenmpi-dev openmpi-bin
-          libopenblas-dev libpcre2-dev clang clang-format python3)
+          libopenblas-dev libpcre2-dev clang clang-format python3 python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -133,7 +133,7 @@ static tr_status tokenizer_ids(const tr_config *c, int64_t *eod, int64_t *pad, t
 tr_status tr_indexed_token_dataset_open(const tr_config *c, bool build_indices,
                                         tr_token_dataset *ds, tr_diags *d) {
     memset(ds, 0, sizeof *ds);
-    int64_t vocab, eod, pad;
+    int64_t vocab = 0, eod, pad;
     TR_TRY(check_config(c, &vocab, d));
     TR_TRY(tokenizer_ids(c, &eod, &pad, d));
     indexed_data *x = calloc(1, sizeof *x);

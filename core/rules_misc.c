@@ -41,17 +41,28 @@ static void check_path(const tr_config *c, const tr_validate_opts *opts, const t
             key, full);
 }
 
-/* Indexed-dataset prefixes name a .bin/.idx pair; weights in a blend are skipped. */
+/* Indexed-dataset prefixes name a .bin/.idx pair; weights in a blend are skipped. A blend may
+ * come as list items or as one string ("0.3 a 0.7 b", Megatron's data_path.split()), so items
+ * are split into words; a text corpus path is taken whole (it may contain spaces). */
 static void check_blend_paths(const tr_config *c, const tr_validate_opts *opts, const tr_rule *self,
                               tr_diags *d, const tr_str_list *l, const char *key) {
     if (l->null) return;
     bool text = c->dataset.type == TR_DS_TEXT;
     for (int i = 0; i < l->n; i++) {
-        char *end;
-        strtod(l->v[i], &end);
-        if (end != l->v[i] && !*end) continue;
-        check_path(c, opts, self, d, key, l->v[i], text ? "" : ".bin");
-        if (!text) check_path(c, opts, self, d, key, l->v[i], ".idx");
+        if (text) {
+            check_path(c, opts, self, d, key, l->v[i], "");
+            continue;
+        }
+        char *words = strdup(l->v[i]), *save = NULL;
+        if (!words) return;
+        for (char *w = strtok_r(words, " \t\n", &save); w; w = strtok_r(NULL, " \t\n", &save)) {
+            char *end;
+            strtod(w, &end);
+            if (end != w && !*end) continue;
+            check_path(c, opts, self, d, key, w, ".bin");
+            check_path(c, opts, self, d, key, w, ".idx");
+        }
+        free(words);
     }
 }
 

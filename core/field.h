@@ -99,6 +99,7 @@ typedef struct tr_enum_def {
 typedef struct tr_section_def {
     const char *name;
     const char *doc;
+    int first, count; /* the section's fields are tr_fields[first .. first + count) */
 } tr_section_def;
 
 typedef struct tr_field {

@@ -28,8 +28,31 @@ enum {
     TR_SECID_COUNT
 };
 
+/* Fields per section: each field line expands to "+ 1". */
+enum {
+#define TR_SECTION(sec, doc)                           TR_SECCOUNT_##sec = 0
+#define TR_SECTION_END(sec)                            ,
+#define TR_FIELD(T, name, def, spec, unit, flags, doc) +1
+#include "core/fields/all.def"
+#undef TR_SECTION
+#undef TR_SECTION_END
+#undef TR_FIELD
+};
+
+/* First field of each section: an enumerator per section that takes the next field id without
+ * using it up (the one after it steps back by one), followed by one enumerator per field. */
+enum {
+#define TR_SECTION(sec, doc) TR_SECFIRST_##sec, TR_SECBACK_##sec = TR_SECFIRST_##sec - 1,
+#define TR_SECTION_END(sec)
+#define TR_FIELD(T, name, def, spec, unit, flags, doc) TR_CAT4(TR_IDX_, TR_SEC, _, name),
+#include "core/fields/all.def"
+#undef TR_SECTION
+#undef TR_SECTION_END
+#undef TR_FIELD
+};
+
 const tr_section_def tr_sections[] = {
-#define TR_SECTION(sec, doc) {#sec, doc},
+#define TR_SECTION(sec, doc) {#sec, doc, TR_SECFIRST_##sec, TR_SECCOUNT_##sec},
 #define TR_SECTION_END(sec)
 #define TR_FIELD(T, name, def, spec, unit, flags, doc)
 #include "core/fields/all.def"
@@ -97,9 +120,18 @@ _Static_assert(sizeof tr_fields / sizeof tr_fields[0] == TR_FIELD_COUNT, "field 
 
 const tr_field *tr_field_by_path(const char *dotted) {
     if (!dotted) return NULL;
-    for (int i = 0; i < tr_field_count; i++)
-        if (dotted[0] == tr_fields[i].path[0] && strcmp(dotted, tr_fields[i].path) == 0)
-            return &tr_fields[i];
+    /* Find the section by the text before the first '.', then scan only its fields. */
+    const char *dot = strchr(dotted, '.');
+    if (!dot) return NULL;
+    size_t len = (size_t)(dot - dotted);
+    for (int s = 0; s < tr_section_count; s++) {
+        const tr_section_def *sec = &tr_sections[s];
+        if (strncmp(sec->name, dotted, len) != 0 || sec->name[len] != '\0') continue;
+        for (int i = sec->first; i < sec->first + sec->count; i++)
+            if (dot[1] == tr_fields[i].name[0] && strcmp(dot + 1, tr_fields[i].name) == 0)
+                return &tr_fields[i];
+        return NULL;
+    }
     return NULL;
 }
 

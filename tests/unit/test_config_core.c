@@ -24,6 +24,22 @@ static void test_table_is_consistent(void) {
     }
 }
 
+static void test_sections_tile_the_table(void) {
+    int next = 0;
+    for (int s = 0; s < tr_section_count; s++) {
+        CHECK_INT_EQ(tr_sections[s].first, next);
+        CHECK(tr_sections[s].count > 0);
+        for (int i = tr_sections[s].first; i < tr_sections[s].first + tr_sections[s].count; i++)
+            CHECK_INT_EQ(tr_fields[i].section, s);
+        next += tr_sections[s].count;
+    }
+    CHECK_INT_EQ(next, tr_field_count);
+    CHECK(tr_field_by_path("model") == NULL);
+    CHECK(tr_field_by_path("mode.num_layers") == NULL);
+    CHECK(tr_field_by_path("model.") == NULL);
+    CHECK(tr_field_by_path("derived.world_size") == &tr_fields[TR_FID_derived_world_size]);
+}
+
 static void test_defaults_parse(void) {
     tr_diags d;
     tr_diags_init(&d);
@@ -238,8 +254,9 @@ static void test_dump_and_fingerprint(void) {
     tr_diags_free(&d);
 }
 
-TR_TEST_MAIN(TR_TEST(test_table_is_consistent), TR_TEST(test_defaults_parse),
-             TR_TEST(test_scalar_parsers), TR_TEST(test_float_format_round_trips),
-             TR_TEST(test_string_quoting), TR_TEST(test_set_each_type),
-             TR_TEST(test_type_errors_name_key_value_type_origin), TR_TEST(test_suggestions),
-             TR_TEST(test_copy_equal_and_history), TR_TEST(test_dump_and_fingerprint))
+TR_TEST_MAIN(TR_TEST(test_table_is_consistent), TR_TEST(test_sections_tile_the_table),
+             TR_TEST(test_defaults_parse), TR_TEST(test_scalar_parsers),
+             TR_TEST(test_float_format_round_trips), TR_TEST(test_string_quoting),
+             TR_TEST(test_set_each_type), TR_TEST(test_type_errors_name_key_value_type_origin),
+             TR_TEST(test_suggestions), TR_TEST(test_copy_equal_and_history),
+             TR_TEST(test_dump_and_fingerprint))

@@ -2,7 +2,11 @@
  * layer, and causal attention forward+backward, each reported next to a naive implementation
  * timed in the same run (so the ratio does not depend on the machine).
  *
- *   bench_ops_cpu [tokens=1024] [seq=1024] [gemm|attn|packed]
+ *   bench_ops_cpu [tokens=1024] [seq=1024] [gemm|attn|packed|gelu]
+ *
+ * `gelu` (also run by default) times GeLU forward and backward on GPT-2's [256, 3072] MLP
+ * activation for each ISA variant against the scalar maths of kernels/common run through the
+ * same thread pool (what the CPU op did before it was vectorised).
  *
  * `packed` (also run after `attn`) times document-masked attention over 8 documents of seq/8
  * tokens packed into one row against plain causal attention over the same row.
@@ -15,6 +19,7 @@
 
 #include <cblas.h>
 
+#include "kernels/common/activations.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threadpool.h"
 #include "kernels/ops.h"
@@ -243,9 +248,79 @@ static void bench_packed(int seq) {
     free(ds);
 }
 
+typedef struct gelu_ref_ctx {
+    float *out;
+    const float *x, *dy;
+    int tanh_form;
+} gelu_ref_ctx;
+
+static void gelu_ref_fwd(void *vc, int64_t b, int64_t e) {
+    gelu_ref_ctx *c = vc;
+    for (int64_t i = b; i < e; i++)
+        c->out[i] = c->tanh_form ? tr_gelu_tanh(c->x[i]) : tr_gelu_erf(c->x[i]);
+}
+
+static void gelu_ref_bwd(void *vc, int64_t b, int64_t e) {
+    gelu_ref_ctx *c = vc;
+    for (int64_t i = b; i < e; i++)
+        c->out[i] =
+            c->dy[i] * (c->tanh_form ? tr_gelu_tanh_grad(c->x[i]) : tr_gelu_erf_grad(c->x[i]));
+}
+
+/* Mean seconds per call over at least 0.3 s: the op (variant active) or the scalar reference. */
+static double time_gelu(int scalar, int bwd, int tanh_form, float *out, const float *x,
+                        const float *dy, int64_t n) {
+    const tr_ops *ops = tr_ops_cpu();
+    gelu_ref_ctx c = {.out = out, .x = x, .dy = dy, .tanh_form = tanh_form};
+    int reps = 0;
+    double t0 = now(), t;
+    do {
+        if (scalar)
+            tr_cpu_parallel_for(n, 4096, bwd ? gelu_ref_bwd : gelu_ref_fwd, &c);
+        else if (bwd)
+            ops->gelu_bwd(out, dy, x, n, tanh_form);
+        else
+            ops->gelu_fwd(out, x, n, tanh_form);
+        reps++;
+    } while ((t = now() - t0) < 0.3);
+    return t / reps;
+}
+
+static void bench_gelu(void) {
+    const int64_t n = 256 * 3072;
+    float *x = rnd((size_t)n), *dy = rnd((size_t)n), *out = malloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++) x[i] *= 8.0f; /* [-4, 4]: both branches of the erf form */
+    printf("GeLU on [256, 3072] (%d threads); GB/s counts x, y (+ dy) once\n",
+           tr_cpu_num_threads());
+    printf("%-22s %9s %9s %9s\n", "", "ms", "GB/s", "x scalar");
+    static const char *isas[] = {"avx512", "avx2", "generic"};
+    for (int t = 1; t >= 0; t--)
+        for (int bwd = 0; bwd < 2; bwd++) {
+            double ref = time_gelu(1, bwd, t, out, x, dy, n), bytes = (bwd ? 12.0 : 8.0) * n;
+            char name[64];
+            snprintf(name, sizeof name, "%s %s scalar", t ? "tanh" : "erf", bwd ? "bwd" : "fwd");
+            printf("%-22s %9.3f %9.2f %9.1f\n", name, ref * 1e3, bytes / ref * 1e-9, 1.0);
+            for (int i = 0; i < 3; i++) {
+                if (tr_cpu_simd_select(isas[i]) != TR_OK) continue;
+                double s = time_gelu(0, bwd, t, out, x, dy, n);
+                snprintf(name, sizeof name, "%s %s %s", t ? "tanh" : "erf", bwd ? "bwd" : "fwd",
+                         isas[i]);
+                printf("%-22s %9.3f %9.2f %9.1f\n", name, s * 1e3, bytes / s * 1e-9, ref / s);
+            }
+        }
+    for (int i = 0; i < 3; i++)
+        if (tr_cpu_simd_select(isas[i]) == TR_OK) break; /* back to the widest */
+    free(x), free(dy), free(out);
+}
+
 int main(int argc, char **argv) {
     int tokens = argc > 1 ? atoi(argv[1]) : 1024, seq = argc > 2 ? atoi(argv[2]) : 1024;
     const char *only = argc > 3 ? argv[3] : "";
+    if (!strcmp(only, "gelu") || !*only) {
+        bench_gelu();
+        if (!strcmp(only, "gelu")) return 0;
+        printf("\n");
+    }
     /* attention first: OpenBLAS workers spin for a while after each sgemm and would steal
      * cycles from the op pool */
     if (strcmp(only, "gemm") && strcmp(only, "packed")) {

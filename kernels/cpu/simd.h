@@ -1,7 +1,7 @@
-/* Internal: the few hot inner loops of the CPU backend (attention tiles, softmax rows), compiled
- * once per x86 ISA level from kernels/cpu/simd_kernels.inc and picked at run time from CPUID, so
- * one binary runs on any x86-64 and uses AVX-512 where present. Vector types never appear in
- * these signatures, so the variants share one plain C ABI. */
+/* Internal: the few hot inner loops of the CPU backend (attention tiles, softmax rows, GeLU),
+ * compiled once per x86 ISA level from kernels/cpu/simd_kernels.inc and picked at run time from
+ * CPUID, so one binary runs on any x86-64 and uses AVX-512 where present. Vector types never appear
+ * in these signatures, so the variants share one plain C ABI. */
 #ifndef TR_CPU_SIMD_H
 #define TR_CPU_SIMD_H
 
@@ -23,6 +23,12 @@ typedef struct tr_cpu_simd {
     void (*scaled_exp)(float *x, int n, float m, float mul); /* x = mul * exp(x - m) */
     void (*dsoftmax)(float *dp, const float *p, int n, float di,
                      float scale); /* dp = p*(dp-di)*s */
+    /* GeLU over n elements, exact (erf) or tanh form: y = gelu(x), dx = dy * gelu'(x). Outputs
+     * may alias inputs. Every element goes through the same vector code (the tail is padded), so
+     * results do not depend on how a range is split across threads. Accurate to about 1e-7
+     * relative to max(1, |x|); +-inf give the limits (0 or x; slope 0 or 1), NaN stays NaN. */
+    void (*gelu_fwd)(float *y, const float *x, int64_t n, int tanh_approx);
+    void (*gelu_bwd)(float *dx, const float *dy, const float *x, int64_t n, int tanh_approx);
 } tr_cpu_simd;
 
 /* The variant in use: TR_CPU_ISA from the environment if set and supported, else the widest

@@ -8,15 +8,7 @@
 #include "core/log.h"
 #include "runtime/data/tokenizer.h"
 
-/* train_data.h and gpt_dataset.h each declare TR_SPLIT_TRAIN/VALID/TEST (same values 0, 1, 2);
- * the second declaration would not compile, so the data library's copy is renamed here. */
-#define TR_SPLIT_TRAIN TR_GPT_SPLIT_TRAIN_
-#define TR_SPLIT_VALID TR_GPT_SPLIT_VALID_
-#define TR_SPLIT_TEST  TR_GPT_SPLIT_TEST_
 #include "runtime/data/blend.h"
-#undef TR_SPLIT_TRAIN
-#undef TR_SPLIT_VALID
-#undef TR_SPLIT_TEST
 
 typedef struct indexed_data {
     tr_gpt_data data;

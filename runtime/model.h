@@ -22,11 +22,13 @@
  * filled directly by tests and benchmarks. */
 typedef struct tr_model_spec {
     int num_layers, hidden, heads, groups, head_dim, ffn;
-    int vocab;     /* padded vocabulary: rows of the embedding and of the output layer */
-    int seq;       /* model.seq_length: rows of the learned position table */
-    int layernorm; /* 1: LayerNorm (GPT), 0: RMSNorm (Llama) */
-    int swiglu;    /* gated MLP with silu; else a plain GeLU MLP */
-    int gelu_tanh; /* tanh-approximated GeLU ("gelu_new") instead of the erf form */
+    int vocab;      /* padded vocabulary: rows of the embedding and of the output layer */
+    int vocab_real; /* model.vocab_size: ids from here to vocab are padding, never in the
+                     * softmax, so the loss is the unpadded model's (0: no padding) */
+    int seq;        /* model.seq_length: rows of the learned position table */
+    int layernorm;  /* 1: LayerNorm (GPT), 0: RMSNorm (Llama) */
+    int swiglu;     /* gated MLP with silu; else a plain GeLU MLP */
+    int gelu_tanh;  /* tanh-approximated GeLU ("gelu_new") instead of the erf form */
     int learned_pos;
     int rope; /* rotary embedding on q and k (rope_p is used only then) */
     tr_rope_params rope_p;
@@ -37,6 +39,9 @@ typedef struct tr_model_spec {
     float eps;
     double init_std, embed_init_std;
     float hidden_dropout; /* on the embedding output and both residual branches */
+    /* Megatron's sequence parallelism (used with TP > 1): outside the TP regions activations are
+     * split along the sequence; all-gathers and reduce-scatters replace the all-reduces. */
+    int sequence_parallel;
 } tr_model_spec;
 
 /* Which shard of the logical tensors this rank holds (tensor parallelism). */
@@ -44,13 +49,21 @@ typedef struct tr_tp_shard {
     int rank, size;
 } tr_tp_shard;
 
-/* One parameter tensor: a named range of the flat buffer. */
+/* One parameter tensor: a named range of the flat buffer. Under tensor parallelism it is this
+ * rank's shard of a logical [full_rows, full_cols] tensor, split along split_dim. */
 typedef struct tr_param_info {
     char name[80]; /* Megatron's names, e.g. decoder.layers.0.self_attention.linear_qkv.weight */
     int64_t offset, numel;
-    int rows, cols; /* 2-D view; vectors have rows == 1 */
+    int rows, cols; /* 2-D view of the shard; vectors have rows == 1 */
     bool no_decay;  /* biases and norm weights: Megatron applies no weight decay to them */
     int init;       /* TR_INIT_* */
+    int split_dim;  /* -1: the same on every TP rank; 0: rows split; 1: columns split */
+    /* SwiGLU's fc1: the split dimension is [gate; up] and each rank holds its slice of both. */
+    bool swiglu_split;
+    /* Sequence parallel: each TP rank's gradient covers its sequence chunk only (norms, position
+     * embedding); the sum over the TP group is the gradient. */
+    bool sp_partial;
+    int full_rows, full_cols; /* the logical tensor */
 } tr_param_info;
 
 enum { TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_EMBEDDING, TR_INIT_ZERO, TR_INIT_ONE };
@@ -69,11 +82,27 @@ typedef struct tr_model_views {
 typedef struct tr_layer_acts {
     float *x_in, *ln1, *ln1_mean, *ln1_rstd, *q, *k, *v, *attn, *lse;
     float *x_mid, *ln2, *ln2_mean, *ln2_rstd, *fc1, *act;
+    float *ln1_full, *ln2_full; /* sequence parallel: the gathered norm outputs */
 } tr_layer_acts;
 
+/* Per-parameter events for the training loop's communication (index = position in info, the
+ * model order). before_param: the forward is about to read the parameter (a pending parameter
+ * all-gather must finish). grad_ready: the backward has added this microbatch's last
+ * contribution to its gradient (a tied embedding after both of its uses). NULL: no event. */
+typedef struct tr_model_hooks {
+    void *ctx;
+    tr_status (*before_param)(void *ctx, int param);
+    tr_status (*grad_ready)(void *ctx, int param);
+} tr_model_hooks;
+
 typedef struct tr_model {
+    /* This rank's sizes: heads, groups, ffn and vocab are the logical ones divided by tp.size. */
     tr_model_spec spec;
+    tr_model_spec full; /* the logical model */
     tr_tp_shard tp;
+    /* The TP group's collectives (tensor_parallel.h); NULL when tp.size == 1. */
+    struct tr_comm *comm;
+    int tp_group;
     const tr_ops *ops;
     int batch; /* micro batch size the activations are sized for */
     int qkv_dim, fc1_dim;
@@ -89,6 +118,7 @@ typedef struct tr_model {
     tr_layer_acts *acts;
     float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *ce_stats, *losses, *dloss;
     float *rope_cos, *rope_sin;
+    float *lnf_full, *sp_full, *sp_perm; /* sequence parallel: gathered rows and scratch */
     int32_t *ids, *targets;
     /* Backward scratch. */
     float *dx, *dtmp, *dbig, *dact, *dq, *dk, *dv;
@@ -96,6 +126,7 @@ typedef struct tr_model {
     uint64_t dropout_seed;  /* rng.seed-derived; the offset below makes each site distinct */
     uint64_t dropout_round; /* set by the caller to a new value for every training microbatch */
     int training;           /* 0 during evaluation: no dropout */
+    tr_model_hooks hooks;
 } tr_model;
 
 /* Reads the model section (and the derived padded vocab) into a spec; features the CPU runtime
@@ -104,7 +135,9 @@ typedef struct tr_model {
 tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d);
 
 /* Lays out parameters, gradients and activations for micro batches of `batch` sequences of
- * spec.seq tokens. Parameters are zero until tr_model_init_weights or a load. */
+ * spec.seq tokens, for TP shard `tp` of the logical model s (heads, query groups, ffn and the
+ * padded vocabulary must divide by tp.size). Parameters are zero until tr_model_init_weights or
+ * a load. With tp.size > 1 set m->comm (and m->tp_group) before the first forward. */
 tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, const tr_ops *ops,
                           int batch);
 void tr_model_free(tr_model *m);
@@ -123,6 +156,15 @@ tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targe
  * microbatch's mean loss (1/num_microbatches under gradient accumulation). Call it once per
  * forward: it overwrites the logits with their gradient. */
 tr_status tr_model_backward(tr_model *m, float loss_scale);
+
+/* Moves every parameter i to offsets[i] of new flat buffers of numel floats (a data-parallel
+ * gradient layout's offsets), keeping the values; the gradients restart at zero and elements
+ * outside every parameter stay zero. */
+tr_status tr_model_relayout(tr_model *m, const int64_t *offsets, int64_t numel);
+
+/* The logical element (row-major in the full_rows x full_cols tensor) of element e of p's shard
+ * on this rank. */
+int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_t e);
 
 /* The parameter named `name` (Megatron's name), or NULL. */
 const tr_param_info *tr_model_find_param(const tr_model *m, const char *name);

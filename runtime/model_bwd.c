@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "runtime/model_internal.h"
+#include "runtime/tensor_parallel.h"
 
 static tr_status norm_bwd(const tr_model *m, float *dx, float *dw, float *db, const float *dy,
                           const float *x, const float *w, const float *mean, const float *rstd,
@@ -16,13 +17,8 @@ static tr_status norm_bwd(const tr_model *m, float *dx, float *dw, float *db, co
 
 /* The gradient entering a residual branch: dy itself, or through the branch's dropout mask. */
 static const float *branch_grad(const tr_model *m, const float *dy, float *scratch, int site) {
-    float p = m->spec.hidden_dropout;
-    if (p <= 0.0f || !m->training) return dy;
-    int64_t n = (int64_t)m->batch * m->spec.seq * m->spec.hidden;
-    if (m->ops->dropout_bwd(scratch, dy, n, p, m->dropout_seed, tr_model_dropout_offset(m, site)) !=
-        TR_OK)
-        return NULL;
-    return scratch;
+    if (m->spec.hidden_dropout <= 0.0f || !m->training) return dy;
+    return tr_model_dropout(m, scratch, dy, site, false) == TR_OK ? scratch : NULL;
 }
 
 static tr_status layer_bwd(tr_model *m, int i) {
@@ -31,7 +27,8 @@ static tr_status layer_bwd(tr_model *m, int i) {
     const tr_layer_views *p = &m->p.layers[i];
     const tr_layer_views *g = &m->g.layers[i];
     const tr_layer_acts *a = &m->acts[i];
-    int rows = m->batch * s->seq;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    bool sp = s->sequence_parallel;
 
     /* MLP branch: m->dx holds dL/d(layer output). */
     const float *dy = branch_grad(m, m->dx, m->dtmp, 2 + 2 * i);
@@ -43,9 +40,9 @@ static tr_status layer_bwd(tr_model *m, int i) {
     else
         TR_TRY(ops->gelu_bwd(m->dbig, m->dact, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
     tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
-    TR_TRY(tr_linear_bwd(ops, &fc1, a->ln2, m->dbig, m->dtmp, rows));
+    TR_TRY(tr_linear_bwd(ops, &fc1, sp ? a->ln2_full : a->ln2, m->dbig, m->dtmp, rows));
     TR_TRY(norm_bwd(m, m->dx, g->ln2_w, g->ln2_b, m->dtmp, a->x_mid, p->ln2_w, a->ln2_mean,
-                    a->ln2_rstd, rows));
+                    a->ln2_rstd, lrows));
 
     /* Attention branch: m->dx now holds dL/d(x_mid). */
     dy = branch_grad(m, m->dx, m->dtmp, 1 + 2 * i);
@@ -64,29 +61,42 @@ static tr_status layer_bwd(tr_model *m, int i) {
     }
     tr_model_qkv_merge(m, m->dbig, m->dq, m->dk, m->dv, rows);
     tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
-    TR_TRY(tr_linear_bwd(ops, &qkv, a->ln1, m->dbig, m->dtmp, rows));
+    TR_TRY(tr_linear_bwd(ops, &qkv, sp ? a->ln1_full : a->ln1, m->dbig, m->dtmp, rows));
     return norm_bwd(m, m->dx, g->ln1_w, g->ln1_b, m->dtmp, a->x_in, p->ln1_w, a->ln1_mean,
-                    a->ln1_rstd, rows);
+                    a->ln1_rstd, lrows);
 }
 
 tr_status tr_model_backward(tr_model *m, float loss_scale) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
-    int rows = m->batch * s->seq;
-    int64_t n = (int64_t)rows * s->hidden;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    int64_t n = (int64_t)lrows * s->hidden;
+    bool sp = s->sequence_parallel;
     float per_token = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
     for (int r = 0; r < rows; r++) m->dloss[r] = m->targets[r] >= 0 ? per_token : 0.0f;
-    TR_TRY(ops->ce_bwd(m->logits, m->ce_stats, m->targets, m->dloss, rows, s->vocab, 0));
+    int vocab_start = m->tp.rank * s->vocab;
+    TR_TRY(ops->ce_bwd(m->logits, m->ce_stats, m->targets, m->dloss, rows, s->vocab, vocab_start));
     tr_linear out = tr_model_output_linear(m);
-    TR_TRY(tr_linear_bwd(ops, &out, m->lnf, m->logits, m->dtmp, rows));
+    TR_TRY(tr_linear_bwd(ops, &out, sp ? m->lnf_full : m->lnf, m->logits, m->dtmp, rows));
     TR_TRY(ops->fill(m->dx, n, 0.0f));
     TR_TRY(norm_bwd(m, m->dx, m->g.final_w, m->g.final_b, m->dtmp, m->x_final, m->p.final_w,
-                    m->lnf_mean, m->lnf_rstd, rows));
-    for (int i = s->num_layers - 1; i >= 0; i--) TR_TRY(layer_bwd(m, i));
-    if (s->hidden_dropout > 0.0f && m->training)
-        TR_TRY(ops->dropout_bwd(m->dx, m->dx, n, s->hidden_dropout, m->dropout_seed,
-                                tr_model_dropout_offset(m, 0)));
+                    m->lnf_mean, m->lnf_rstd, lrows));
+    TR_TRY(tr_model_grads_done(m, TR_MODEL_AT_HEAD));
+    for (int i = s->num_layers - 1; i >= 0; i--) {
+        TR_TRY(layer_bwd(m, i));
+        TR_TRY(tr_model_grads_done(m, i));
+    }
+    TR_TRY(tr_model_dropout(m, m->dx, m->dx, 0, false));
+    int chunk = lrows / m->batch;
     if (s->learned_pos)
-        TR_TRY(ops->pos_embedding_bwd(m->g.pos_emb, m->dx, m->batch, s->seq, s->hidden, 0));
-    return ops->embedding_bwd(m->g.word_emb, m->ids, m->dx, rows, s->hidden, 0, s->vocab);
+        TR_TRY(ops->pos_embedding_bwd(m->g.pos_emb, m->dx, m->batch, chunk, s->hidden,
+                                      sp ? m->tp.rank * chunk : 0));
+    const float *demb = m->dx;
+    if (sp) { /* the lookup's shard sees every token of the microbatch */
+        TR_TRY(tr_tp_seq_gather(m, m->dx, m->sp_full, s->hidden));
+        demb = m->sp_full;
+    }
+    TR_TRY(ops->embedding_bwd(m->g.word_emb, m->ids, demb, rows, s->hidden, vocab_start,
+                              vocab_start + s->vocab));
+    return tr_model_grads_done(m, TR_MODEL_AT_EMBEDDING);
 }

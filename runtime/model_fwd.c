@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "runtime/model_internal.h"
+#include "runtime/tensor_parallel.h"
 
 tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rstd, const float *x,
                             const float *w, const float *b, int rows) {
@@ -21,23 +22,23 @@ tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id
     switch (id) {
     case TR_LIN_QKV:
         return (tr_linear){p->qkv_w,  p->qkv_b,   g->qkv_w,         g->qkv_b,
-                           s->hidden, m->qkv_dim, TR_LINEAR_COLUMN, m->tp};
+                           s->hidden, m->qkv_dim, TR_LINEAR_COLUMN, m};
     case TR_LIN_PROJ:
         return (tr_linear){p->proj_w, p->proj_b, g->proj_w,     g->proj_b,
-                           hd,        s->hidden, TR_LINEAR_ROW, m->tp};
+                           hd,        s->hidden, TR_LINEAR_ROW, m};
     case TR_LIN_FC1:
         return (tr_linear){p->fc1_w,  p->fc1_b,   g->fc1_w,         g->fc1_b,
-                           s->hidden, m->fc1_dim, TR_LINEAR_COLUMN, m->tp};
+                           s->hidden, m->fc1_dim, TR_LINEAR_COLUMN, m};
     case TR_LIN_FC2:
     default:
         return (tr_linear){p->fc2_w, p->fc2_b,  g->fc2_w,      g->fc2_b,
-                           s->ffn,   s->hidden, TR_LINEAR_ROW, m->tp};
+                           s->ffn,   s->hidden, TR_LINEAR_ROW, m};
     }
 }
 
 tr_linear tr_model_output_linear(const tr_model *m) {
     return (tr_linear){m->p.out_w,     NULL,          m->g.out_w,       NULL,
-                       m->spec.hidden, m->spec.vocab, TR_LINEAR_COLUMN, m->tp};
+                       m->spec.hidden, m->spec.vocab, TR_LINEAR_COLUMN, m};
 }
 
 /* Megatron's fused QKV rows are grouped: per KV group, its (heads/groups) query heads, then
@@ -97,10 +98,39 @@ uint64_t tr_model_dropout_offset(const tr_model *m, int site) {
     return (m->dropout_round * sites + (uint64_t)site) * n;
 }
 
-static tr_status dropout_fwd(const tr_model *m, float *x, int64_t n, int site) {
+tr_status tr_model_dropout(const tr_model *m, float *y, const float *x, int site, bool forward) {
     float p = m->spec.hidden_dropout;
     if (p <= 0.0f || !m->training) return TR_OK;
-    return m->ops->dropout_fwd(x, x, n, p, m->dropout_seed, tr_model_dropout_offset(m, site));
+    uint64_t base = tr_model_dropout_offset(m, site);
+    int64_t h = m->spec.hidden, T = m->spec.seq;
+    if (!m->spec.sequence_parallel) {
+        int64_t n = (int64_t)m->batch * T * h;
+        return forward ? m->ops->dropout_fwd(y, x, n, p, m->dropout_seed, base)
+                       : m->ops->dropout_bwd(y, x, n, p, m->dropout_seed, base);
+    }
+    /* This rank's chunk of each sequence draws the bits the whole sequence would. */
+    int64_t Tl = T / m->tp.size, seg = Tl * h;
+    for (int b = 0; b < m->batch; b++) {
+        uint64_t off = base + (uint64_t)(((int64_t)b * T + (int64_t)m->tp.rank * Tl) * h);
+        int64_t at = (int64_t)b * seg;
+        TR_TRY(forward ? m->ops->dropout_fwd(y + at, x + at, seg, p, m->dropout_seed, off)
+                       : m->ops->dropout_bwd(y + at, x + at, seg, p, m->dropout_seed, off));
+    }
+    return TR_OK;
+}
+
+static tr_status dropout_fwd(const tr_model *m, float *x, int site) {
+    return tr_model_dropout(m, x, x, site, true);
+}
+
+/* The input of a column-parallel layer: the norm output, gathered over the sequence chunks with
+ * sequence parallelism. */
+static tr_status region_input(const tr_model *m, const float *local, float *full,
+                              const float **in) {
+    *in = local;
+    if (!m->spec.sequence_parallel) return TR_OK;
+    *in = full;
+    return tr_tp_seq_gather(m, local, full, m->spec.hidden);
 }
 
 static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) {
@@ -108,14 +138,16 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
     const tr_model_spec *s = &m->spec;
     const tr_layer_views *p = &m->p.layers[i];
     tr_layer_acts *a = &m->acts[i];
-    int rows = m->batch * s->seq;
-    int64_t n = (int64_t)rows * s->hidden;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    int64_t n = (int64_t)lrows * s->hidden;
     if (a->x_in != x_in) memcpy(a->x_in, x_in, (size_t)n * sizeof(float));
 
     TR_TRY(
-        tr_model_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, p->ln1_w, p->ln1_b, rows));
+        tr_model_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, p->ln1_w, p->ln1_b, lrows));
+    const float *ln1;
+    TR_TRY(region_input(m, a->ln1, a->ln1_full, &ln1));
     tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
-    TR_TRY(tr_linear_fwd(ops, &qkv, a->ln1, m->dbig, rows));
+    TR_TRY(tr_linear_fwd(ops, &qkv, ln1, m->dbig, rows));
     tr_model_qkv_split(m, m->dbig, a->q, a->k, a->v, rows);
     if (s->rope) {
         int rot = s->rope_p.rot_dim;
@@ -128,51 +160,84 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
     TR_TRY(ops->attention_fwd(a->attn, a->lse, a->q, a->k, a->v, &ad));
     tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
     TR_TRY(tr_linear_fwd(ops, &proj, a->attn, m->dtmp, rows));
-    TR_TRY(dropout_fwd(m, m->dtmp, n, 1 + 2 * i));
+    TR_TRY(dropout_fwd(m, m->dtmp, 1 + 2 * i));
     memcpy(a->x_mid, a->x_in, (size_t)n * sizeof(float));
     TR_TRY(ops->add(a->x_mid, m->dtmp, n));
 
-    TR_TRY(
-        tr_model_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p->ln2_w, p->ln2_b, rows));
+    TR_TRY(tr_model_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p->ln2_w, p->ln2_b,
+                             lrows));
+    const float *ln2;
+    TR_TRY(region_input(m, a->ln2, a->ln2_full, &ln2));
     tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
-    TR_TRY(tr_linear_fwd(ops, &fc1, a->ln2, a->fc1, rows));
+    TR_TRY(tr_linear_fwd(ops, &fc1, ln2, a->fc1, rows));
     if (s->swiglu)
         TR_TRY(ops->swiglu_fwd(a->act, a->fc1, rows, s->ffn));
     else
         TR_TRY(ops->gelu_fwd(a->act, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
     tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
     TR_TRY(tr_linear_fwd(ops, &fc2, a->act, m->dtmp, rows));
-    TR_TRY(dropout_fwd(m, m->dtmp, n, 2 + 2 * i));
+    TR_TRY(dropout_fwd(m, m->dtmp, 2 + 2 * i));
     memcpy(x_out, a->x_mid, (size_t)n * sizeof(float));
     return ops->add(x_out, m->dtmp, n);
+}
+
+/* Padding ids [real, vocab) get a logit so low that exp() of it is exactly 0 next to any real
+ * logit: the softmax, the loss and every gradient are the unpadded model's. (Not -inf: a shard
+ * of padding alone would make its local max -inf and exp(-inf - -inf) undefined.) */
+static void mask_padding(tr_model *m, int vocab_start, int real, int rows) {
+    int V = m->spec.vocab, first = real - vocab_start;
+    if (first >= V) return;
+    if (first < 0) first = 0;
+    for (int r = 0; r < rows; r++)
+        for (int v = first; v < V; v++) m->logits[(int64_t)r * V + v] = -1e30f;
 }
 
 tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targets, float *loss) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
-    int rows = m->batch * s->seq;
-    int64_t n = (int64_t)rows * s->hidden;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    int64_t n = (int64_t)lrows * s->hidden;
+    int vocab_start = m->tp.rank * s->vocab, vocab = m->full.vocab;
+    int real = m->full.vocab_real > 0 ? m->full.vocab_real : vocab;
     for (int r = 0; r < rows; r++)
-        if (ids[r] < 0 || ids[r] >= s->vocab || targets[r] >= s->vocab) return TR_ERR_INVALID;
+        if (ids[r] < 0 || ids[r] >= real || targets[r] >= real) return TR_ERR_INVALID;
     memcpy(m->ids, ids, (size_t)rows * sizeof *ids);
     memcpy(m->targets, targets, (size_t)rows * sizeof *targets);
 
     /* Layer i reads acts[i].x_in and writes the next layer's x_in (or x_final). */
     float *x0 = m->acts[0].x_in;
-    TR_TRY(ops->embedding_fwd(x0, m->ids, m->p.word_emb, rows, s->hidden, 0, s->vocab));
+    TR_TRY(tr_model_before_params(m, TR_MODEL_AT_EMBEDDING));
+    /* Each row comes from the one shard owning its id: a sum over shards (reduce-scattered to the
+     * sequence chunks with sequence parallelism). */
+    if (s->sequence_parallel) {
+        TR_TRY(ops->embedding_fwd(m->sp_full, m->ids, m->p.word_emb, rows, s->hidden, vocab_start,
+                                  vocab_start + s->vocab));
+        TR_TRY(tr_tp_seq_reduce_scatter(m, m->sp_full, x0, s->hidden));
+    } else {
+        TR_TRY(ops->embedding_fwd(x0, m->ids, m->p.word_emb, rows, s->hidden, vocab_start,
+                                  vocab_start + s->vocab));
+        TR_TRY(tr_tp_all_reduce(m, x0, n));
+    }
+    int chunk = lrows / m->batch; /* positions of this rank's chunk of each sequence */
     if (s->learned_pos)
-        TR_TRY(ops->pos_embedding_fwd(x0, m->p.pos_emb, m->batch, s->seq, s->hidden, 0));
-    TR_TRY(dropout_fwd(m, x0, n, 0));
+        TR_TRY(ops->pos_embedding_fwd(x0, m->p.pos_emb, m->batch, chunk, s->hidden,
+                                      s->sequence_parallel ? m->tp.rank * chunk : 0));
+    TR_TRY(dropout_fwd(m, x0, 0));
     for (int i = 0; i < s->num_layers; i++) {
         float *out = i + 1 < s->num_layers ? m->acts[i + 1].x_in : m->x_final;
+        TR_TRY(tr_model_before_params(m, i));
         TR_TRY(layer_fwd(m, i, m->acts[i].x_in, out));
     }
+    TR_TRY(tr_model_before_params(m, TR_MODEL_AT_HEAD));
     TR_TRY(tr_model_norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->p.final_w,
-                             m->p.final_b, rows));
+                             m->p.final_b, lrows));
+    const float *lnf;
+    TR_TRY(region_input(m, m->lnf, m->lnf_full, &lnf));
     tr_linear out = tr_model_output_linear(m);
-    TR_TRY(tr_linear_fwd(ops, &out, m->lnf, m->logits, rows));
-    /* One vocab shard today: its stats are the global stats (TP merges them with ce_merge). */
-    TR_TRY(ops->ce_stats(m->ce_stats, m->logits, m->targets, rows, s->vocab, 0));
+    TR_TRY(tr_linear_fwd(ops, &out, lnf, m->logits, rows));
+    mask_padding(m, vocab_start, real, rows);
+    TR_TRY(ops->ce_stats(m->ce_stats, m->logits, m->targets, rows, s->vocab, vocab_start));
+    TR_TRY(tr_tp_ce_combine(m, m->ce_stats, m->ce_stats + 3 * rows, rows));
     TR_TRY(ops->ce_loss(m->losses, m->ce_stats, m->targets, rows));
     double sum = 0.0;
     int64_t valid = 0;

@@ -14,6 +14,13 @@ typedef enum tr_model_linear_id {
     TR_LIN_FC2
 } tr_model_linear_id;
 
+/* Where the forward is about to read parameters / the backward has finished gradients: a layer
+ * index, or one of these. */
+enum { TR_MODEL_AT_EMBEDDING = -1, TR_MODEL_AT_HEAD = -2 };
+tr_status tr_model_before_params(const tr_model *m, int where);
+tr_status tr_model_grads_done(const tr_model *m, int where);
+tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v);
+
 tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rstd, const float *x,
                             const float *w, const float *b, int rows);
 tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id);
@@ -23,6 +30,9 @@ void tr_model_qkv_split(const tr_model *m, const float *qkv, float *q, float *k,
 void tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, const float *k,
                         const float *v, int64_t rows);
 tr_attn_desc tr_model_attn_desc(const tr_model *m);
+/* Dropout of the hidden activations at `site` (y = x allowed): the rows this rank holds (its
+ * sequence chunks with sequence parallelism) with the mask the whole microbatch would draw. */
+tr_status tr_model_dropout(const tr_model *m, float *y, const float *x, int site, bool forward);
 /* Philox counter offset of dropout site `site` (0 embedding, 1 + 2i attention, 2 + 2i MLP). */
 uint64_t tr_model_dropout_offset(const tr_model *m, int site);
 

@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "kernels/common/philox.h"
-#include "runtime/model.h"
+#include "runtime/comm.h"
+#include "runtime/model_internal.h"
 
 /* Each tensor starts on a 64-byte boundary so vector loads never straddle two tensors. */
 #define TR_PARAM_ALIGN 16
@@ -17,8 +18,15 @@ typedef struct layout {
     int64_t total;
 } layout;
 
-static tr_status add_param(layout *l, const char *name, int rows, int cols, bool no_decay,
-                           int init) {
+/* How the next parameter added is split over TP (reset after each add). */
+typedef struct split {
+    int dim; /* -1, 0 (rows) or 1 (columns) */
+    bool swiglu;
+    int tp;
+} split;
+
+static tr_status add_param_split(layout *l, const char *name, int rows, int cols, bool no_decay,
+                                 int init, split sp) {
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 32;
         tr_param_info *p = realloc(l->info, (size_t)cap * sizeof *p);
@@ -35,8 +43,17 @@ static tr_status add_param(layout *l, const char *name, int rows, int cols, bool
     p->offset = l->total;
     p->no_decay = no_decay;
     p->init = init;
+    p->split_dim = sp.tp > 1 ? sp.dim : -1;
+    p->swiglu_split = sp.swiglu && p->split_dim >= 0;
+    p->full_rows = sp.dim == 0 ? rows * sp.tp : rows;
+    p->full_cols = sp.dim == 1 ? cols * sp.tp : cols;
     l->total += (p->numel + TR_PARAM_ALIGN - 1) / TR_PARAM_ALIGN * TR_PARAM_ALIGN;
     return TR_OK;
+}
+
+static tr_status add_param(layout *l, const char *name, int rows, int cols, bool no_decay,
+                           int init) {
+    return add_param_split(l, name, rows, cols, no_decay, init, (split){-1, false, 1});
 }
 
 static tr_status add_norm(layout *l, const tr_model_spec *s, const char *prefix) {
@@ -44,46 +61,59 @@ static tr_status add_norm(layout *l, const tr_model_spec *s, const char *prefix)
     int init = s->zero_centered ? TR_INIT_ZERO : TR_INIT_ONE;
     snprintf(name, sizeof name, "%s.weight", prefix);
     TR_TRY(add_param(l, name, 1, s->hidden, true, init));
+    l->info[l->n - 1].sp_partial = s->sequence_parallel;
     if (!s->layernorm) return TR_OK;
     snprintf(name, sizeof name, "%s.bias", prefix);
-    return add_param(l, name, 1, s->hidden, true, TR_INIT_ZERO);
+    TR_TRY(add_param(l, name, 1, s->hidden, true, TR_INIT_ZERO));
+    l->info[l->n - 1].sp_partial = s->sequence_parallel;
+    return TR_OK;
 }
 
-static tr_status add_linear(layout *l, const char *prefix, int out, int in, bool bias, int init) {
+/* A column-parallel layer splits its weight's rows and its bias; a row-parallel one splits its
+ * weight's columns and keeps the whole bias on every rank. */
+static tr_status add_linear(layout *l, const char *prefix, int out, int in, bool bias, int init,
+                            bool column, bool swiglu, int tp) {
     char name[80];
     snprintf(name, sizeof name, "%s.weight", prefix);
-    TR_TRY(add_param(l, name, out, in, false, init));
+    TR_TRY(add_param_split(l, name, out, in, false, init, (split){column ? 0 : 1, swiglu, tp}));
     if (!bias) return TR_OK;
     snprintf(name, sizeof name, "%s.bias", prefix);
-    return add_param(l, name, 1, out, true, TR_INIT_ZERO);
+    return add_param_split(l, name, 1, out, true, TR_INIT_ZERO,
+                           (split){column ? 1 : -1, swiglu, tp});
 }
 
 /* The order is the module order of Megatron's GPTModel, so a name lists like its state dict. */
-static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, int fc1_dim) {
-    TR_TRY(add_param(l, "embedding.word_embeddings.weight", s->vocab, s->hidden, false,
-                     TR_INIT_EMBEDDING));
-    if (s->learned_pos)
+static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, int fc1_dim, int tp) {
+    TR_TRY(add_param_split(l, "embedding.word_embeddings.weight", s->vocab, s->hidden, false,
+                           TR_INIT_EMBEDDING, (split){0, false, tp}));
+    if (s->learned_pos) {
         TR_TRY(add_param(l, "embedding.position_embeddings.weight", s->seq, s->hidden, false,
                          TR_INIT_EMBEDDING));
+        l->info[l->n - 1].sp_partial = s->sequence_parallel;
+    }
     char pre[80];
     for (int i = 0; i < s->num_layers; i++) {
         snprintf(pre, sizeof pre, "decoder.layers.%d.input_layernorm", i);
         TR_TRY(add_norm(l, s, pre));
         snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_qkv", i);
-        TR_TRY(add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL));
+        TR_TRY(
+            add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL, true, false, tp));
         snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_proj", i);
         TR_TRY(add_linear(l, pre, s->hidden, s->heads * s->head_dim, s->bias_linear,
-                          TR_INIT_SCALED_NORMAL));
+                          TR_INIT_SCALED_NORMAL, false, false, tp));
         snprintf(pre, sizeof pre, "decoder.layers.%d.pre_mlp_layernorm", i);
         TR_TRY(add_norm(l, s, pre));
         snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.linear_fc1", i);
-        TR_TRY(add_linear(l, pre, fc1_dim, s->hidden, s->bias_linear, TR_INIT_NORMAL));
+        TR_TRY(add_linear(l, pre, fc1_dim, s->hidden, s->bias_linear, TR_INIT_NORMAL, true,
+                          s->swiglu, tp));
         snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.linear_fc2", i);
-        TR_TRY(add_linear(l, pre, s->hidden, s->ffn, s->bias_linear, TR_INIT_SCALED_NORMAL));
+        TR_TRY(add_linear(l, pre, s->hidden, s->ffn, s->bias_linear, TR_INIT_SCALED_NORMAL, false,
+                          false, tp));
     }
     TR_TRY(add_norm(l, s, "decoder.final_layernorm"));
     if (!s->tied)
-        TR_TRY(add_param(l, "output_layer.weight", s->vocab, s->hidden, false, TR_INIT_NORMAL));
+        TR_TRY(add_param_split(l, "output_layer.weight", s->vocab, s->hidden, false, TR_INIT_NORMAL,
+                               (split){0, false, tp}));
     return TR_OK;
 }
 
@@ -98,7 +128,7 @@ static float *view(const tr_model *m, float *base, const char *name) {
     return p ? base + p->offset : NULL;
 }
 
-static tr_status bind_views(tr_model *m, float *base, tr_model_views *v) {
+tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
     const tr_model_spec *s = &m->spec;
     v->layers = calloc((size_t)s->num_layers, sizeof *v->layers);
     if (!v->layers) return TR_ERR_NOMEM;
@@ -163,7 +193,12 @@ static void carve_acts(tr_model *m, carver *c) {
         a->ln2_rstd = carve(c, bt);
         a->fc1 = carve(c, bt * m->fc1_dim);
         a->act = carve(c, bt * s->ffn);
+        a->ln1_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
+        a->ln2_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
     }
+    m->lnf_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
+    m->sp_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
+    m->sp_perm = s->sequence_parallel ? carve(c, bt * C) : NULL;
     int64_t big = m->fc1_dim > m->qkv_dim ? m->fc1_dim : m->qkv_dim;
     if (big < C) big = C;
     m->x_final = carve(c, bt * C);
@@ -171,7 +206,7 @@ static void carve_acts(tr_model *m, carver *c) {
     m->lnf_mean = carve(c, bt);
     m->lnf_rstd = carve(c, bt);
     m->logits = carve(c, bt * s->vocab);
-    m->ce_stats = carve(c, 3 * bt);
+    m->ce_stats = carve(c, 4 * bt); /* [3, bt] stats, then bt floats of TP scratch */
     m->losses = carve(c, bt);
     m->dloss = carve(c, bt);
     m->rope_cos = carve(c, (int64_t)s->seq * (s->head_dim / 2 + 1));
@@ -192,8 +227,10 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
     if (s->heads % s->groups != 0) return TR_ERR_INVALID;
     if (s->rope && (s->rope_p.rot_dim < 2 || s->rope_p.rot_dim > s->head_dim))
         return TR_ERR_INVALID;
-    /* Today's runtime is single-shard; the tr_tp_shard argument is where TP plugs in. */
-    if (tp.size != 1 || tp.rank != 0) return TR_ERR_INVALID;
+    if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) return TR_ERR_INVALID;
+    /* Query groups, their heads, the MLP width and the padded vocabulary split evenly. */
+    if (s->groups % tp.size || s->ffn % tp.size || s->vocab % tp.size) return TR_ERR_INVALID;
+    if (s->sequence_parallel && s->seq % tp.size) return TR_ERR_INVALID;
     return TR_OK;
 }
 
@@ -201,15 +238,24 @@ tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, c
                           int batch) {
     memset(m, 0, sizeof *m);
     TR_TRY(check_spec(s, tp, batch));
+    m->full = *s;
     m->spec = *s;
+    m->spec.heads = s->heads / tp.size;
+    m->spec.groups = s->groups / tp.size;
+    m->spec.ffn = s->ffn / tp.size;
+    m->spec.vocab = s->vocab / tp.size;
+    m->spec.sequence_parallel = s->sequence_parallel && tp.size > 1;
+    m->full.sequence_parallel = m->spec.sequence_parallel;
     m->tp = tp;
+    m->tp_group = TR_GROUP_TP;
+    s = &m->spec;
     m->ops = ops;
     m->batch = batch;
     m->training = 1;
     m->qkv_dim = (s->heads + 2 * s->groups) * s->head_dim;
     m->fc1_dim = s->swiglu ? 2 * s->ffn : s->ffn;
     layout l = {0};
-    tr_status st = build_layout(&l, s, m->qkv_dim, m->fc1_dim);
+    tr_status st = build_layout(&l, s, m->qkv_dim, m->fc1_dim, tp.size);
     m->info = l.info;
     m->n_info = l.n;
     m->n_params = l.total;
@@ -228,8 +274,8 @@ tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, c
     if (!m->act_buf) goto fail;
     c = (carver){m->act_buf, 0};
     carve_acts(m, &c);
-    if ((st = bind_views(m, m->params, &m->p)) != TR_OK) goto fail;
-    if ((st = bind_views(m, m->grads, &m->g)) != TR_OK) goto fail;
+    if ((st = tr_model_bind_views(m, m->params, &m->p)) != TR_OK) goto fail;
+    if ((st = tr_model_bind_views(m, m->grads, &m->g)) != TR_OK) goto fail;
     if (s->rope) {
         st = ops->rope_table(m->rope_cos, m->rope_sin, &s->rope_p, s->seq, 0);
         if (st != TR_OK) goto fail;
@@ -270,6 +316,22 @@ static float normal_at(uint64_t seed, uint64_t tensor, uint64_t e) {
     return (float)(r * cos(2.0 * 3.14159265358979323846 * (double)u2));
 }
 
+/* Position along a split dimension of local size n in the logical dimension: a plain slice, or
+ * for SwiGLU's [gate; up] the rank's slice of each half. */
+static int64_t logical_coord(int64_t x, int64_t n, tr_tp_shard tp, bool swiglu) {
+    if (!swiglu) return (int64_t)tp.rank * n + x;
+    int64_t half = n / 2;
+    return x < half ? (int64_t)tp.rank * half + x
+                    : half * tp.size + (int64_t)tp.rank * half + x - half;
+}
+
+int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_t e) {
+    int64_t r = e / p->cols, c = e % p->cols;
+    if (p->split_dim == 0) r = logical_coord(r, p->rows, m->tp, p->swiglu_split);
+    if (p->split_dim == 1) c = logical_coord(c, p->cols, m->tp, p->swiglu_split);
+    return r * p->full_cols + c;
+}
+
 tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
     const tr_model_spec *s = &m->spec;
     double scaled = s->init_std / sqrt(2.0 * s->num_layers);
@@ -286,7 +348,7 @@ tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
             else if (p->init == TR_INIT_ONE)
                 w[e] = 1.0f;
             else
-                w[e] = (float)std * normal_at(seed, key, (uint64_t)e);
+                w[e] = (float)std * normal_at(seed, key, (uint64_t)tr_model_logical_index(m, p, e));
         }
     }
     return TR_OK;

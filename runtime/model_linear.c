@@ -1,21 +1,43 @@
 /* See runtime/model_linear.h. */
 #include "runtime/model_linear.h"
 
+#include "runtime/tensor_parallel.h"
+
+static bool seq_split(const tr_linear *l) {
+    return l->model->spec.sequence_parallel;
+}
+
 tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y, int rows) {
-    if (l->tp.size != 1) return TR_ERR_INVALID; /* the TP collectives arrive with the TP issue */
+    bool sp_out = l->kind == TR_LINEAR_ROW && seq_split(l);
+    float *out = sp_out ? l->model->sp_full : y;
     TR_TRY(ops->gemm(TR_NOTRANS, TR_TRANS, rows, l->out, l->in, 1.0f, x, l->in, l->w, l->in, 0.0f,
-                     y, l->out));
+                     out, l->out));
+    if (sp_out) {
+        TR_TRY(tr_tp_seq_reduce_scatter(l->model, out, y, l->out));
+        rows = tr_tp_local_rows(l->model);
+    } else if (l->kind == TR_LINEAR_ROW) {
+        TR_TRY(tr_tp_all_reduce(l->model, y, (int64_t)rows * l->out));
+    }
     if (l->b) TR_TRY(ops->bias_add(y, l->b, rows, l->out));
     return TR_OK;
 }
 
 tr_status tr_linear_bwd(const tr_ops *ops, const tr_linear *l, const float *x, const float *dy,
                         float *dx, int rows) {
-    if (l->tp.size != 1) return TR_ERR_INVALID;
+    if (l->kind == TR_LINEAR_ROW && seq_split(l)) {
+        /* The whole sequence's output gradient; the bias gradient from it is complete. */
+        TR_TRY(tr_tp_seq_gather(l->model, dy, l->model->sp_full, l->out));
+        dy = l->model->sp_full;
+    }
     TR_TRY(ops->gemm(TR_TRANS, TR_NOTRANS, l->out, l->in, rows, 1.0f, dy, l->out, x, l->in, 1.0f,
                      l->dw, l->in));
     if (l->db) TR_TRY(ops->bias_grad(l->db, dy, rows, l->out));
     if (!dx) return TR_OK;
-    return ops->gemm(TR_NOTRANS, TR_NOTRANS, rows, l->in, l->out, 1.0f, dy, l->out, l->w, l->in,
-                     0.0f, dx, l->in);
+    bool sp_dx = l->kind == TR_LINEAR_COLUMN && seq_split(l);
+    float *out = sp_dx ? l->model->sp_full : dx;
+    TR_TRY(ops->gemm(TR_NOTRANS, TR_NOTRANS, rows, l->in, l->out, 1.0f, dy, l->out, l->w, l->in,
+                     0.0f, out, l->in));
+    if (sp_dx) return tr_tp_seq_reduce_scatter(l->model, out, dx, l->in);
+    if (l->kind == TR_LINEAR_COLUMN) return tr_tp_all_reduce(l->model, dx, (int64_t)rows * l->in);
+    return TR_OK;
 }

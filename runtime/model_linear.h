@@ -1,8 +1,10 @@
 /* A linear layer y = x W^T + b as the model sees it: the weight it holds is one shard of a
  * logical [out, in] matrix. A column-parallel layer holds rows (out/TP) and needs no input
  * communication in forward; a row-parallel layer holds columns (in/TP) and sums partial outputs
- * over the TP group. With one shard (today's runtime) both are plain GEMMs; the TP collectives go
- * here, not into the model code. */
+ * over the TP group (Megatron's ColumnParallelLinear / RowParallelLinear without sequence
+ * parallelism: the column layer all-reduces its input gradient in backward, the row layer its
+ * output in forward, before the bias, which it keeps whole). With one shard both are plain GEMMs.
+ */
 #ifndef TR_RUNTIME_MODEL_LINEAR_H
 #define TR_RUNTIME_MODEL_LINEAR_H
 
@@ -16,12 +18,15 @@ typedef struct tr_linear {
     float *dw, *db;     /* gradients (accumulated); db NULL when there is no bias */
     int in, out;        /* local (shard) sizes */
     tr_linear_kind kind;
-    tr_tp_shard tp;
+    const tr_model *model; /* its TP group and shard */
 } tr_linear;
 
-/* y [rows, out] = x [rows, in] W^T + b (overwrites y). */
+/* y [rows, out] = x [rows, in] W^T + b (overwrites y). rows counts whole sequences; with sequence
+ * parallelism a row-parallel layer's y holds this rank's sequence chunk only (rows/tp). */
 tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y, int rows);
-/* dW += dy^T x, db += column sums of dy, and dx = dy W (overwritten; skipped when dx is NULL). */
+/* dW += dy^T x, db += column sums of dy, and dx = dy W (overwritten; skipped when dx is NULL).
+ * With sequence parallelism a column-parallel layer's dx and a row-parallel layer's dy are this
+ * rank's sequence chunk (rows/tp). */
 tr_status tr_linear_bwd(const tr_ops *ops, const tr_linear *l, const float *x, const float *dy,
                         float *dx, int rows);
 

@@ -35,11 +35,6 @@ static int check_features(const tr_model_config *m, tr_diags *d) {
     if (m->mtp_num_layers != TR_NULL_INT && m->mtp_num_layers > 0)
         bad |= unsupported(d, "model.mtp_num_layers", "set model.mtp_num_layers=null",
                            "multi-token prediction") != TR_OK;
-    if (m->tensor_model_parallel_size > 1 || m->pipeline_model_parallel_size > 1 ||
-        m->context_parallel_size > 1 || m->expert_model_parallel_size > 1)
-        bad |= unsupported(d, "model.tensor_model_parallel_size",
-                           "run with TP = PP = CP = EP = 1 (data parallelism is a separate issue)",
-                           "model parallelism") != TR_OK;
     if (m->params_dtype != TR_DTYPE_FP32 || m->bf16 || m->fp16)
         bad |= unsupported(d, "model.params_dtype",
                            "use mixed_precision.preset=fp32 (or "
@@ -76,6 +71,8 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
                            "set model.vocab_size or a tokenizer that defines one",
                            "the model has no vocabulary size");
     s->vocab = (int)v;
+    s->sequence_parallel = m->sequence_parallel;
+    s->vocab_real = m->vocab_size != TR_NULL_INT && m->vocab_size < v ? (int)m->vocab_size : 0;
     s->seq = (int)m->seq_length;
     s->layernorm = m->normalization == TR_NORM_LAYERNORM;
     s->swiglu = m->gated_linear_unit;

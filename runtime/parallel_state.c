@@ -110,7 +110,9 @@ tr_status tr_parallel_state_init(tr_parallel_state *ps, const tr_parallel_dims *
 
 void tr_parallel_state_free(tr_parallel_state *ps) {
     for (int k = 0; k < TR_GROUP_COUNT; k++) {
-        if (ps->groups[k].comm != MPI_COMM_NULL) MPI_Comm_free(&ps->groups[k].comm);
+        /* A zeroed state holds 0, which is not MPI_COMM_NULL in every MPI. */
+        MPI_Comm comm = ps->groups[k].comm;
+        if (comm != MPI_COMM_NULL && comm != (MPI_Comm)0) MPI_Comm_free(&ps->groups[k].comm);
         ps->groups[k] = (tr_group_comm){MPI_COMM_NULL, -1, 0};
     }
 }

@@ -6,11 +6,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/data/sampler.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
 #include "runtime/schedule_lr.h"
 #include "runtime/train_checks.h"
 #include "runtime/train_data.h"
+#include "runtime/train_dp.h"
 #include "runtime/train_log.h"
 #include "runtime/train_signal.h"
 
@@ -19,7 +21,11 @@ typedef struct trainer {
     const tr_train_opts *o;
     tr_diags *d;
     tr_model model;
-    tr_optimizer opt;
+    tr_optimizer_spec opt_spec;
+    tr_optimizer opt; /* the plain single-rank path */
+    tr_train_dp dp;   /* the parallel path: DP and/or TP over o->comm */
+    bool distributed; /* the parallel path is in use */
+    int dp_size, dp_rank;
     tr_lr_schedule sched;
     tr_token_dataset data;
     tr_train_log log;
@@ -27,6 +33,7 @@ typedef struct trainer {
     int32_t *sample, *ids, *tgt;
     int eod_mask;
     int per_token_loss; /* model.calculate_per_token_loss */
+    int64_t buckets_started_early;
 } trainer;
 
 static double now_s(void) {
@@ -35,11 +42,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Microbatch of mbs samples starting at sample `first` of `split`: inputs are tokens [0, seq),
- * labels tokens [1, seq]; end-of-document labels are masked when dataset.eod_mask_loss. */
-static tr_status load_microbatch(trainer *t, int split, int64_t first) {
+/* Microbatch of the mbs samples index[0..mbs) of `split` (consecutive from index[0] when index
+ * is NULL): inputs are tokens [0, seq), labels tokens [1, seq]; end-of-document labels are
+ * masked when dataset.eod_mask_loss. */
+static tr_status load_microbatch(trainer *t, int split, int64_t first, const int64_t *index) {
     for (int b = 0; b < t->mbs; b++) {
-        TR_TRY(t->data.sample(&t->data, split, first + b, t->sample));
+        TR_TRY(t->data.sample(&t->data, split, index ? index[b] : first + b, t->sample));
         int32_t *ids = t->ids + (int64_t)b * t->seq, *tgt = t->tgt + (int64_t)b * t->seq;
         for (int i = 0; i < t->seq; i++) {
             ids[i] = t->sample[i];
@@ -61,25 +69,63 @@ typedef struct step_out {
     bool skipped;
 } step_out;
 
-/* One iteration: accumulate gradients over num_microbatches, then clip and step. */
-static tr_status train_step(trainer *t, int64_t iteration, int64_t consumed, int64_t sched_samples,
-                            step_out *out) {
+/* The samples this rank reads in its microbatch mb of the global batch starting at `consumed`:
+ * Megatron's pretraining sampler (rank r takes the r-th run of mbs samples of each group of
+ * mbs x dp). The train split is read past its end in later epochs, so the sampler never runs
+ * out. */
+static tr_status microbatch_index(const trainer *t, int64_t consumed, int mb, int64_t *index) {
+    tr_sampler s = {.total_samples = INT64_MAX / 2,
+                    .consumed_samples = consumed,
+                    .micro_batch_size = t->mbs,
+                    .dp_rank = t->dp_rank,
+                    .dp_size = t->dp_size,
+                    .drop_last = true};
+    return tr_sampler_micro_batch(&s, mb, index) == t->mbs ? TR_OK : TR_ERR_INVALID;
+}
+
+/* Forward and backward of this rank's microbatches, gradients accumulated (and, with a comm,
+ * synchronised); sum and tokens are this rank's loss sum (per-token: over tokens; else over
+ * microbatch means) and trained-token count. */
+static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, double *sum,
+                            int64_t *tokens) {
+    tr_model *m = &t->model;
+    int64_t index[64];
+    int64_t *idx = t->mbs <= 64 ? index : malloc((size_t)t->mbs * sizeof *idx);
+    if (!idx) return TR_ERR_NOMEM;
+    tr_status st = TR_OK;
+    *sum = 0.0;
+    *tokens = 0;
+    for (int mb = 0; mb < t->nmb && st == TR_OK; mb++) {
+        if (t->distributed) tr_ddp_set_last_microbatch(&t->dp.ddp, mb == t->nmb - 1);
+        st = microbatch_index(t, consumed, mb, idx);
+        if (st == TR_OK) st = load_microbatch(t, TR_SPLIT_TRAIN, 0, idx);
+        /* The dropout masks follow the global microbatch, so every layout draws the masks of
+         * the single-rank run. */
+        int64_t global_mb = (int64_t)mb * t->dp_size + t->dp_rank;
+        m->dropout_round =
+            (uint64_t)(iteration - 1) * (uint64_t)(t->nmb * t->dp_size) + (uint64_t)global_mb;
+        float loss = 0.0f;
+        if (st == TR_OK) st = tr_model_forward(m, t->ids, t->tgt, &loss);
+        /* Per-token loss: gradients of the token SUM now, divided by the global token count
+         * after the reduction; otherwise the mean of the microbatch means (Megatron divides by
+         * the local microbatch count here and averages over DP in the reduction). */
+        float scale = t->per_token_loss ? (float)m->n_valid : 1.0f / (float)t->nmb;
+        if (st == TR_OK) st = tr_model_backward(m, scale);
+        *sum += t->per_token_loss ? (double)loss * (double)m->n_valid : loss;
+        *tokens += m->n_valid;
+    }
+    if (idx != index) free(idx);
+    return st;
+}
+
+/* One iteration on one rank without a comm: accumulate, then clip and step. */
+static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consumed,
+                                   int64_t sched_samples, step_out *out) {
     tr_model *m = &t->model;
     memset(m->grads, 0, (size_t)m->n_params * sizeof(float));
     double sum = 0.0;
     int64_t tokens = 0;
-    for (int mb = 0; mb < t->nmb; mb++) {
-        TR_TRY(load_microbatch(t, TR_SPLIT_TRAIN, consumed + (int64_t)mb * t->mbs));
-        m->dropout_round = (uint64_t)(iteration - 1) * (uint64_t)t->nmb + (uint64_t)mb;
-        float loss = 0.0f;
-        TR_TRY(tr_model_forward(m, t->ids, t->tgt, &loss));
-        /* Per-token loss: gradients of the token SUM now, divided by the batch's token count
-         * below; otherwise the mean of the microbatch means. */
-        float scale = t->per_token_loss ? (float)m->n_valid : 1.0f / (float)t->nmb;
-        TR_TRY(tr_model_backward(m, scale));
-        sum += t->per_token_loss ? (double)loss * (double)m->n_valid : loss;
-        tokens += m->n_valid;
-    }
+    TR_TRY(accumulate(t, iteration, consumed, &sum, &tokens));
     if (t->per_token_loss) {
         if (tokens > 0) TR_TRY(m->ops->scale(m->grads, m->n_params, 1.0f / (float)tokens));
         out->loss = tokens > 0 ? sum / (double)tokens : 0.0;
@@ -96,6 +142,38 @@ static tr_status train_step(trainer *t, int64_t iteration, int64_t consumed, int
     return tr_optimizer_step(&t->opt, m->params, m->grads, out->lr, out->wd);
 }
 
+/* One data-parallel iteration: the gradient reduction starts during backward (overlap) or after
+ * it; the loss is Megatron's: the mean over DP ranks of the mean of microbatch means, or the
+ * global token sum over the global token count. */
+static tr_status train_step_dp(trainer *t, int64_t iteration, int64_t consumed,
+                               int64_t sched_samples, step_out *out) {
+    float grad_scale = t->per_token_loss ? 1.0f : 1.0f / (float)t->dp_size;
+    TR_TRY(tr_ddp_start_iteration(&t->dp.ddp, grad_scale));
+    double sum = 0.0;
+    int64_t tokens = 0;
+    TR_TRY(accumulate(t, iteration, consumed, &sum, &tokens));
+    TR_TRY(tr_ddp_finish_grad_sync(&t->dp.ddp));
+    t->buckets_started_early += t->dp.ddp.started_early;
+    double g[2] = {sum, (double)tokens};
+    TR_TRY(tr_train_dp_sum(&t->dp, g, 2));
+    if (t->per_token_loss) {
+        if (g[1] > 0) TR_TRY(tr_ddp_scale_grads(&t->dp.ddp, 1.0f / (float)g[1]));
+        out->loss = g[1] > 0 ? g[0] / g[1] : 0.0;
+    } else {
+        out->loss = g[0] / ((double)t->nmb * t->dp_size);
+    }
+    out->lr = tr_lr_at(&t->sched, sched_samples);
+    out->wd = tr_wd_at(&t->sched, sched_samples);
+    return tr_train_dp_update(&t->dp, &t->opt_spec, out->lr, out->wd, &out->grad_norm,
+                              &out->skipped);
+}
+
+static tr_status train_step(trainer *t, int64_t iteration, int64_t consumed, int64_t sched_samples,
+                            step_out *out) {
+    if (t->distributed) return train_step_dp(t, iteration, consumed, sched_samples, out);
+    return train_step_single(t, iteration, consumed, sched_samples, out);
+}
+
 /* Mean loss over the first eval_iters batches of `split` (the same batches every time, so
  * successive evaluations are comparable); validation.full_validation reads the whole split. */
 static tr_status evaluate(trainer *t, int split, int64_t eval_iters, double *loss) {
@@ -109,17 +187,46 @@ static tr_status evaluate(trainer *t, int split, int64_t eval_iters, double *los
     }
     double sum = 0.0;
     m->training = 0;
-    tr_status s = TR_OK;
+    /* Every DP rank evaluates the same batches (replicated work, identical results). */
+    tr_status s = t->distributed ? tr_train_dp_params_ready(&t->dp) : TR_OK;
     for (int64_t it = 0; it < eval_iters && s == TR_OK; it++)
         for (int64_t mb = 0; mb < nmb && s == TR_OK; mb++) {
             float l = 0.0f;
-            s = load_microbatch(t, split, (it * nmb + mb) * t->mbs);
+            s = load_microbatch(t, split, (it * nmb + mb) * t->mbs, NULL);
             if (s == TR_OK) s = tr_model_forward(m, t->ids, t->tgt, &l);
             sum += l;
         }
     m->training = 1;
     *loss = sum / (double)(eval_iters * nmb);
     return s;
+}
+
+static int refuse_layout(tr_diags *d, const char *key, const char *what, int64_t size) {
+    return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key,
+                       "set it to 1: the CPU training runtime implements data and tensor "
+                       "parallelism only",
+                       "the CPU training runtime does not implement %s (size %lld) yet", what,
+                       (long long)size) != TR_OK;
+}
+
+static int check_layout(const tr_config *c, bool distributed, tr_diags *d) {
+    const tr_model_config *mc = &c->model;
+    int bad = 0;
+    if (mc->pipeline_model_parallel_size > 1)
+        bad |= refuse_layout(d, "model.pipeline_model_parallel_size", "pipeline parallelism",
+                             mc->pipeline_model_parallel_size);
+    if (mc->context_parallel_size > 1)
+        bad |= refuse_layout(d, "model.context_parallel_size", "context parallelism",
+                             mc->context_parallel_size);
+    if (mc->expert_model_parallel_size > 1)
+        bad |= refuse_layout(d, "model.expert_model_parallel_size", "expert parallelism",
+                             mc->expert_model_parallel_size);
+    if (!distributed && (c->derived.data_parallel_size > 1 || mc->tensor_model_parallel_size > 1))
+        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, "derived.world_size",
+                           "launch through run_recipe under mpirun (it creates the communicator)",
+                           "data and tensor parallelism need a communicator; this caller gave "
+                           "none") != TR_OK;
+    return bad;
 }
 
 static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
@@ -129,10 +236,11 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     bad |= tr_optimizer_spec_from_config(c, &os, d) != TR_OK;
     bad |= tr_lr_schedule_from_config(c, &t->sched, d) != TR_OK;
     bad |= tr_train_check_features(c, d);
-    if (c->derived.data_parallel_size != 1)
-        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, "derived.world_size",
-                           "run on one rank (data parallelism is a separate issue)",
-                           "the CPU training runtime trains on one rank so far") != TR_OK;
+    /* One rank keeps the plain loop (bitwise what it always computed); the distributed path
+     * starts at two ranks. */
+    t->distributed = t->o->comm != NULL &&
+                     (c->derived.data_parallel_size > 1 || c->model.tensor_model_parallel_size > 1);
+    bad |= check_layout(c, t->distributed, d);
     if (c->train.train_iters == TR_NULL_INT || c->train.micro_batch_size == TR_NULL_INT ||
         c->train.global_batch_size == TR_NULL_INT)
         bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.no_iters", NULL,
@@ -147,16 +255,41 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     t->seq = ms.seq;
     t->eod_mask = c->dataset.eod_mask_loss == 1;
     t->per_token_loss = c->model.calculate_per_token_loss;
+    t->opt_spec = os;
+    t->dp_size = 1;
+    t->dp_rank = 0;
+    if (t->distributed) {
+        t->dp_size = tr_comm_group_size(t->o->comm, TR_GROUP_DP_CP);
+        t->dp_rank = tr_comm_group_rank(t->o->comm, TR_GROUP_DP_CP);
+        if (t->dp_size != c->derived.data_parallel_size) return TR_ERR_INVALID;
+    }
     TR_TRY(tr_train_data_open(c, &t->data, d));
     if (ms.vocab < 256 && c->dataset.type == TR_DS_TEXT)
         return tr_diag_add(d, TR_SEV_ERROR, "data.text_vocab", NULL, "model.vocab_size",
                            "use a model with at least 256 token ids (the tiny recipes have 256)",
                            "byte-level text needs 256 token ids, the model has %d", ms.vocab);
-    TR_TRY(tr_model_create(&t->model, &ms, (tr_tp_shard){0, 1}, tr_ops_cpu(), t->mbs));
+    tr_tp_shard tp = {0, 1};
+    if (t->distributed)
+        tp = (tr_tp_shard){tr_comm_group_rank(t->o->comm, TR_GROUP_TP),
+                           tr_comm_group_size(t->o->comm, TR_GROUP_TP)};
+    int sp_seq = ms.sequence_parallel ? ms.seq : tp.size;
+    if (ms.groups % tp.size || ms.ffn % tp.size || ms.vocab % tp.size || sp_seq % tp.size)
+        return tr_diag_add(d, TR_SEV_ERROR, "runtime.tp_split", NULL,
+                           "model.tensor_model_parallel_size",
+                           "choose a TP size dividing the query groups, the MLP width, the "
+                           "padded vocabulary and (sequence parallel) the sequence length",
+                           "TP %d does not divide query groups %d, ffn %d, padded vocabulary %d "
+                           "or sequence %d",
+                           tp.size, ms.groups, ms.ffn, ms.vocab, ms.seq);
+    TR_TRY(tr_model_create(&t->model, &ms, tp, tr_ops_cpu(), t->mbs));
+    t->model.comm = t->o->comm;
     TR_TRY(tr_model_init_weights(&t->model, (uint64_t)c->rng.seed));
     t->model.dropout_seed = (uint64_t)c->rng.seed * 0x9E3779B97F4A7C15ull + 1;
-    TR_TRY(tr_optimizer_create(&t->opt, &os, t->model.ops, t->model.info, t->model.n_info,
-                               t->model.n_params));
+    if (t->distributed)
+        TR_TRY(tr_train_dp_setup(&t->dp, c, t->o->comm, &t->model, &os, d));
+    else
+        TR_TRY(tr_optimizer_create(&t->opt, &os, t->model.ops, t->model.info, t->model.n_info,
+                                   t->model.n_params));
     int64_t bt = (int64_t)t->mbs * t->seq;
     t->sample = malloc((size_t)(t->seq + 1) * sizeof *t->sample);
     t->ids = malloc((size_t)bt * sizeof *t->ids);
@@ -167,6 +300,7 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
 static void teardown(trainer *t) {
     tr_train_log_close(&t->log);
     tr_optimizer_free(&t->opt);
+    tr_train_dp_free(&t->dp);
     tr_model_free(&t->model);
     tr_train_data_close(&t->data);
     free(t->sample);
@@ -213,6 +347,16 @@ static tr_stop_reason stop_reason(const trainer *t, int64_t it, int64_t iters, d
     return TR_STOP_DONE;
 }
 
+/* A signal or the clock can reach the ranks after different iterations; every rank must stop
+ * after the same one (else the others wait forever in the next collective). */
+static tr_status agree_on_stop(trainer *t, tr_stop_reason *stop, int *signal) {
+    int32_t v[2] = {(int32_t)*stop, (int32_t)*signal};
+    TR_TRY(tr_comm_all_reduce_inplace(t->o->comm, TR_COMM_WORLD, v, 2, TR_COMM_I32, TR_COMM_MAX));
+    *stop = (tr_stop_reason)v[0];
+    *signal = v[1];
+    return TR_OK;
+}
+
 static tr_status loop(trainer *t, tr_train_result *r) {
     const tr_config *c = t->c;
     int64_t iters = c->train.train_iters;
@@ -224,7 +368,10 @@ static tr_status loop(trainer *t, tr_train_result *r) {
         tr_diag_add(t->d, TR_SEV_WARNING, "train.no_validation_data", NULL, "dataset.split",
                     "give the validation split a share, e.g. dataset.split=95,5,0",
                     "the validation split is empty: evaluation is skipped");
-    double flops_per_iter = 3.0 * tr_model_flops_per_seq(&t->model.spec) * t->gbs;
+    /* Per device: the global batch's FLOPs shared by every rank of the run. */
+    int world = t->o->comm ? tr_comm_group_size(t->o->comm, TR_COMM_WORLD) : 1;
+    if (world < 1) world = 1;
+    double flops_per_iter = 3.0 * tr_model_flops_per_seq(&t->model.full) * t->gbs / world;
     int64_t consumed = 0, sched_samples = 0;
     int64_t last_eval_iter = -1;
     double t_start = now_s();
@@ -260,9 +407,12 @@ static tr_status loop(trainer *t, tr_train_result *r) {
         if (t->o->losses && it <= t->o->losses_cap) t->o->losses[it - 1] = (float)so.loss;
         double seconds = now_s() - t0, pnorm = NAN;
         tr_stop_reason stop = stop_reason(t, it, iters, t_start, &r->signal);
+        if (t->distributed) TR_TRY(agree_on_stop(t, &stop, &r->signal));
         bool stopping = stop != TR_STOP_DONE; /* logs its last iteration too */
-        if (c->logger.log_params_norm && tr_train_log_due(&t->log, it, iters, stopping))
+        if (c->logger.log_params_norm && tr_train_log_due(&t->log, it, iters, stopping)) {
+            if (t->distributed) TR_TRY(tr_train_dp_params_ready(&t->dp));
             TR_TRY(tr_grad_norm(t->model.ops, t->model.params, t->model.n_params, &pnorm));
+        }
         tr_train_log_iteration(&t->log, it, iters, stopping, consumed, so.loss, so.lr, so.grad_norm,
                                pnorm, so.skipped, seconds, flops_per_iter, (double)t->gbs * t->seq);
         if (can_eval && it % eval_interval == 0 &&
@@ -282,13 +432,15 @@ static tr_status loop(trainer *t, tr_train_result *r) {
     }
     if (c->validation.test_mode && r->stop != TR_STOP_SIGNAL) TR_TRY(test_eval(t, r->iterations));
     r->seconds = now_s() - t_start;
+    r->buckets_started_early = t->buckets_started_early;
     tr_train_log_end(&t->log, r->iterations, r->stop, r->signal, r->seconds);
     return TR_OK;
 }
 
+/* The logical model's parameters (whole tensors, not this rank's TP shards). */
 static int64_t count_params(const tr_model *m) {
     int64_t n = 0;
-    for (int i = 0; i < m->n_info; i++) n += m->info[i].numel;
+    for (int i = 0; i < m->n_info; i++) n += (int64_t)m->info[i].full_rows * m->info[i].full_cols;
     return n;
 }
 
@@ -307,11 +459,13 @@ tr_status tr_train_run(const tr_config *c, const tr_train_opts *o, tr_train_resu
         fprintf(o->log,
                 "model: %lld parameters (%d layers, hidden %d); %d microbatch(es) of %d x %d "
                 "tokens per iteration; %lld training samples per epoch\n",
-                (long long)count_params(&t.model), t.model.spec.num_layers, t.model.spec.hidden,
+                (long long)count_params(&t.model), t.model.full.num_layers, t.model.full.hidden,
                 t.nmb, t.mbs, t.seq, (long long)t.data.n_samples[TR_SPLIT_TRAIN]);
     tr_train_signals sig = {0};
     if (s == TR_OK && o->handle_signals) tr_train_signals_install(&sig);
     if (s == TR_OK) s = loop(&t, r);
+    if (s == TR_OK && t.distributed) s = tr_train_dp_params_ready(&t.dp);
+    if (s == TR_OK && o->on_finish) s = o->on_finish(o->on_finish_ctx, &t.model);
     tr_train_signals_restore(&sig);
     teardown(&t);
     return s;

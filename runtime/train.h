@@ -11,6 +11,9 @@
 
 #include "core/config.h"
 #include "core/diag.h"
+#include "runtime/comm.h"
+
+struct tr_model;
 
 typedef struct tr_train_opts {
     FILE *log;                /* the log lines; NULL for silence */
@@ -18,6 +21,13 @@ typedef struct tr_train_opts {
     int handle_signals;       /* install SIGTERM/SIGINT handlers for the run */
     float *losses;            /* if set, the loss of iteration i goes to losses[i - 1] */
     int64_t losses_cap;
+    /* The run's communicator (run_recipe under mpirun): with a DP group of 2 or more ranks the
+     * loop runs data parallel over it (runtime/distributed). NULL: one rank, no comm. */
+    tr_comm *comm;
+    /* Called once after the last iteration with the trained model (parameters final on every
+     * rank), e.g. to compare layouts; a non-OK status ends the run with it. */
+    tr_status (*on_finish)(void *ctx, const struct tr_model *m);
+    void *on_finish_ctx;
 } tr_train_opts;
 
 typedef enum tr_stop_reason {
@@ -33,13 +43,17 @@ typedef struct tr_train_result {
     int64_t skipped_iterations; /* optimizer steps skipped (non-finite or too large grad norm) */
     double first_loss, last_loss;
     double last_eval_loss; /* NaN when no evaluation ran */
+    /* Data parallel: gradient buckets whose reduction started during backward (overlap), summed
+     * over iterations. */
+    int64_t buckets_started_early;
     tr_stop_reason stop;
     int signal; /* the signal that stopped the run, when stop == TR_STOP_SIGNAL */
     double seconds;
 } tr_train_result;
 
-/* Trains the config's model from scratch on one rank. Unsupported settings, unreadable data and
- * a non-finite loss (with rerun_state_machine.check_for_nan_in_loss) are diagnostics. */
+/* Trains the config's model from scratch on one rank, or data parallel over o->comm. Unsupported
+ * settings, unreadable data and a non-finite loss (with rerun_state_machine.check_for_nan_in_loss)
+ * are diagnostics. */
 tr_status tr_train_run(const tr_config *c, const tr_train_opts *o, tr_train_result *r, tr_diags *d);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/common/philox.h"
+#include "runtime/dataset_indexed.h"
 #include "runtime/dataset_mock.h"
 #include "runtime/dataset_text.h"
 
@@ -66,6 +67,10 @@ tr_status tr_train_data_open(const tr_config *c, tr_token_dataset *ds, tr_diags 
         return tr_dataset_text_open(ds, dc->data_path.v[0], seq, (uint64_t)dc->random_seed, split,
                                     d);
     }
+    /* Megatron-prepared data: indexed .bin/.idx files, a blend, or per-split blends. */
+    if (dc->type == TR_DS_GPT && (!dc->data_path.null || !dc->train_data_path.null ||
+                                  !dc->valid_data_path.null || !dc->test_data_path.null))
+        return tr_indexed_token_dataset_open(c, true, ds, d);
     if (dc->type == TR_DS_GPT && dc->data_path.null && dc->train_data_path.null) {
         TR_TRY(tr_train_data_split(dc->split, "1,1,1", split, d));
         int64_t vocab = c->model.vocab_size;

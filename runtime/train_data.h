@@ -10,7 +10,7 @@
 #include "core/config.h"
 #include "core/diag.h"
 
-enum { TR_SPLIT_TRAIN = 0, TR_SPLIT_VALID = 1, TR_SPLIT_TEST = 2 };
+#include "runtime/data/gpt_dataset.h" /* TR_SPLIT_TRAIN / _VALID / _TEST, shared with the data library */
 
 typedef struct tr_token_dataset tr_token_dataset;
 struct tr_token_dataset {

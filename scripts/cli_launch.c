@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/log.h"
+#include "runtime/comm.h"
 #include "runtime/launch.h"
 #include "runtime/parallel_config.h"
 #include "runtime/parallel_state.h"
@@ -91,7 +92,8 @@ _Noreturn static void fail_all(const tr_cli *cli, int rank, tr_config *c, tr_dia
 }
 
 /* Runs the training loop; rank 0 logs and writes the metrics. Returns the exit code. */
-static int train(const tr_config *c, const char *dir, int rank, FILE *report, tr_diags *d) {
+static int train(const tr_config *c, const char *dir, int rank, tr_comm *comm, FILE *report,
+                 tr_diags *d) {
     char metrics[4200];
     if (c->logger.metrics_path)
         snprintf(metrics, sizeof metrics, "%s", c->logger.metrics_path);
@@ -99,7 +101,8 @@ static int train(const tr_config *c, const char *dir, int rank, FILE *report, tr
         snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
     tr_train_opts o = {.log = rank == 0 ? report : NULL,
                        .metrics_path = rank == 0 ? metrics : NULL,
-                       .handle_signals = 1};
+                       .handle_signals = 1,
+                       .comm = comm};
     tr_train_result r;
     tr_status s = tr_train_run(c, &o, &r, d);
     if (s == TR_OK && rank == 0) fprintf(report, "metrics written to %s\n", metrics);
@@ -161,7 +164,12 @@ int tr_cli_launch(const tr_cli *cli, int *argc, char ***argv) {
     }
     /* Text mode already printed the resolve diagnostics; print only what training adds. */
     if (!json) tr_diags_clear(&d);
-    int code = train(&c, dir, rank, report, &d);
+    tr_comm *comm = NULL;
+    tr_comm_options co = {.timeout_s = tr_comm_timeout_from_config(&c)};
+    s = tr_comm_mpi_create(&ps, &co, &d, &comm);
+    if (s != TR_OK) fail_all(cli, rank, &c, &d, tr_cli_exit_code(s, &d));
+    int code = train(&c, dir, rank, comm, report, &d);
+    tr_comm_destroy(comm);
     if (rank == 0) tr_cli_print_diags(cli, &d);
     tr_parallel_state_free(&ps);
     tr_config_free(&c);

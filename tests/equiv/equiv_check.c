@@ -1,0 +1,350 @@
+/* Layout equivalence on real ranks: trains a recipe for a few iterations under a parallel layout
+ * (mpirun -np N) and compares every iteration's loss and the final parameters with the
+ * single-rank run of the same config, which rank 0 trains in-process first.
+ *
+ *   equiv_check [--tol X] [--rank-order] [--expect-differ] [--expect-overlap] [--check-volume]
+ * RECIPE KEY=VALUE... -- LAYOUT_KEY=VALUE...
+ *
+ * Keys before "--" configure both runs; keys after it only the parallel run (its world is the
+ * mpirun world). Reports the largest relative errors; exit 0 when every one is <= tol. Also
+ * checks that every rank ends with the same parameters as rank 0. --expect-differ inverts the
+ * verdict of a completed comparison (a run that fails to train still fails), to show that the
+ * comparison detects a real difference. --expect-overlap also requires some gradient bucket's
+ * reduction to have started during backward (ddp.overlap_grad_reduce at work). --check-volume
+ * also requires the bytes the comm layer counted on the TP and DP groups to equal the analytic
+ * volume (see check_volume). */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipes/resolve.h"
+#include "runtime/comm.h"
+#include "runtime/model.h"
+#include "runtime/parallel_config.h"
+#include "runtime/parallel_state.h"
+#include "runtime/train.h"
+
+enum { MAX_KEYS = 64, MAX_ITERS = 64 };
+
+typedef struct run_out {
+    MPI_Comm tp; /* the run's TP group (MPI_COMM_NULL: one shard) */
+    float losses[MAX_ITERS];
+    int64_t iters, early;
+    int64_t buffer_numel; /* the flat parameter buffer (the DP layout, padding included) */
+    float *params;        /* every logical parameter tensor, model order, concatenated */
+    int64_t n;
+    char (*names)[80];
+    int64_t *starts; /* per tensor, into params; n_tensors + 1 entries */
+    int n_tensors;
+} run_out;
+
+/* The logical tensors: each TP rank scatters its shard to the logical positions, TP rank 0 also
+ * the parameters every TP rank holds whole, and a sum over the TP group (adding zeros, exact)
+ * assembles them on every rank. */
+static tr_status capture(void *ctx, const tr_model *m) {
+    run_out *o = ctx;
+    int64_t n = 0;
+    for (int i = 0; i < m->n_info; i++) n += (int64_t)m->info[i].full_rows * m->info[i].full_cols;
+    o->params = calloc((size_t)n, sizeof(float));
+    o->names = malloc((size_t)m->n_info * sizeof *o->names);
+    o->starts = malloc((size_t)(m->n_info + 1) * sizeof *o->starts);
+    if (!o->params || !o->names || !o->starts) return TR_ERR_NOMEM;
+    o->n = 0;
+    for (int i = 0; i < m->n_info; i++) {
+        const tr_param_info *p = &m->info[i];
+        if (p->split_dim >= 0 || m->tp.rank == 0)
+            for (int64_t e = 0; e < p->numel; e++)
+                o->params[o->n + tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
+        snprintf(o->names[i], sizeof o->names[i], "%s", p->name);
+        o->starts[i] = o->n;
+        o->n += (int64_t)p->full_rows * p->full_cols;
+    }
+    o->starts[m->n_info] = o->n;
+    o->n_tensors = m->n_info;
+    o->buffer_numel = m->n_params;
+    if (o->tp != MPI_COMM_NULL)
+        MPI_Allreduce(MPI_IN_PLACE, o->params, (int)o->n, MPI_FLOAT, MPI_SUM, o->tp);
+    return TR_OK;
+}
+
+static void run_out_free(run_out *o) {
+    free(o->params);
+    free(o->names);
+    free(o->starts);
+}
+
+static tr_status resolve(const char *recipe, const char **keys, int n, int world, tr_config *c,
+                         tr_diags *d) {
+    tr_resolve_opts ro = {.recipe = recipe,
+                          .overrides = keys,
+                          .n_overrides = n,
+                          .world = {world, world},
+                          .validate = {.check_files = true}};
+    return tr_resolve(&ro, c, d);
+}
+
+static tr_status train(const tr_config *c, tr_comm *comm, run_out *out, tr_diags *d) {
+    tr_train_opts o = {.losses = out->losses,
+                       .losses_cap = MAX_ITERS,
+                       .comm = comm,
+                       .on_finish = capture,
+                       .on_finish_ctx = out};
+    tr_train_result r;
+    tr_status s = tr_train_run(c, &o, &r, d);
+    out->iters = r.iterations;
+    out->early = r.buckets_started_early;
+    return s;
+}
+
+/* The key rows of a fused QKV bias get a gradient that is zero in exact arithmetic (softmax does
+ * not change when one constant is added to every score of a row), so their values are Adam's
+ * normalisation of rounding noise, a different noise in every summation order. They are left
+ * out of the verdict (and reported); query and value rows are compared. */
+typedef struct qkv_shape {
+    int64_t per_group, q_rows, head_dim; /* per KV group: q_rows query rows, then K, then V */
+} qkv_shape;
+
+static qkv_shape qkv_of(const tr_config *c) {
+    const tr_model_config *m = &c->model;
+    int64_t heads = m->num_attention_heads;
+    int64_t groups = m->num_query_groups != TR_NULL_INT ? m->num_query_groups : heads;
+    int64_t D = m->kv_channels != TR_NULL_INT ? m->kv_channels : m->hidden_size / heads;
+    return (qkv_shape){(heads / groups + 2) * D, heads / groups * D, D};
+}
+
+static bool is_key_row(const qkv_shape *q, int64_t i) {
+    int64_t in_group = i % q->per_group;
+    return in_group >= q->q_rows && in_group < q->q_rows + q->head_dim;
+}
+
+static double rel_err(const float *a, const float *b, int64_t n, const qkv_shape *skip_keys) {
+    double diff = 0.0, scale = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (skip_keys && is_key_row(skip_keys, i)) continue;
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (e > diff || isnan(e)) diff = isnan(e) ? INFINITY : e;
+        if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
+    }
+    return scale > 0.0 ? diff / scale : diff;
+}
+
+/* Rank 0: losses and every tensor against the reference. Returns the largest error. */
+static double compare(const run_out *run, const run_out *ref, const qkv_shape *qkv) {
+    if (run->iters != ref->iters || run->n_tensors != ref->n_tensors) {
+        fprintf(stderr, "equiv: shape mismatch: %lld vs %lld iterations, %lld vs %lld params\n",
+                (long long)run->iters, (long long)ref->iters, (long long)run->n, (long long)ref->n);
+        return INFINITY;
+    }
+    double worst_loss = 0.0, worst_param = 0.0;
+    for (int64_t i = 0; i < ref->iters; i++) {
+        double e = fabs((double)run->losses[i] - ref->losses[i]) / fabs((double)ref->losses[i]);
+        if (!(e <= worst_loss)) worst_loss = isnan(e) ? INFINITY : e;
+        printf("iteration %lld: loss %.9g (single rank %.9g), rel err %.3g\n", (long long)i + 1,
+               run->losses[i], ref->losses[i], e);
+    }
+    const char *worst_name = "";
+    for (int t = 0; t < ref->n_tensors; t++) {
+        if (strcmp(run->names[t], ref->names[t]) != 0) return INFINITY;
+        /* A larger TP pads the vocabulary further: the rows both runs have are compared (the
+         * extra rows are padding, outside every softmax). */
+        int64_t a = ref->starts[t], len = ref->starts[t + 1] - a;
+        int64_t b = run->starts[t], run_len = run->starts[t + 1] - b;
+        if (run_len < len) len = run_len;
+        bool qkv_bias = strstr(ref->names[t], "linear_qkv.bias") != NULL;
+        double e = rel_err(run->params + b, ref->params + a, len, qkv_bias ? qkv : NULL);
+        if (qkv_bias) {
+            double key_max = 0.0;
+            for (int64_t i = 0; i < len; i++)
+                if (is_key_row(qkv, i) && fabs((double)ref->params[a + i]) > key_max)
+                    key_max = fabs((double)ref->params[a + i]);
+            printf("%s: key rows (zero gradient, not compared): max |value| %.3g\n", ref->names[t],
+                   key_max);
+        }
+        if (getenv("EQUIV_VERBOSE")) printf("  %-60s %.3g\n", ref->names[t], e);
+        if (!(e <= worst_param)) {
+            worst_param = e;
+            worst_name = ref->names[t];
+        }
+    }
+    printf("max rel err: losses %.3g, parameters %.3g (%s)\n", worst_loss, worst_param, worst_name);
+    return worst_loss > worst_param ? worst_loss : worst_param;
+}
+
+/* The bytes the comm layer booked over the run against Megatron's volumes, per microbatch of
+ * r = mbs x seq rows of width h, L layers, on TP (> 1):
+ *   without sequence parallelism, all-reduces of r x h: the vocab-parallel embedding, two
+ *   row-parallel outputs per layer (forward), two column-parallel input gradients per layer and
+ *   the output layer's (backward): r.h.(2 + 4L) elements;
+ *   with it, the same 2 + 4L exchanges as reduce-scatters (embedding, proj and fc2 outputs; qkv,
+ *   fc1 and output-layer input gradients: r.h counted each) and all-gathers (norm outputs into
+ *   qkv, fc1 and the output layer; proj and fc2 output gradients and the embedding's: r.h/tp
+ *   each), plus once per iteration the all-reduce of the norm and position-embedding gradients;
+ *   the cross entropy's max (r) and sum (2r) all-reduces in both cases.
+ * On DP per iteration: the gradient buffer of B elements all-reduced (DDP) or reduce-scattered
+ * with B/dp all-gathered (distributed optimizer), and the loss and token count (two doubles).
+ * Returns the number of mismatches (printed). */
+static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *run) {
+    const tr_model_config *m = &c->model;
+    int64_t iters = run->iters, nmb = c->derived.num_microbatches;
+    int64_t r = c->train.micro_batch_size * m->seq_length, h = m->hidden_size;
+    int64_t L = m->num_layers, dp = c->derived.data_parallel_size;
+    int64_t tp = m->tensor_model_parallel_size;
+    bool sp = tp > 1 && m->sequence_parallel;
+    bool sharded = c->ddp.use_distributed_optimizer || c->optimizer.use_distributed_optimizer;
+    int64_t B = run->buffer_numel, sp_grads = 0;
+    for (int t = 0; sp && t < run->n_tensors; t++)
+        if (strstr(run->names[t], "layernorm") || strstr(run->names[t], "position_embeddings"))
+            sp_grads += run->starts[t + 1] - run->starts[t];
+    int64_t exchanges = r * h * (2 + 4 * L);
+    int64_t tp_ar = tp > 1 ? iters * (nmb * (3 * r + (sp ? 0 : exchanges)) + sp_grads) : 0;
+    int64_t tp_rs = sp ? iters * nmb * exchanges : 0;
+    int64_t tp_ag = sp ? iters * nmb * exchanges / tp : 0;
+    struct {
+        const char *what;
+        int group;
+        tr_comm_kind kind;
+        int64_t bytes;
+    } want[] = {
+        {"TP all-reduce", TR_GROUP_TP, TR_COMM_ALL_REDUCE, 4 * tp_ar},
+        {"TP reduce-scatter", TR_GROUP_TP, TR_COMM_REDUCE_SCATTER, 4 * tp_rs},
+        {"TP all-gather", TR_GROUP_TP, TR_COMM_ALL_GATHER, 4 * tp_ag},
+        {"DP all-reduce", TR_GROUP_DP_CP, TR_COMM_ALL_REDUCE, iters * (sharded ? 16 : 4 * B + 16)},
+        {"DP reduce-scatter", TR_GROUP_DP_CP, TR_COMM_REDUCE_SCATTER, sharded ? iters * 4 * B : 0},
+        {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER, sharded ? iters * 4 * B / dp : 0}};
+    int bad = 0, rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        uint64_t got = comm->counters.bytes[want[i].group][want[i].kind];
+        bool ok = got == (uint64_t)want[i].bytes;
+        if (rank == 0 || !ok)
+            printf("rank %d: %s: %llu bytes, analytic %lld%s\n", rank, want[i].what,
+                   (unsigned long long)got, (long long)want[i].bytes, ok ? "" : "  MISMATCH");
+        bad += !ok;
+    }
+    return bad;
+}
+
+/* Every rank's parameters must equal rank 0's bit for bit (replicas never drift apart). */
+static double replica_diff(const run_out *run) {
+    float *root = malloc((size_t)run->n * sizeof(float));
+    if (!root) return INFINITY;
+    memcpy(root, run->params, (size_t)run->n * sizeof(float));
+    MPI_Bcast(root, (int)run->n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    double mine = memcmp(root, run->params, (size_t)run->n * sizeof(float)) ? 1.0 : 0.0, any;
+    free(root);
+    MPI_Allreduce(&mine, &any, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return any;
+}
+
+static int usage(void) {
+    MPI_Finalize();
+    fprintf(stderr, "usage: equiv_check [--tol X] [--rank-order] [--expect-differ] "
+                    "[--expect-overlap] [--check-volume] RECIPE KEY=VALUE... -- "
+                    "LAYOUT_KEY=VALUE...\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    double tol = 1e-5;
+    bool rank_order = false, expect_differ = false, expect_overlap = false, volume = false;
+    int a = 1;
+    for (; a < argc && strncmp(argv[a], "--", 2) == 0 && argv[a][2]; a++) {
+        if (strcmp(argv[a], "--tol") == 0 && a + 1 < argc)
+            tol = atof(argv[++a]);
+        else if (strcmp(argv[a], "--rank-order") == 0)
+            rank_order = true;
+        else if (strcmp(argv[a], "--expect-differ") == 0)
+            expect_differ = true;
+        else if (strcmp(argv[a], "--expect-overlap") == 0)
+            expect_overlap = true;
+        else if (strcmp(argv[a], "--check-volume") == 0)
+            volume = true;
+        else
+            return usage();
+    }
+    if (a >= argc) return usage();
+    const char *recipe = argv[a++];
+    const char *keys[MAX_KEYS];
+    int n_common = 0, n_all = 0;
+    bool layout = false;
+    for (; a < argc && n_all < MAX_KEYS; a++) {
+        if (strcmp(argv[a], "--") == 0) {
+            layout = true;
+            continue;
+        }
+        keys[n_all++] = argv[a];
+        if (!layout) n_common++;
+    }
+
+    tr_diags d;
+    tr_diags_init(&d);
+    tr_config ref_c, c;
+    memset(&ref_c, 0, sizeof ref_c);
+    memset(&c, 0, sizeof c);
+    run_out ref = {.tp = MPI_COMM_NULL}, run = {.tp = MPI_COMM_NULL};
+    tr_status s = TR_OK;
+    if (rank == 0) {
+        s = resolve(recipe, keys, n_common, 1, &ref_c, &d);
+        if (s == TR_OK) s = train(&ref_c, NULL, &ref, &d);
+    }
+    int ok = s == TR_OK, all_ok;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+
+    tr_parallel_dims dims;
+    tr_parallel_state ps;
+    memset(&ps, 0, sizeof ps);
+    tr_comm *comm = NULL;
+    if (all_ok) s = resolve(recipe, keys, n_all, world, &c, &d);
+    if (all_ok && s == TR_OK) s = tr_parallel_dims_from_config(&c, world, &dims);
+    if (all_ok && s == TR_OK) s = tr_parallel_state_init(&ps, &dims, MPI_COMM_WORLD, &d);
+    bool have_ps = all_ok && s == TR_OK;
+    tr_comm_options co = {.reduce_mode =
+                              rank_order ? TR_COMM_REDUCE_RANK_ORDER : TR_COMM_REDUCE_NATIVE};
+    if (all_ok && s == TR_OK) s = tr_comm_mpi_create(&ps, &co, &d, &comm);
+    if (all_ok && s == TR_OK && ps.groups[TR_GROUP_TP].size > 1)
+        run.tp = ps.groups[TR_GROUP_TP].comm;
+    if (all_ok && s == TR_OK) s = train(&c, comm, &run, &d);
+    ok = all_ok && s == TR_OK;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+
+    int code = 1;
+    if (all_ok) {
+        int vol_bad = volume ? check_volume(&c, comm, &run) : 0, any_vol_bad = 0;
+        MPI_Allreduce(&vol_bad, &any_vol_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        double replicas = replica_diff(&run);
+        if (rank == 0) {
+            qkv_shape qkv = qkv_of(&ref_c);
+            double err = compare(&run, &ref, &qkv);
+            if (replicas != 0.0) printf("ranks disagree on the final parameters\n");
+            printf("gradient buckets started during backward: %lld\n", (long long)run.early);
+            if (expect_overlap && run.early == 0) err = INFINITY;
+            if (any_vol_bad) {
+                printf("communication volume differs from the analytic volume\n");
+                err = INFINITY;
+            }
+            bool same = err <= tol && replicas == 0.0;
+            code = same != expect_differ ? 0 : 1;
+            printf("%s: %s (tolerance %g, %d ranks)\n", code ? "FAIL" : "OK",
+                   same ? "equal to the single-rank run" : "differs from the single-rank run", tol,
+                   world);
+        }
+    } else if (d.n > 0) {
+        tr_diags_print_text(&d, stderr, false);
+    }
+    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    run_out_free(&ref);
+    run_out_free(&run);
+    tr_comm_destroy(comm);
+    if (have_ps) tr_parallel_state_free(&ps);
+    tr_config_free(&ref_c);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+    MPI_Finalize();
+    return code;
+}

@@ -27,8 +27,8 @@ def ensure_torch():
         sys.exit("torch is still missing inside " + venv)
     if not os.path.exists(py):
         subprocess.check_call([sys.executable, "-m", "venv", venv], stdout=sys.stderr)
-    subprocess.check_call([py, "-m", "pip", "install", "-q", "torch", "--index-url",
-                           "https://download.pytorch.org/whl/cpu"], stdout=sys.stderr)
+    # From the default package index (the only one this project's machines reach).
+    subprocess.check_call([py, "-m", "pip", "install", "-q", "torch"], stdout=sys.stderr)
     os.execv(py, [py] + sys.argv)
 
 

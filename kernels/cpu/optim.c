@@ -14,15 +14,22 @@ typedef struct opt_ctx {
 /* torch.optim.AdamW order: decay the weight first (decoupled, scaled by lr), then the Adam
  * update with bias-corrected moments. */
 static void adamw_range(void *vc, int64_t b, int64_t e) {
-    opt_ctx *c = vc;
+    const opt_ctx *c = vc;
+    /* Distinct buffers and loop-invariant scalars in locals let the compiler vectorise the
+     * loop (with -fno-math-errno, sqrtf becomes one instruction); the arithmetic and its order
+     * are unchanged, so results are bitwise those of the scalar loop. */
+    float *restrict pp = c->p, *restrict mp = c->m, *restrict vp = c->v;
+    const float *restrict gp = c->g;
+    const float b1 = c->b1, b2 = c->b2, lr = c->lr, eps = c->eps, bc1 = c->bc1, bc2 = c->bc2;
+    const float decay = 1.0f - c->lr * c->wd;
     for (int64_t i = b; i < e; i++) {
-        float g = c->g[i];
-        float m = c->b1 * c->m[i] + (1.0f - c->b1) * g;
-        float v = c->b2 * c->v[i] + (1.0f - c->b2) * g * g;
-        c->m[i] = m;
-        c->v[i] = v;
-        float p = c->p[i] * (1.0f - c->lr * c->wd);
-        c->p[i] = p - c->lr * (m / c->bc1) / (sqrtf(v / c->bc2) + c->eps);
+        float g = gp[i];
+        float m = b1 * mp[i] + (1.0f - b1) * g;
+        float v = b2 * vp[i] + (1.0f - b2) * g * g;
+        mp[i] = m;
+        vp[i] = v;
+        float p = pp[i] * decay;
+        pp[i] = p - lr * (m / bc1) / (sqrtf(v / bc2) + eps);
     }
 }
 

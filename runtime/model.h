@@ -157,6 +157,27 @@ tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targe
  * forward: it overwrites the logits with their gradient. */
 tr_status tr_model_backward(tr_model *m, float loss_scale);
 
+/* A contiguous part of the model (a pipeline stage): layers [first_layer, first_layer +
+ * num_layers), plus the embedding in front (first_layer 0) and/or the output layer and loss
+ * behind (the last layer). */
+typedef struct tr_model_part {
+    int first_layer, num_layers;
+    bool has_embedding, has_loss;
+} tr_model_part;
+
+/* Forward of `part` for one microbatch: ids are read with the embedding, targets with the loss
+ * (*loss as tr_model_forward); otherwise the part starts from x_in and leaves its output in
+ * x_out, both [batch, seq (/ tp with sequence parallelism), hidden]. The activations of the
+ * part's layers stay in the model for the backward of the same part. */
+tr_status tr_model_forward_part(tr_model *m, const tr_model_part *part, const int32_t *ids,
+                                const int32_t *targets, const float *x_in, float *x_out,
+                                float *loss);
+/* Backward of the last forward of `part` (gradients accumulate): from the loss (scaled as in
+ * tr_model_backward) or from dy, the gradient of its output; without the embedding the gradient
+ * of its input goes to dx_out. */
+tr_status tr_model_backward_part(tr_model *m, const tr_model_part *part, float loss_scale,
+                                 const float *dy, float *dx_out);
+
 /* Moves every parameter i to offsets[i] of new flat buffers of numel floats (a data-parallel
  * gradient layout's offsets), keeping the values; the gradients restart at zero and elements
  * outside every parameter stay zero. */

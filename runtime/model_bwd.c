@@ -66,7 +66,8 @@ static tr_status layer_bwd(tr_model *m, int i) {
                     a->ln1_rstd, lrows);
 }
 
-tr_status tr_model_backward(tr_model *m, float loss_scale) {
+/* The loss through the output layer and the final norm: leaves dL/d(x_final) in m->dx. */
+static tr_status head_bwd(tr_model *m, float loss_scale) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
     int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
@@ -81,11 +82,16 @@ tr_status tr_model_backward(tr_model *m, float loss_scale) {
     TR_TRY(ops->fill(m->dx, n, 0.0f));
     TR_TRY(norm_bwd(m, m->dx, m->g.final_w, m->g.final_b, m->dtmp, m->x_final, m->p.final_w,
                     m->lnf_mean, m->lnf_rstd, lrows));
-    TR_TRY(tr_model_grads_done(m, TR_MODEL_AT_HEAD));
-    for (int i = s->num_layers - 1; i >= 0; i--) {
-        TR_TRY(layer_bwd(m, i));
-        TR_TRY(tr_model_grads_done(m, i));
-    }
+    return tr_model_grads_done(m, TR_MODEL_AT_HEAD);
+}
+
+/* m->dx (dL/d(embedding output)) into the embedding tables. */
+static tr_status embed_bwd(tr_model *m) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    bool sp = s->sequence_parallel;
+    int vocab_start = m->tp.rank * s->vocab;
     TR_TRY(tr_model_dropout(m, m->dx, m->dx, 0, false));
     int chunk = lrows / m->batch;
     if (s->learned_pos)
@@ -99,4 +105,26 @@ tr_status tr_model_backward(tr_model *m, float loss_scale) {
     TR_TRY(ops->embedding_bwd(m->g.word_emb, m->ids, demb, rows, s->hidden, vocab_start,
                               vocab_start + s->vocab));
     return tr_model_grads_done(m, TR_MODEL_AT_EMBEDDING);
+}
+
+tr_status tr_model_backward_part(tr_model *m, const tr_model_part *part, float loss_scale,
+                                 const float *dy, float *dx_out) {
+    int64_t n = (int64_t)tr_tp_local_rows(m) * m->spec.hidden;
+    if ((!part->has_loss && !dy) || (!part->has_embedding && !dx_out)) return TR_ERR_INVALID;
+    if (part->has_loss)
+        TR_TRY(head_bwd(m, loss_scale));
+    else
+        memcpy(m->dx, dy, (size_t)n * sizeof(float));
+    for (int i = part->first_layer + part->num_layers - 1; i >= part->first_layer; i--) {
+        TR_TRY(layer_bwd(m, i));
+        TR_TRY(tr_model_grads_done(m, i));
+    }
+    if (part->has_embedding) return embed_bwd(m);
+    memcpy(dx_out, m->dx, (size_t)n * sizeof(float));
+    return TR_OK;
+}
+
+tr_status tr_model_backward(tr_model *m, float loss_scale) {
+    tr_model_part whole = {0, m->spec.num_layers, true, true};
+    return tr_model_backward_part(m, &whole, loss_scale, NULL, NULL);
 }

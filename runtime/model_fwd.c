@@ -192,20 +192,18 @@ static void mask_padding(tr_model *m, int vocab_start, int real, int rows) {
         for (int v = first; v < V; v++) m->logits[(int64_t)r * V + v] = -1e30f;
 }
 
-tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targets, float *loss) {
+/* Where the input of layer i lives (the output of the last layer for i == num_layers). */
+float *tr_model_layer_input(const tr_model *m, int i) {
+    return i < m->spec.num_layers ? m->acts[i].x_in : m->x_final;
+}
+
+static tr_status embed_fwd(tr_model *m) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
     int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
     int64_t n = (int64_t)lrows * s->hidden;
-    int vocab_start = m->tp.rank * s->vocab, vocab = m->full.vocab;
-    int real = m->full.vocab_real > 0 ? m->full.vocab_real : vocab;
-    for (int r = 0; r < rows; r++)
-        if (ids[r] < 0 || ids[r] >= real || targets[r] >= real) return TR_ERR_INVALID;
-    memcpy(m->ids, ids, (size_t)rows * sizeof *ids);
-    memcpy(m->targets, targets, (size_t)rows * sizeof *targets);
-
-    /* Layer i reads acts[i].x_in and writes the next layer's x_in (or x_final). */
-    float *x0 = m->acts[0].x_in;
+    int vocab_start = m->tp.rank * s->vocab;
+    float *x0 = tr_model_layer_input(m, 0);
     TR_TRY(tr_model_before_params(m, TR_MODEL_AT_EMBEDDING));
     /* Each row comes from the one shard owning its id: a sum over shards (reduce-scattered to the
      * sequence chunks with sequence parallelism). */
@@ -222,12 +220,15 @@ tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targe
     if (s->learned_pos)
         TR_TRY(ops->pos_embedding_fwd(x0, m->p.pos_emb, m->batch, chunk, s->hidden,
                                       s->sequence_parallel ? m->tp.rank * chunk : 0));
-    TR_TRY(dropout_fwd(m, x0, 0));
-    for (int i = 0; i < s->num_layers; i++) {
-        float *out = i + 1 < s->num_layers ? m->acts[i + 1].x_in : m->x_final;
-        TR_TRY(tr_model_before_params(m, i));
-        TR_TRY(layer_fwd(m, i, m->acts[i].x_in, out));
-    }
+    return dropout_fwd(m, x0, 0);
+}
+
+static tr_status head_fwd(tr_model *m, float *loss) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    int vocab_start = m->tp.rank * s->vocab, vocab = m->full.vocab;
+    int real = m->full.vocab_real > 0 ? m->full.vocab_real : vocab;
     TR_TRY(tr_model_before_params(m, TR_MODEL_AT_HEAD));
     TR_TRY(tr_model_norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->p.final_w,
                              m->p.final_b, lrows));
@@ -249,4 +250,45 @@ tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targe
     m->n_valid = valid;
     *loss = valid ? (float)(sum / (double)valid) : 0.0f;
     return TR_OK;
+}
+
+tr_status tr_model_forward_part(tr_model *m, const tr_model_part *part, const int32_t *ids,
+                                const int32_t *targets, const float *x_in, float *x_out,
+                                float *loss) {
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    int64_t n = (int64_t)lrows * s->hidden;
+    int first = part->first_layer, last = part->first_layer + part->num_layers;
+    int vocab = m->full.vocab;
+    int real = m->full.vocab_real > 0 ? m->full.vocab_real : vocab;
+    if (first < 0 || last > s->num_layers || (part->has_embedding && first != 0) ||
+        (part->has_loss && last != s->num_layers) || (!part->has_embedding && !x_in) ||
+        (!part->has_loss && !x_out))
+        return TR_ERR_INVALID;
+    if (part->has_embedding)
+        for (int r = 0; r < rows; r++)
+            if (ids[r] < 0 || ids[r] >= real) return TR_ERR_INVALID;
+    if (part->has_loss)
+        for (int r = 0; r < rows; r++)
+            if (targets[r] >= real) return TR_ERR_INVALID;
+    if (part->has_embedding) {
+        memcpy(m->ids, ids, (size_t)rows * sizeof *ids);
+        TR_TRY(embed_fwd(m));
+    } else {
+        memcpy(tr_model_layer_input(m, first), x_in, (size_t)n * sizeof(float));
+    }
+    /* Layer i reads acts[i].x_in and writes the next layer's x_in (or x_final). */
+    for (int i = first; i < last; i++) {
+        TR_TRY(tr_model_before_params(m, i));
+        TR_TRY(layer_fwd(m, i, m->acts[i].x_in, tr_model_layer_input(m, i + 1)));
+    }
+    if (x_out) memcpy(x_out, tr_model_layer_input(m, last), (size_t)n * sizeof(float));
+    if (!part->has_loss) return TR_OK;
+    memcpy(m->targets, targets, (size_t)rows * sizeof *targets);
+    return head_fwd(m, loss);
+}
+
+tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targets, float *loss) {
+    tr_model_part whole = {0, m->spec.num_layers, true, true};
+    return tr_model_forward_part(m, &whole, ids, targets, NULL, NULL, loss);
 }

@@ -2,13 +2,17 @@
 #include "runtime/train.h"
 
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/data/sampler.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
+#include "runtime/pipeline_exec.h"
 #include "runtime/schedule_lr.h"
 #include "runtime/train_checks.h"
 #include "runtime/train_data.h"
@@ -23,8 +27,12 @@ typedef struct trainer {
     tr_model model;
     tr_optimizer_spec opt_spec;
     tr_optimizer opt; /* the plain single-rank path */
-    tr_train_dp dp;   /* the parallel path: DP and/or TP over o->comm */
-    bool distributed; /* the parallel path is in use */
+    tr_train_dp dp;   /* the parallel path: DP, TP and/or PP over o->comm */
+    tr_pp_exec pp;    /* pipeline parallel: the executor (have_pp) */
+    bool have_pp;
+    int64_t cur_iteration, cur_consumed; /* the iteration the executor's loads belong to */
+    int64_t *pp_idx;                     /* [mbs]: the executor's sample indices */
+    bool distributed;                    /* the parallel path is in use */
     int dp_size, dp_rank;
     tr_lr_schedule sched;
     tr_token_dataset data;
@@ -83,6 +91,23 @@ static tr_status microbatch_index(const trainer *t, int64_t consumed, int mb, in
     return tr_sampler_micro_batch(&s, mb, index) == t->mbs ? TR_OK : TR_ERR_INVALID;
 }
 
+/* Test hook (tests/pp/stuck_peer.sh only): with TRESTLE_TEST_STALL_RANK=r and
+ * TRESTLE_TEST_STALL_ITER=i in the environment, world rank r stops itself with SIGSTOP after the
+ * forward of its first microbatch of iteration i, so its peers see a process that is alive (the
+ * launcher notices nothing) but never answers, and must end through the communication timeout.
+ * It prints its pid first so the test can kill it by pid. */
+static void test_stall_hook(const trainer *t, int64_t iteration, int mb) {
+    const char *rank_s = getenv("TRESTLE_TEST_STALL_RANK");
+    const char *iter_s = getenv("TRESTLE_TEST_STALL_ITER");
+    if (!rank_s || !iter_s || !t->o->comm || mb != 0) return;
+    if (atoll(iter_s) != iteration) return;
+    if (atoi(rank_s) != tr_comm_group_rank(t->o->comm, TR_COMM_WORLD)) return;
+    fprintf(stderr, "test hook: rank %s stalls (pid %ld) in iteration %lld\n", rank_s,
+            (long)getpid(), (long long)iteration);
+    fflush(stderr);
+    raise(SIGSTOP);
+}
+
 /* Forward and backward of this rank's microbatches, gradients accumulated (and, with a comm,
  * synchronised); sum and tokens are this rank's loss sum (per-token: over tokens; else over
  * microbatch means) and trained-token count. */
@@ -106,6 +131,7 @@ static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, dou
             (uint64_t)(iteration - 1) * (uint64_t)(t->nmb * t->dp_size) + (uint64_t)global_mb;
         float loss = 0.0f;
         if (st == TR_OK) st = tr_model_forward(m, t->ids, t->tgt, &loss);
+        if (st == TR_OK) test_stall_hook(t, iteration, mb);
         /* Per-token loss: gradients of the token SUM now, divided by the global token count
          * after the reduction; otherwise the mean of the microbatch means (Megatron divides by
          * the local microbatch count here and averages over DP in the reduction). */
@@ -142,6 +168,50 @@ static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consum
     return tr_optimizer_step(&t->opt, m->params, m->grads, out->lr, out->wd);
 }
 
+static tr_status pp_load(void *ctx, int mb, const int32_t **ids, const int32_t **targets) {
+    trainer *t = ctx;
+    TR_TRY(microbatch_index(t, t->cur_consumed, mb, t->pp_idx));
+    TR_TRY(load_microbatch(t, TR_SPLIT_TRAIN, 0, t->pp_idx));
+    int64_t global_mb = (int64_t)mb * t->dp_size + t->dp_rank;
+    t->model.dropout_round =
+        (uint64_t)(t->cur_iteration - 1) * (uint64_t)(t->nmb * t->dp_size) + (uint64_t)global_mb;
+    *ids = t->ids;
+    *targets = t->tgt;
+    return TR_OK;
+}
+
+static void pp_after_forward(void *ctx, int mb) {
+    trainer *t = ctx;
+    test_stall_hook(t, t->cur_iteration, mb);
+}
+
+static tr_status pp_before_backward(void *ctx, bool last) {
+    trainer *t = ctx;
+    tr_ddp_set_last_microbatch(&t->dp.ddp, last);
+    return TR_OK;
+}
+
+/* Pipeline parallel: the executor runs this rank's stages; the loss lives on the last stage and
+ * the gradients of the other stages on their ranks, so both are summed over the pipeline
+ * group. */
+static tr_status accumulate_pp(trainer *t, int64_t iteration, int64_t consumed, double *sum,
+                               int64_t *tokens) {
+    t->cur_iteration = iteration;
+    t->cur_consumed = consumed;
+    tr_pp_exec_hooks h = {.ctx = t,
+                          .load = pp_load,
+                          .before_backward = pp_before_backward,
+                          .after_forward = pp_after_forward};
+    TR_TRY(tr_pp_exec_iteration(&t->pp, &h, sum, tokens));
+    TR_TRY(tr_ddp_finish_grad_sync(&t->dp.ddp));
+    TR_TRY(tr_train_dp_pp_sum_grads(&t->dp));
+    double g[2] = {*sum, (double)*tokens};
+    TR_TRY(tr_comm_all_reduce_inplace(t->o->comm, TR_GROUP_PP, g, 2, TR_COMM_F64, TR_COMM_SUM));
+    *sum = g[0];
+    *tokens = (int64_t)g[1];
+    return TR_OK;
+}
+
 /* One data-parallel iteration: the gradient reduction starts during backward (overlap) or after
  * it; the loss is Megatron's: the mean over DP ranks of the mean of microbatch means, or the
  * global token sum over the global token count. */
@@ -151,8 +221,12 @@ static tr_status train_step_dp(trainer *t, int64_t iteration, int64_t consumed,
     TR_TRY(tr_ddp_start_iteration(&t->dp.ddp, grad_scale));
     double sum = 0.0;
     int64_t tokens = 0;
-    TR_TRY(accumulate(t, iteration, consumed, &sum, &tokens));
-    TR_TRY(tr_ddp_finish_grad_sync(&t->dp.ddp));
+    if (t->have_pp) {
+        TR_TRY(accumulate_pp(t, iteration, consumed, &sum, &tokens));
+    } else {
+        TR_TRY(accumulate(t, iteration, consumed, &sum, &tokens));
+        TR_TRY(tr_ddp_finish_grad_sync(&t->dp.ddp));
+    }
     t->buckets_started_early += t->dp.ddp.started_early;
     double g[2] = {sum, (double)tokens};
     TR_TRY(tr_train_dp_sum(&t->dp, g, 2));
@@ -203,8 +277,8 @@ static tr_status evaluate(trainer *t, int split, int64_t eval_iters, double *los
 
 static int refuse_layout(tr_diags *d, const char *key, const char *what, int64_t size) {
     return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key,
-                       "set it to 1: the CPU training runtime implements data and tensor "
-                       "parallelism only",
+                       "set it to 1: the CPU training runtime implements data, tensor and "
+                       "pipeline parallelism only",
                        "the CPU training runtime does not implement %s (size %lld) yet", what,
                        (long long)size) != TR_OK;
 }
@@ -212,16 +286,22 @@ static int refuse_layout(tr_diags *d, const char *key, const char *what, int64_t
 static int check_layout(const tr_config *c, bool distributed, tr_diags *d) {
     const tr_model_config *mc = &c->model;
     int bad = 0;
-    if (mc->pipeline_model_parallel_size > 1)
-        bad |= refuse_layout(d, "model.pipeline_model_parallel_size", "pipeline parallelism",
-                             mc->pipeline_model_parallel_size);
     if (mc->context_parallel_size > 1)
         bad |= refuse_layout(d, "model.context_parallel_size", "context parallelism",
                              mc->context_parallel_size);
     if (mc->expert_model_parallel_size > 1)
         bad |= refuse_layout(d, "model.expert_model_parallel_size", "expert parallelism",
                              mc->expert_model_parallel_size);
-    if (!distributed && (c->derived.data_parallel_size > 1 || mc->tensor_model_parallel_size > 1))
+    if (!distributed && mc->pipeline_model_parallel_size > 1)
+        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL,
+                           "model.pipeline_model_parallel_size",
+                           "launch through run_recipe under mpirun (one rank per stage), or set "
+                           "it to 1",
+                           "pipeline parallelism (PP %lld) needs a communicator; this caller gave "
+                           "none",
+                           (long long)mc->pipeline_model_parallel_size) != TR_OK;
+    else if (!distributed &&
+             (c->derived.data_parallel_size > 1 || mc->tensor_model_parallel_size > 1))
         bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, "derived.world_size",
                            "launch through run_recipe under mpirun (it creates the communicator)",
                            "data and tensor parallelism need a communicator; this caller gave "
@@ -238,8 +318,9 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     bad |= tr_train_check_features(c, d);
     /* One rank keeps the plain loop (bitwise what it always computed); the distributed path
      * starts at two ranks. */
-    t->distributed = t->o->comm != NULL &&
-                     (c->derived.data_parallel_size > 1 || c->model.tensor_model_parallel_size > 1);
+    t->distributed = t->o->comm != NULL && (c->derived.data_parallel_size > 1 ||
+                                            c->model.tensor_model_parallel_size > 1 ||
+                                            c->model.pipeline_model_parallel_size > 1);
     bad |= check_layout(c, t->distributed, d);
     if (c->train.train_iters == TR_NULL_INT || c->train.micro_batch_size == TR_NULL_INT ||
         c->train.global_batch_size == TR_NULL_INT)
@@ -285,9 +366,16 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     t->model.comm = t->o->comm;
     TR_TRY(tr_model_init_weights(&t->model, (uint64_t)c->rng.seed));
     t->model.dropout_seed = (uint64_t)c->rng.seed * 0x9E3779B97F4A7C15ull + 1;
-    if (t->distributed)
+    if (t->distributed) {
         TR_TRY(tr_train_dp_setup(&t->dp, c, t->o->comm, &t->model, &os, d));
-    else
+        if (c->model.pipeline_model_parallel_size > 1) {
+            t->have_pp = true; /* freed even when creation fails halfway */
+            TR_TRY(tr_pp_exec_create(&t->pp, c, t->o->comm, &t->model, d));
+            tr_train_dp_count_only(&t->dp, t->pp.owned);
+            t->pp_idx = malloc((size_t)t->mbs * sizeof *t->pp_idx);
+            if (!t->pp_idx) return TR_ERR_NOMEM;
+        }
+    } else
         TR_TRY(tr_optimizer_create(&t->opt, &os, t->model.ops, t->model.info, t->model.n_info,
                                    t->model.n_params));
     int64_t bt = (int64_t)t->mbs * t->seq;
@@ -300,9 +388,11 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
 static void teardown(trainer *t) {
     tr_train_log_close(&t->log);
     tr_optimizer_free(&t->opt);
+    if (t->have_pp) tr_pp_exec_free(&t->pp);
     tr_train_dp_free(&t->dp);
     tr_model_free(&t->model);
     tr_train_data_close(&t->data);
+    free(t->pp_idx);
     free(t->sample);
     free(t->ids);
     free(t->tgt);
@@ -354,6 +444,23 @@ static tr_status agree_on_stop(trainer *t, tr_stop_reason *stop, int *signal) {
     TR_TRY(tr_comm_all_reduce_inplace(t->o->comm, TR_COMM_WORLD, v, 2, TR_COMM_I32, TR_COMM_MAX));
     *stop = (tr_stop_reason)v[0];
     *signal = v[1];
+    return TR_OK;
+}
+
+/* Pipeline parallel: each stage's measured bubble (time blocked in transfer waits over the
+ * iteration) next to the ideal (p - 1) / (v * m), on the iterations that log. Collective over
+ * the pipeline group, so every rank calls it every iteration. */
+static tr_status log_bubble(trainer *t, int64_t it, bool due) {
+    if (!t->have_pp) return TR_OK;
+    double b[64], mine = tr_pp_exec_bubble(&t->pp);
+    int pp = t->pp.pp;
+    if (pp > 64) return TR_OK;
+    TR_TRY(tr_comm_all_gather(t->o->comm, TR_GROUP_PP, &mine, b, 1, TR_COMM_F64));
+    if (!due || !t->o->log) return TR_OK;
+    fprintf(t->o->log, "pipeline bubble (iteration %lld): measured", (long long)it);
+    for (int i = 0; i < pp; i++) fprintf(t->o->log, " stage %d %.3f", i, b[i]);
+    fprintf(t->o->log, "; expected (p-1)/(v*m) = %.3f\n",
+            tr_pp_bubble_expected(pp, t->pp.vpp, t->pp.nmb));
     return TR_OK;
 }
 
@@ -415,6 +522,7 @@ static tr_status loop(trainer *t, tr_train_result *r) {
         }
         tr_train_log_iteration(&t->log, it, iters, stopping, consumed, so.loss, so.lr, so.grad_norm,
                                pnorm, so.skipped, seconds, flops_per_iter, (double)t->gbs * t->seq);
+        TR_TRY(log_bubble(t, it, tr_train_log_due(&t->log, it, iters, stopping)));
         if (can_eval && it % eval_interval == 0 &&
             (start_eval == TR_NULL_INT || it >= start_eval)) {
             TR_TRY(evaluate(t, TR_SPLIT_VALID, eval_iters, &r->last_eval_loss));

@@ -21,8 +21,9 @@ typedef struct tr_train_opts {
     int handle_signals;       /* install SIGTERM/SIGINT handlers for the run */
     float *losses;            /* if set, the loss of iteration i goes to losses[i - 1] */
     int64_t losses_cap;
-    /* The run's communicator (run_recipe under mpirun): with a DP group of 2 or more ranks the
-     * loop runs data parallel over it (runtime/distributed). NULL: one rank, no comm. */
+    /* The run's communicator (run_recipe under mpirun): with DP, TP or PP above 1 the loop runs
+     * the parallel path over it (runtime/distributed, runtime/pipeline_exec.h). NULL: one rank,
+     * no comm. */
     tr_comm *comm;
     /* Called once after the last iteration with the trained model (parameters final on every
      * rank), e.g. to compare layouts; a non-OK status ends the run with it. */
@@ -51,9 +52,9 @@ typedef struct tr_train_result {
     double seconds;
 } tr_train_result;
 
-/* Trains the config's model from scratch on one rank, or data parallel over o->comm. Unsupported
- * settings, unreadable data and a non-finite loss (with rerun_state_machine.check_for_nan_in_loss)
- * are diagnostics. */
+/* Trains the config's model from scratch on one rank, or in parallel (DP/TP/SP/PP) over o->comm.
+ * Unsupported settings, unreadable data and a non-finite loss (with
+ * rerun_state_machine.check_for_nan_in_loss) are diagnostics. */
 tr_status tr_train_run(const tr_config *c, const tr_train_opts *o, tr_train_result *r, tr_diags *d);
 
 #endif

@@ -110,3 +110,13 @@ tr_status tr_train_dp_update(tr_train_dp *t, const tr_optimizer_spec *os, double
 tr_status tr_train_dp_params_ready(tr_train_dp *t) {
     return t->have_opt ? tr_dist_opt_wait_all_params(&t->opt) : TR_OK;
 }
+
+void tr_train_dp_count_only(tr_train_dp *t, const uint8_t *owned) {
+    for (int i = 0; i < t->model->n_info; i++)
+        if (!owned[i]) t->counted[i] = 0;
+}
+
+tr_status tr_train_dp_pp_sum_grads(tr_train_dp *t) {
+    return tr_comm_all_reduce_inplace(t->comm, TR_GROUP_PP, t->model->grads,
+                                      (size_t)t->model->n_params, TR_COMM_F32, TR_COMM_SUM);
+}

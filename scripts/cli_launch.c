@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "runtime/comm.h"
@@ -169,6 +170,13 @@ int tr_cli_launch(const tr_cli *cli, int *argc, char ***argv) {
     s = tr_comm_mpi_create(&ps, &co, &d, &comm);
     if (s != TR_OK) fail_all(cli, rank, &c, &d, tr_cli_exit_code(s, &d));
     int code = train(&c, dir, rank, comm, report, &d);
+    if (tr_diags_find(&d, "comm.timeout")) {
+        /* Each rank saw its own silent peer, so each reports; a finalize would wait for the
+         * stuck peer forever, so the job ends here (mpirun then stops the remaining ranks). */
+        tr_cli_print_diags(cli, &d);
+        fflush(NULL);
+        _exit(code ? code : 1);
+    }
     tr_comm_destroy(comm);
     if (rank == 0) tr_cli_print_diags(cli, &d);
     tr_parallel_state_free(&ps);

@@ -9,12 +9,12 @@ expect_bad_launch 2 parallel.world_divisible_by_expert_size \
     --recipe moe_tiny_pretrain model.expert_model_parallel_size=4 logger.output_dir="$TMP/o"
 
 # A world that fits: every rank gets through validation and group creation; the training runtime
-# (data parallel only so far) then refuses PP 2 on every rank, reported once, exit 2.
+# (no context parallelism yet) then refuses CP 2 on every rank, reported once, exit 2.
 flags="--allow-run-as-root --oversubscribe"
-args=(--recipe llama_tiny_pretrain model.pipeline_model_parallel_size=2 logger.output_dir="$TMP/o")
+args=(--recipe llama_tiny_pretrain model.context_parallel_size=2 logger.output_dir="$TMP/o")
 # shellcheck disable=SC2086
 out=$("$MPIEXEC" $flags -np 2 sh -c '"$@"; echo "rank-exit=$?"' sh "$RR" "${args[@]}" 2>&1)
-[ "$(printf '%s\n' "$out" | grep -c '^rank-exit=2$')" -eq 2 ] || { echo "$out"; fail "PP 2 on 2 ranks"; }
+[ "$(printf '%s\n' "$out" | grep -c '^rank-exit=2$')" -eq 2 ] || { echo "$out"; fail "CP 2 on 2 ranks"; }
 [ "$(printf '%s\n' "$out" | grep -c 'runtime.unsupported')" -eq 1 ] || { echo "$out"; fail "refusal once"; }
 [ "$(printf '%s\n' "$out" | grep -c 'parallel layout: world 2')" -eq 1 ] || { echo "$out"; fail "banner once"; }
 

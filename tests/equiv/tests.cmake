@@ -86,3 +86,49 @@ tr_equiv_test(gpt_tp2_sp_dp2_sgd_clip 4 gpt_tiny_pretrain ${TR_EQUIV_COMMON}
 # The comparison can fail: a different seed in the parallel run must be reported.
 tr_equiv_test(detects_difference 2 --expect-differ gpt_tiny_pretrain ${TR_EQUIV_COMMON} --
               rng.seed=4321)
+
+# Pipeline parallel (runtime/pipeline_exec.c over the schedules of runtime/pipeline): 8 layers so
+# that PP 4 x VPP 2 has a layer per virtual stage; 8 microbatches per iteration. The comm volume
+# is not checked: the backward recomputes each stage's forward (its TP collectives run twice) and
+# the gradients are summed over the pipeline group (docs/pipeline.md).
+set(TR_PP_COMMON ${TR_EQUIV_COMMON} model.num_layers=8)
+function(tr_equiv_pp_test name np)
+  add_test(NAME mpi_equiv_${name}
+           COMMAND ${TR_EQUIV_MPIRUN} ${np} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:equiv_check>
+                   ${MPIEXEC_POSTFLAGS} ${ARGN})
+  set_tests_properties(mpi_equiv_${name} PROPERTIES LABELS "mpi" TIMEOUT 120 RUN_SERIAL TRUE
+                       ENVIRONMENT "${TR_EQUIV_ENV}")
+endfunction()
+set(TR_PP2 model.pipeline_model_parallel_size=2)
+set(TR_PP4 model.pipeline_model_parallel_size=4)
+set(TR_VPP2 model.virtual_pipeline_model_parallel_size=2)
+# 1F1B (tied embedding: the last stage's copy of the word embedding), interleaved, both p2p modes.
+tr_equiv_pp_test(gpt_pp2 2 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2})
+tr_equiv_pp_test(llama_pp4 4 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP4})
+tr_equiv_pp_test(llama_pp2_vpp2 2 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2} ${TR_VPP2})
+tr_equiv_pp_test(gpt_pp4_vpp2_dropout 4 gpt_tiny_pretrain ${TR_PP_COMMON} model.hidden_dropout=0.1
+                 -- ${TR_PP4} ${TR_VPP2})
+tr_equiv_pp_test(llama_pp4_vpp2_overlap_unbatched 4 llama_tiny_pretrain ${TR_PP_COMMON} --
+                 ${TR_PP4} ${TR_VPP2} model.overlap_p2p_comm=true model.batch_p2p_comm=false)
+# Uneven stages.
+tr_equiv_pp_test(llama_pp2_first3 2 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2}
+                 model.num_layers_in_first_pipeline_stage=3)
+tr_equiv_pp_test(gpt_pp4_first1_last3 4 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP4}
+                 model.num_layers_in_first_pipeline_stage=1 model.num_layers_in_last_pipeline_stage=3)
+# Clipping with SGD: a grad norm that counted a stage's parameters on every pipeline rank (or the
+# tied embedding twice) would change the step.
+tr_equiv_pp_test(gpt_pp4_sgd_clip 4 gpt_tiny_pretrain ${TR_PP_COMMON} optimizer.optimizer=sgd
+                 optimizer.lr=0.1 optimizer.clip_grad=0.05 -- ${TR_PP4})
+# With tensor, sequence and data parallelism and the distributed optimizer, up to 8 ranks.
+tr_equiv_pp_test(llama_tp2_pp2 4 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_TP2} ${TR_PP2})
+tr_equiv_pp_test(gpt_pp2_dp2_distopt_overlap 4 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2}
+                 ${TR_DISTOPT} ${TR_OVERLAP} ddp.overlap_param_gather=true
+                 optimizer.overlap_param_gather=true)
+tr_equiv_pp_test(llama_untied_pertoken_pp2_dp2_distopt 4 llama_tiny_pretrain ${TR_PP_COMMON}
+                 model.calculate_per_token_loss=true model.share_embeddings_and_output_weights=false
+                 -- ${TR_PP2} ${TR_DISTOPT})
+tr_equiv_pp_test(llama_tp2_sp_pp2_vpp2_dp2_distopt_overlap 8 llama_tiny_pretrain ${TR_PP_COMMON}
+                 train.micro_batch_size=2 model.hidden_dropout=0.1 -- ${TR_TP2} ${TR_SP} ${TR_PP2}
+                 ${TR_VPP2} ${TR_DISTOPT} ${TR_OVERLAP})
+tr_equiv_pp_test(gpt_tp2_pp4_first3_last1 8 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_TP2} ${TR_PP4}
+                 model.num_layers_in_first_pipeline_stage=3 model.num_layers_in_last_pipeline_stage=1)

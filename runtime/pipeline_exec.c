@@ -1,0 +1,322 @@
+/* See runtime/pipeline_exec.h. */
+#include "runtime/pipeline_exec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* One tag per direction is enough: the static check proved the per-channel order (a batch uses
+ * the comm layer's own tag, the same on both sides). */
+enum { TAG_ACT = 1, TAG_GRAD = 2 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Whether parameter `name` belongs to one of this rank's parts. */
+static bool owns(const tr_pp_exec *e, const char *name) {
+    int layer;
+    for (int c = 0; c < e->vpp; c++) {
+        const tr_model_part *p = &e->parts[c];
+        if (strncmp(name, "embedding.", 10) == 0 && p->has_embedding) return true;
+        if ((strncmp(name, "decoder.final_layernorm", 23) == 0 ||
+             strncmp(name, "output_layer.", 13) == 0) &&
+            p->has_loss)
+            return true;
+        if (sscanf(name, "decoder.layers.%d.", &layer) == 1 && layer >= p->first_layer &&
+            layer < p->first_layer + p->num_layers)
+            return true;
+    }
+    return false;
+}
+
+tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr_model *m,
+                            tr_diags *d) {
+    memset(e, 0, sizeof *e);
+    e->comm = comm;
+    e->m = m;
+    /* The runtime refuses a schedule the static check rejects (deadlock or mismatched order). */
+    TR_TRY(tr_pp_schedule_check_all(c, d));
+    e->pp = tr_comm_group_size(comm, TR_GROUP_PP);
+    e->pp_rank = tr_comm_group_rank(comm, TR_GROUP_PP);
+    TR_TRY(tr_pp_layout_build(c, &e->layout, d));
+    TR_TRY(tr_pp_schedule_build(c, e->pp_rank, &e->sched, d));
+    e->vpp = e->layout.vpp;
+    e->nmb = e->sched.num_microbatches;
+    e->per_token_loss = c->model.calculate_per_token_loss;
+    e->act_numel = (int64_t)m->batch * m->spec.seq * m->spec.hidden;
+    if (m->spec.sequence_parallel) e->act_numel /= m->tp.size;
+    if (e->layout.pp != e->pp || e->sched.message_bytes != e->act_numel * (int64_t)sizeof(float))
+        return tr_diag_add(d, TR_SEV_ERROR, "runtime.pp_mismatch", NULL,
+                           "model.pipeline_model_parallel_size",
+                           "report this: the schedule and the runtime disagree",
+                           "the pipeline schedule (PP %d, %lld-byte messages) does not match "
+                           "the runtime (PP %d, %lld-byte activations)",
+                           e->layout.pp, (long long)e->sched.message_bytes, e->pp,
+                           (long long)(e->act_numel * (int64_t)sizeof(float)));
+    e->parts = calloc((size_t)e->vpp, sizeof *e->parts);
+    size_t slots = (size_t)e->nmb * (size_t)e->vpp;
+    e->input = calloc(slots, sizeof *e->input);
+    e->output = calloc(slots, sizeof *e->output);
+    e->grad_in = calloc(slots, sizeof *e->grad_in);
+    e->grad_out = calloc(slots, sizeof *e->grad_out);
+    e->owned = calloc((size_t)m->n_info, 1);
+    if (!e->parts || !e->input || !e->output || !e->grad_in || !e->grad_out || !e->owned)
+        return TR_ERR_NOMEM;
+    for (int ch = 0; ch < e->vpp; ch++) {
+        const tr_pp_stage *st = tr_pp_layout_stage(&e->layout, e->pp_rank, ch);
+        if (st->num_mtp_layers > 0)
+            return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, "model.mtp_num_layers",
+                               "set model.mtp_num_layers=0",
+                               "the CPU runtime does not run multi-token prediction layers");
+        e->parts[ch] =
+            (tr_model_part){st->first_layer, st->num_layers, st->has_embedding, st->has_loss};
+    }
+    for (int i = 0; i < m->n_info; i++) e->owned[i] = owns(e, m->info[i].name);
+    return TR_OK;
+}
+
+static void free_slots(tr_pp_exec *e) {
+    size_t slots = (size_t)e->nmb * (size_t)e->vpp;
+    for (size_t i = 0; i < slots; i++) {
+        free(e->input[i]);
+        free(e->output[i]);
+        free(e->grad_in[i]);
+        free(e->grad_out[i]);
+        e->input[i] = e->output[i] = e->grad_in[i] = e->grad_out[i] = NULL;
+    }
+}
+
+void tr_pp_exec_free(tr_pp_exec *e) {
+    if (!e->poisoned) {
+        if (e->input) free_slots(e);
+        for (int i = 0; i < e->n_pending; i++) free(e->pending[i].free_after);
+        free(e->input);
+        free(e->output);
+        free(e->grad_in);
+        free(e->grad_out);
+        free(e->pending);
+    }
+    free(e->parts);
+    free(e->owned);
+    tr_pp_schedule_free(&e->sched);
+    tr_pp_layout_free(&e->layout);
+    memset(e, 0, sizeof *e);
+}
+
+static tr_status push_pending(tr_pp_exec *e, int group, tr_comm_request *req, float *free_after) {
+    if (e->n_pending == e->cap_pending) {
+        int cap = e->cap_pending ? 2 * e->cap_pending : 16;
+        tr_pp_pending *p = realloc(e->pending, (size_t)cap * sizeof *p);
+        if (!p) return TR_ERR_NOMEM;
+        e->pending = p;
+        e->cap_pending = cap;
+    }
+    e->pending[e->n_pending++] = (tr_pp_pending){group, req, free_after};
+    return TR_OK;
+}
+
+static float *alloc_act(const tr_pp_exec *e) {
+    return malloc((size_t)e->act_numel * sizeof(float));
+}
+
+/* The buffer of a transfer action: the send source (taken from its slot, freed after the WAIT)
+ * or the receive target (allocated into its slot). */
+static tr_status transfer_buffer(tr_pp_exec *e, const tr_pp_action *a, tr_comm_p2p *x,
+                                 float **free_after) {
+    size_t slot = (size_t)a->mb * (size_t)e->vpp + (size_t)a->chunk;
+    float **from = NULL, **into = NULL;
+    switch (a->op) {
+    case TR_PP_SEND_ACT:
+        from = &e->output[slot];
+        break;
+    case TR_PP_SEND_GRAD:
+        from = &e->grad_out[slot];
+        break;
+    case TR_PP_RECV_ACT:
+        into = &e->input[slot];
+        break;
+    case TR_PP_RECV_GRAD:
+        into = &e->grad_in[slot];
+        break;
+    default:
+        return TR_ERR_INVALID;
+    }
+    *free_after = NULL;
+    x->peer = a->peer;
+    x->count = (size_t)e->act_numel;
+    x->dtype = TR_COMM_F32;
+    x->is_send = from != NULL;
+    if (from) {
+        if (!*from) return TR_ERR_INVALID; /* sent before computed: the check forbids it */
+        x->buf = *from;
+        *free_after = *from;
+        *from = NULL;
+        return TR_OK;
+    }
+    if (*into) return TR_ERR_INVALID; /* received twice */
+    *into = alloc_act(e);
+    if (!*into) return TR_ERR_NOMEM;
+    x->buf = *into;
+    return TR_OK;
+}
+
+static bool is_transfer(tr_pp_op op) {
+    return op == TR_PP_SEND_ACT || op == TR_PP_RECV_ACT || op == TR_PP_SEND_GRAD ||
+           op == TR_PP_RECV_GRAD;
+}
+
+/* Posts the run of transfers of one post group starting at actions[i]; returns its length. */
+static tr_status post_group(tr_pp_exec *e, int i, int *n_out) {
+    const tr_pp_action *acts = e->sched.actions;
+    int group = acts[i].group, n = 0;
+    while (i + n < e->sched.n && is_transfer(acts[i + n].op) && acts[i + n].group == group) n++;
+    *n_out = n;
+    tr_comm_p2p ops[64];
+    float *frees[64];
+    if (n > 64) return TR_ERR_INVALID;
+    for (int k = 0; k < n; k++) TR_TRY(transfer_buffer(e, &acts[i + k], &ops[k], &frees[k]));
+    if (e->sched.batched) {
+        tr_comm_request *req = NULL;
+        TR_TRY(tr_comm_ip2p_batch(e->comm, TR_GROUP_PP, ops, n, &req));
+        TR_TRY(push_pending(e, group, req, NULL));
+        for (int k = 0; k < n; k++)
+            if (frees[k]) TR_TRY(push_pending(e, group, NULL, frees[k]));
+        return TR_OK;
+    }
+    for (int k = 0; k < n; k++) {
+        tr_comm_request *req = NULL;
+        bool act = acts[i + k].op == TR_PP_SEND_ACT || acts[i + k].op == TR_PP_RECV_ACT;
+        int tag = act ? TAG_ACT : TAG_GRAD;
+        if (ops[k].is_send)
+            TR_TRY(tr_comm_isend(e->comm, TR_GROUP_PP, ops[k].buf, ops[k].count, TR_COMM_F32,
+                                 ops[k].peer, tag, &req));
+        else
+            TR_TRY(tr_comm_irecv(e->comm, TR_GROUP_PP, ops[k].buf, ops[k].count, TR_COMM_F32,
+                                 ops[k].peer, tag, &req));
+        TR_TRY(push_pending(e, group, req, frees[k]));
+    }
+    return TR_OK;
+}
+
+/* Completes every transfer of `group`, then frees the sent outputs (Megatron's
+ * deallocate_output_tensor). */
+static tr_status wait_group(tr_pp_exec *e, int group) {
+    double t0 = now_s();
+    int kept = 0;
+    tr_status st = TR_OK;
+    for (int i = 0; i < e->n_pending; i++) {
+        tr_pp_pending *p = &e->pending[i];
+        if (p->group != group) {
+            e->pending[kept++] = *p;
+            continue;
+        }
+        if (st == TR_OK && p->req) st = tr_comm_wait(e->comm, &p->req);
+        if (st != TR_OK) {
+            e->poisoned = true;
+            e->pending[kept++] = *p;
+            continue;
+        }
+        free(p->free_after);
+    }
+    e->n_pending = kept;
+    e->wait_s += now_s() - t0;
+    return st;
+}
+
+static tr_status run_forward(tr_pp_exec *e, const tr_pp_exec_hooks *h, const tr_pp_action *a,
+                             double *loss_sum, int64_t *tokens) {
+    size_t slot = (size_t)a->mb * (size_t)e->vpp + (size_t)a->chunk;
+    const tr_model_part *p = &e->parts[a->chunk];
+    const int32_t *ids, *tgt;
+    TR_TRY(h->load(h->ctx, a->mb, &ids, &tgt));
+    if (!p->has_embedding && !e->input[slot]) return TR_ERR_INVALID;
+    if (!p->has_loss) {
+        if (e->output[slot]) return TR_ERR_INVALID;
+        e->output[slot] = alloc_act(e);
+        if (!e->output[slot]) return TR_ERR_NOMEM;
+    }
+    float loss = 0.0f;
+    TR_TRY(tr_model_forward_part(e->m, p, ids, tgt, e->input[slot], e->output[slot], &loss));
+    if (h->after_forward) h->after_forward(h->ctx, a->mb);
+    if (p->has_loss) {
+        *loss_sum += e->per_token_loss ? (double)loss * (double)e->m->n_valid : loss;
+        *tokens += e->m->n_valid;
+    }
+    return TR_OK;
+}
+
+/* The stage's activations of other microbatches have replaced this one's since its forward:
+ * recompute them from the kept input (the same maths, so the same numbers), then backward. */
+static tr_status run_backward(tr_pp_exec *e, const tr_pp_exec_hooks *h, const tr_pp_action *a) {
+    size_t slot = (size_t)a->mb * (size_t)e->vpp + (size_t)a->chunk;
+    const tr_model_part *p = &e->parts[a->chunk];
+    const int32_t *ids, *tgt;
+    TR_TRY(h->load(h->ctx, a->mb, &ids, &tgt));
+    if ((!p->has_embedding && !e->input[slot]) || (!p->has_loss && !e->grad_in[slot]) ||
+        e->grad_out[slot])
+        return TR_ERR_INVALID;
+    float *scratch = NULL;
+    if (!p->has_loss && !(scratch = alloc_act(e))) return TR_ERR_NOMEM;
+    float loss = 0.0f;
+    tr_status st = tr_model_forward_part(e->m, p, ids, tgt, e->input[slot], scratch, &loss);
+    free(scratch);
+    TR_TRY(st);
+    if (!p->has_embedding && !(e->grad_out[slot] = alloc_act(e))) return TR_ERR_NOMEM;
+    TR_TRY(h->before_backward(h->ctx, a->mb == e->nmb - 1));
+    /* Scaled like the single-rank run: 1/M of each microbatch mean, or the token sum. */
+    float scale = e->per_token_loss ? (float)e->m->n_valid : 1.0f / (float)e->nmb;
+    TR_TRY(tr_model_backward_part(e->m, p, scale, e->grad_in[slot], e->grad_out[slot]));
+    free(e->input[slot]);
+    free(e->grad_in[slot]);
+    e->input[slot] = e->grad_in[slot] = NULL;
+    return TR_OK;
+}
+
+tr_status tr_pp_exec_iteration(tr_pp_exec *e, const tr_pp_exec_hooks *h, double *loss_sum,
+                               int64_t *tokens) {
+    double t0 = now_s();
+    *loss_sum = 0.0;
+    *tokens = 0;
+    e->wait_s = 0.0;
+    for (int i = 0; i < e->sched.n;) {
+        const tr_pp_action *a = &e->sched.actions[i];
+        int step = 1;
+        switch (a->op) {
+        case TR_PP_FWD:
+            TR_TRY(run_forward(e, h, a, loss_sum, tokens));
+            break;
+        case TR_PP_BWD:
+            TR_TRY(run_backward(e, h, a));
+            break;
+        case TR_PP_SEND_ACT:
+        case TR_PP_RECV_ACT:
+        case TR_PP_SEND_GRAD:
+        case TR_PP_RECV_GRAD:
+            TR_TRY(post_group(e, i, &step));
+            break;
+        case TR_PP_WAIT:
+            TR_TRY(wait_group(e, a->group));
+            break;
+        /* Every rank holds the whole model, and the loop sums all gradients over the pipeline
+         * group after the data-parallel reduction: that sum includes the tied embedding's two
+         * uses (the embedding group's all-reduce) and completes DP_GRAD_REDUCE's work. */
+        case TR_PP_EMBED_GRAD_ALLREDUCE:
+        case TR_PP_DP_GRAD_REDUCE:
+            break;
+        default:
+            return TR_ERR_INVALID;
+        }
+        i += step;
+    }
+    if (e->n_pending) return TR_ERR_INVALID; /* a transfer without its WAIT */
+    e->iter_s = now_s() - t0;
+    return TR_OK;
+}
+
+double tr_pp_exec_bubble(const tr_pp_exec *e) {
+    return e->iter_s > 0.0 ? e->wait_s / e->iter_s : 0.0;
+}

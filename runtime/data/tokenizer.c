@@ -254,7 +254,10 @@ tr_status tr_tokenizer_from_config(const tr_tokenizer_config *tc, tr_tokenizer *
                            "tokenizer.tokenizer_type",
                            "use ByteLevelTokenizer, NullTokenizer, GPT2BPETokenizer or "
                            "HuggingFaceTokenizer (byte-level BPE tokenizer.json)",
-                           "tokenizer type %d is not implemented by Trestle's data pipeline yet",
-                           (int)tc->tokenizer_type);
+                           "tokenizer.tokenizer_type %s is not implemented by Trestle's data "
+                           "pipeline yet",
+                           tc->tokenizer_type >= 0 && tc->tokenizer_type < tr_enum_tokenizer_type.n
+                               ? tr_enum_tokenizer_type.values[tc->tokenizer_type].name
+                               : "(unknown)");
     }
 }

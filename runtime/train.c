@@ -51,8 +51,9 @@ static double now_s(void) {
 }
 
 /* Microbatch of the mbs samples index[0..mbs) of `split` (consecutive from index[0] when index
- * is NULL): inputs are tokens [0, seq), labels tokens [1, seq]; end-of-document labels are
- * masked when dataset.eod_mask_loss. */
+ * is NULL): inputs are tokens [0, seq), labels tokens [1, seq]. With dataset.eod_mask_loss the
+ * loss is masked where the INPUT token is end-of-document, as Megatron's GPTDataset does (and as
+ * runtime/data/gpt_dataset.c, checked against megatron-core, does). */
 static tr_status load_microbatch(trainer *t, int split, int64_t first, const int64_t *index) {
     for (int b = 0; b < t->mbs; b++) {
         TR_TRY(t->data.sample(&t->data, split, index ? index[b] : first + b, t->sample));
@@ -60,7 +61,7 @@ static tr_status load_microbatch(trainer *t, int split, int64_t first, const int
         for (int i = 0; i < t->seq; i++) {
             ids[i] = t->sample[i];
             tgt[i] = t->sample[i + 1];
-            if (t->eod_mask && t->data.eod >= 0 && tgt[i] == t->data.eod) tgt[i] = -1;
+            if (t->eod_mask && t->data.eod >= 0 && ids[i] == t->data.eod) tgt[i] = -1;
         }
     }
     return TR_OK;

@@ -63,6 +63,10 @@ typedef struct tr_param_info {
     /* Sequence parallel: each TP rank's gradient covers its sequence chunk only (norms, position
      * embedding); the sum over the TP group is the gradient. */
     bool sp_partial;
+    /* Pipeline parallel with tied embeddings: the last stage's own copy of the word embedding
+     * (the output layer's weight). The first stage's tensor is the one that counts once (grad
+     * norm, checkpoint); the copy is kept equal by the embedding group's gradient all-reduce. */
+    bool tied_copy;
     int full_rows, full_cols; /* the logical tensor */
 } tr_param_info;
 

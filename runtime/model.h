@@ -1,13 +1,15 @@
 /* The decoder-only transformer (GPT and Llama families) written once against the op table.
  *
  * Parameters and gradients are views into one flat buffer each, so data-parallel buckets and
- * distributed-optimizer shards are plain ranges. Activations are kept for one microbatch at a
- * time: forward fills them, backward consumes them and ACCUMULATES parameter gradients, so
- * gradient accumulation is "forward/backward per microbatch, one optimizer step".
+ * distributed-optimizer shards are plain ranges. A model holds either the whole network or the
+ * parts (pipeline stages) one rank runs: only their parameters, gradients and activations exist.
+ * Each part keeps `slots` sets of activations (the microbatches it has in flight): forward fills
+ * one, backward consumes it and ACCUMULATES parameter gradients, so gradient accumulation is
+ * "forward/backward per microbatch, one optimizer step".
  *
  * Parallelism stays out of the maths: every linear layer is a tr_linear that knows which shard
- * of the logical weight it holds (tensor-parallel rank/size); today the model is built for the
- * single shard (0, 1). See docs/runtime.md. */
+ * of the logical weight it holds (tensor-parallel rank/size), and a pipeline rank's model is
+ * built from its parts. See docs/runtime.md and docs/pipeline.md. */
 #ifndef TR_RUNTIME_MODEL_H
 #define TR_RUNTIME_MODEL_H
 
@@ -89,6 +91,27 @@ typedef struct tr_layer_acts {
     float *ln1_full, *ln2_full; /* sequence parallel: the gathered norm outputs */
 } tr_layer_acts;
 
+/* A contiguous part of the model (a pipeline stage): layers [first_layer, first_layer +
+ * num_layers) with their GLOBAL numbers, plus the embedding in front (first_layer 0) and/or the
+ * final norm, output layer and loss behind (the last layer). slots: how many microbatches of
+ * the part are in flight at once (forwarded, not yet backwarded), one activation set each;
+ * 0 counts as 1. */
+typedef struct tr_model_part {
+    int first_layer, num_layers;
+    bool has_embedding, has_loss;
+    int slots;
+} tr_model_part;
+
+/* What the backward of one (part, slot) needs from its forward. Head fields are NULL unless
+ * the part has the loss, ids unless it has the embedding. */
+typedef struct tr_slot_acts {
+    tr_layer_acts *layers; /* the part's layers, first_layer first */
+    float *x_final, *lnf, *lnf_mean, *lnf_rstd, *lnf_full, *logits, *ce_stats, *losses, *dloss;
+    int32_t *ids, *targets;
+    int64_t n_valid;
+    uint64_t dropout_round;
+} tr_slot_acts;
+
 /* Per-parameter events for the training loop's communication (index = position in info, the
  * model order). before_param: the forward is about to read the parameter (a pending parameter
  * all-gather must finish). grad_ready: the backward has added this microbatch's last
@@ -116,9 +139,21 @@ typedef struct tr_model {
     tr_param_info *info;
     int n_info;
     tr_model_views p, g;
+    /* The parts this model holds (one whole part for a plain model). */
+    tr_model_part *parts;
+    int n_parts;
+    /* Pipeline parallel with tied embeddings: this last stage holds its own copy of the word
+     * embedding as the output layer (tr_param_info.tied_copy). */
+    bool has_tied_copy;
 
-    /* Activations of the current microbatch. */
+    /* Activations: per (part, slot) in slot_acts[slot_start[part] + slot]; the fields below
+     * point at the (part, slot) the current forward or backward works on (acts is indexed by
+     * global layer, valid for the current part's layers only). */
     float *act_buf;
+    int64_t act_numel; /* floats in act_buf: every slot plus the shared scratch */
+    int32_t *tok_buf;
+    tr_slot_acts *slot_acts;
+    int *slot_start;
     tr_layer_acts *acts;
     float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *ce_stats, *losses, *dloss;
     float *rope_cos, *rope_sin;
@@ -138,10 +173,17 @@ typedef struct tr_model {
  * the fix. */
 tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d);
 
-/* Lays out parameters, gradients and activations for micro batches of `batch` sequences of
- * spec.seq tokens, for TP shard `tp` of the logical model s (heads, query groups, ffn and the
- * padded vocabulary must divide by tp.size). Parameters are zero until tr_model_init_weights or
- * a load. With tp.size > 1 set m->comm (and m->tp_group) before the first forward. */
+/* Lays out parameters, gradients and activations of `parts` (a pipeline rank's chunks: disjoint
+ * layers, at most one with the embedding and one with the loss) for micro batches of `batch`
+ * sequences of spec.seq tokens, for TP shard `tp` of the logical model s (heads, query groups,
+ * ffn and the padded vocabulary must divide by tp.size). Only the parts' parameters exist, named
+ * with global layer numbers; a tied model whose parts have the loss but not the embedding gets a
+ * tied copy of the word embedding. Parameters are zero until tr_model_init_weights or a load.
+ * With tp.size > 1 set m->comm (and m->tp_group) before the first forward. */
+tr_status tr_model_create_parts(tr_model *m, const tr_model_spec *s, tr_tp_shard tp,
+                                const tr_ops *ops, int batch, const tr_model_part *parts,
+                                int n_parts);
+/* The whole model as one part with one activation set. */
 tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, const tr_ops *ops,
                           int batch);
 void tr_model_free(tr_model *m);
@@ -152,8 +194,9 @@ void tr_model_free(tr_model *m);
  * keyed by (seed, tensor, logical element), so the values do not depend on the layout. */
 tr_status tr_model_init_weights(tr_model *m, uint64_t seed);
 
-/* Forward of one microbatch: ids and targets are [batch, seq] (targets < 0 are not trained on).
- * Writes the mean loss over the trained tokens to *loss (0 when there are none). */
+/* Forward of one microbatch through a whole model: ids and targets are [batch, seq] (targets < 0
+ * are not trained on). Writes the mean loss over the trained tokens to *loss (0 when there are
+ * none). */
 tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targets, float *loss);
 
 /* Backward of the last forward, ACCUMULATING into m->grads; loss_scale multiplies the
@@ -161,26 +204,26 @@ tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targe
  * forward: it overwrites the logits with their gradient. */
 tr_status tr_model_backward(tr_model *m, float loss_scale);
 
-/* A contiguous part of the model (a pipeline stage): layers [first_layer, first_layer +
- * num_layers), plus the embedding in front (first_layer 0) and/or the output layer and loss
- * behind (the last layer). */
-typedef struct tr_model_part {
-    int first_layer, num_layers;
-    bool has_embedding, has_loss;
-} tr_model_part;
-
-/* Forward of `part` for one microbatch: ids are read with the embedding, targets with the loss
- * (*loss as tr_model_forward); otherwise the part starts from x_in and leaves its output in
- * x_out, both [batch, seq (/ tp with sequence parallelism), hidden]. The activations of the
- * part's layers stay in the model for the backward of the same part. */
-tr_status tr_model_forward_part(tr_model *m, const tr_model_part *part, const int32_t *ids,
+/* Forward of m->parts[part] for one microbatch into activation set `slot`: ids are read with the
+ * embedding, targets with the loss (*loss as tr_model_forward); otherwise the part starts from
+ * x_in and leaves its output in x_out, both [batch, seq (/ tp with sequence parallelism),
+ * hidden]. The slot keeps what the backward needs (and m->dropout_round) until then. */
+tr_status tr_model_forward_part(tr_model *m, int part, int slot, const int32_t *ids,
                                 const int32_t *targets, const float *x_in, float *x_out,
                                 float *loss);
-/* Backward of the last forward of `part` (gradients accumulate): from the loss (scaled as in
- * tr_model_backward) or from dy, the gradient of its output; without the embedding the gradient
- * of its input goes to dx_out. */
-tr_status tr_model_backward_part(tr_model *m, const tr_model_part *part, float loss_scale,
-                                 const float *dy, float *dx_out);
+/* Backward of the forward stored in (part, slot) (gradients accumulate): from the loss (scaled
+ * as in tr_model_backward) or from dy, the gradient of its output; without the embedding the
+ * gradient of its input goes to dx_out. */
+tr_status tr_model_backward_part(tr_model *m, int part, int slot, float loss_scale, const float *dy,
+                                 float *dx_out);
+
+/* Activation sets this model keeps for global layer `layer` (0: a layer it does not hold). */
+int tr_model_layer_slots(const tr_model *m, int layer);
+
+/* The parameter list tr_model_create_parts would lay out (no buffers): *info is allocated
+ * (free it), offsets are those of the model's own flat buffer, *numel its size. */
+tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_model_part *parts,
+                              int n_parts, tr_param_info **info, int *n_info, int64_t *numel);
 
 /* Moves every parameter i to offsets[i] of new flat buffers of numel floats (a data-parallel
  * gradient layout's offsets), keeping the values; the gradients restart at zero and elements

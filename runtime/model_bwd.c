@@ -107,10 +107,16 @@ static tr_status embed_bwd(tr_model *m) {
     return tr_model_grads_done(m, TR_MODEL_AT_EMBEDDING);
 }
 
-tr_status tr_model_backward_part(tr_model *m, const tr_model_part *part, float loss_scale,
+tr_status tr_model_backward_part(tr_model *m, int part_index, int slot, float loss_scale,
                                  const float *dy, float *dx_out) {
+    TR_TRY(tr_model_select_slot(m, part_index, slot));
+    const tr_model_part *part = &m->parts[part_index];
     int64_t n = (int64_t)tr_tp_local_rows(m) * m->spec.hidden;
     if ((!part->has_loss && !dy) || (!part->has_embedding && !dx_out)) return TR_ERR_INVALID;
+    /* The forward's dropout masks and token count, whatever ran since. */
+    const tr_slot_acts *a = &m->slot_acts[m->slot_start[part_index] + slot];
+    m->dropout_round = a->dropout_round;
+    m->n_valid = a->n_valid;
     if (part->has_loss)
         TR_TRY(head_bwd(m, loss_scale));
     else
@@ -125,6 +131,7 @@ tr_status tr_model_backward_part(tr_model *m, const tr_model_part *part, float l
 }
 
 tr_status tr_model_backward(tr_model *m, float loss_scale) {
-    tr_model_part whole = {0, m->spec.num_layers, true, true};
-    return tr_model_backward_part(m, &whole, loss_scale, NULL, NULL);
+    if (m->n_parts != 1 || !m->parts[0].has_embedding || !m->parts[0].has_loss)
+        return TR_ERR_INVALID;
+    return tr_model_backward_part(m, 0, 0, loss_scale, NULL, NULL);
 }

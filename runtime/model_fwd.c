@@ -192,18 +192,13 @@ static void mask_padding(tr_model *m, int vocab_start, int real, int rows) {
         for (int v = first; v < V; v++) m->logits[(int64_t)r * V + v] = -1e30f;
 }
 
-/* Where the input of layer i lives (the output of the last layer for i == num_layers). */
-float *tr_model_layer_input(const tr_model *m, int i) {
-    return i < m->spec.num_layers ? m->acts[i].x_in : m->x_final;
-}
-
-static tr_status embed_fwd(tr_model *m) {
+/* The embedding output into x0 (the stream's start). */
+static tr_status embed_fwd(tr_model *m, float *x0) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
     int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
     int64_t n = (int64_t)lrows * s->hidden;
     int vocab_start = m->tp.rank * s->vocab;
-    float *x0 = tr_model_layer_input(m, 0);
     TR_TRY(tr_model_before_params(m, TR_MODEL_AT_EMBEDDING));
     /* Each row comes from the one shard owning its id: a sum over shards (reduce-scattered to the
      * sequence chunks with sequence parallelism). */
@@ -252,43 +247,72 @@ static tr_status head_fwd(tr_model *m, float *loss) {
     return TR_OK;
 }
 
-tr_status tr_model_forward_part(tr_model *m, const tr_model_part *part, const int32_t *ids,
+tr_status tr_model_select_slot(tr_model *m, int part, int slot) {
+    if (part < 0 || part >= m->n_parts) return TR_ERR_INVALID;
+    const tr_model_part *p = &m->parts[part];
+    if (slot < 0 || slot >= (p->slots > 0 ? p->slots : 1)) return TR_ERR_INVALID;
+    const tr_slot_acts *a = &m->slot_acts[m->slot_start[part] + slot];
+    for (int i = 0; i < p->num_layers; i++) m->acts[p->first_layer + i] = a->layers[i];
+    m->x_final = a->x_final;
+    m->lnf = a->lnf;
+    m->lnf_mean = a->lnf_mean;
+    m->lnf_rstd = a->lnf_rstd;
+    m->lnf_full = a->lnf_full;
+    m->logits = a->logits;
+    m->ce_stats = a->ce_stats;
+    m->losses = a->losses;
+    m->dloss = a->dloss;
+    m->ids = a->ids;
+    m->targets = a->targets;
+    return TR_OK;
+}
+
+tr_status tr_model_forward_part(tr_model *m, int part_index, int slot, const int32_t *ids,
                                 const int32_t *targets, const float *x_in, float *x_out,
                                 float *loss) {
+    TR_TRY(tr_model_select_slot(m, part_index, slot));
+    const tr_model_part *part = &m->parts[part_index];
     const tr_model_spec *s = &m->spec;
     int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
     int64_t n = (int64_t)lrows * s->hidden;
     int first = part->first_layer, last = part->first_layer + part->num_layers;
     int vocab = m->full.vocab;
     int real = m->full.vocab_real > 0 ? m->full.vocab_real : vocab;
-    if (first < 0 || last > s->num_layers || (part->has_embedding && first != 0) ||
-        (part->has_loss && last != s->num_layers) || (!part->has_embedding && !x_in) ||
-        (!part->has_loss && !x_out))
-        return TR_ERR_INVALID;
+    if ((!part->has_embedding && !x_in) || (!part->has_loss && !x_out)) return TR_ERR_INVALID;
     if (part->has_embedding)
         for (int r = 0; r < rows; r++)
             if (ids[r] < 0 || ids[r] >= real) return TR_ERR_INVALID;
     if (part->has_loss)
         for (int r = 0; r < rows; r++)
             if (targets[r] >= real) return TR_ERR_INVALID;
+    /* The residual stream: into the first layer's kept input, and out of the last layer into
+     * the head's kept input or straight into x_out (nothing of a stage's output is needed for
+     * its backward). */
+    float *end = part->has_loss ? m->x_final : x_out;
+    float *start = first < last ? m->acts[first].x_in : end;
     if (part->has_embedding) {
         memcpy(m->ids, ids, (size_t)rows * sizeof *ids);
-        TR_TRY(embed_fwd(m));
-    } else {
-        memcpy(tr_model_layer_input(m, first), x_in, (size_t)n * sizeof(float));
+        TR_TRY(embed_fwd(m, start));
+    } else if (start != x_in) {
+        memcpy(start, x_in, (size_t)n * sizeof(float));
     }
-    /* Layer i reads acts[i].x_in and writes the next layer's x_in (or x_final). */
     for (int i = first; i < last; i++) {
         TR_TRY(tr_model_before_params(m, i));
-        TR_TRY(layer_fwd(m, i, m->acts[i].x_in, tr_model_layer_input(m, i + 1)));
+        TR_TRY(layer_fwd(m, i, m->acts[i].x_in, i + 1 < last ? m->acts[i + 1].x_in : end));
     }
-    if (x_out) memcpy(x_out, tr_model_layer_input(m, last), (size_t)n * sizeof(float));
-    if (!part->has_loss) return TR_OK;
-    memcpy(m->targets, targets, (size_t)rows * sizeof *targets);
-    return head_fwd(m, loss);
+    tr_slot_acts *a = &m->slot_acts[m->slot_start[part_index] + slot];
+    a->dropout_round = m->dropout_round;
+    if (part->has_loss) {
+        if (x_out) memcpy(x_out, m->x_final, (size_t)n * sizeof(float));
+        memcpy(m->targets, targets, (size_t)rows * sizeof *targets);
+        TR_TRY(head_fwd(m, loss));
+        a->n_valid = m->n_valid;
+    }
+    return TR_OK;
 }
 
 tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targets, float *loss) {
-    tr_model_part whole = {0, m->spec.num_layers, true, true};
-    return tr_model_forward_part(m, &whole, ids, targets, NULL, NULL, loss);
+    if (m->n_parts != 1 || !m->parts[0].has_embedding || !m->parts[0].has_loss)
+        return TR_ERR_INVALID;
+    return tr_model_forward_part(m, 0, 0, ids, targets, NULL, NULL, loss);
 }

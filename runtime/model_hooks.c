@@ -69,7 +69,8 @@ tr_status tr_model_before_params(const tr_model *m, int where) {
     } else if (where == TR_MODEL_AT_HEAD) {
         v[0] = m->p.final_w;
         v[1] = m->p.final_b;
-        v[2] = m->spec.tied ? NULL : m->p.out_w;
+        /* A tied weight is read first by the embedding, unless this stage holds its own copy. */
+        v[2] = m->spec.tied && !m->has_tied_copy ? NULL : m->p.out_w;
         n = 3;
     } else {
         n = layer_list(&m->p.layers[where], v);
@@ -85,7 +86,8 @@ tr_status tr_model_grads_done(const tr_model *m, int where) {
         v[1] = m->g.word_emb;
         n = 2;
     } else if (where == TR_MODEL_AT_HEAD) {
-        v[0] = m->spec.tied ? NULL : m->g.out_w;
+        /* A tied weight's last use is the embedding lookup, unless this stage holds a copy. */
+        v[0] = m->spec.tied && !m->has_tied_copy ? NULL : m->g.out_w;
         v[1] = m->g.final_w;
         v[2] = m->g.final_b;
         n = 3;

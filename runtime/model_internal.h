@@ -19,7 +19,9 @@ typedef enum tr_model_linear_id {
 enum { TR_MODEL_AT_EMBEDDING = -1, TR_MODEL_AT_HEAD = -2 };
 tr_status tr_model_before_params(const tr_model *m, int where);
 tr_status tr_model_grads_done(const tr_model *m, int where);
-float *tr_model_layer_input(const tr_model *m, int i);
+/* Points the current activation fields (acts of the part's layers, head, ids, targets) at the
+ * storage of (part, slot). */
+tr_status tr_model_select_slot(tr_model *m, int part, int slot);
 tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v);
 
 tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rstd, const float *x,

@@ -82,17 +82,42 @@ static tr_status add_linear(layout *l, const char *prefix, int out, int in, bool
                            (split){column ? 1 : -1, swiglu, tp});
 }
 
-/* The order is the module order of Megatron's GPTModel, so a name lists like its state dict. */
-static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, int fc1_dim, int tp) {
+static bool holds_layer(const tr_model_part *parts, int n_parts, int layer) {
+    for (int k = 0; k < n_parts; k++)
+        if (layer >= parts[k].first_layer && layer < parts[k].first_layer + parts[k].num_layers)
+            return true;
+    return false;
+}
+
+static bool any_part(const tr_model_part *parts, int n_parts, bool loss) {
+    for (int k = 0; k < n_parts; k++)
+        if (loss ? parts[k].has_loss : parts[k].has_embedding) return true;
+    return false;
+}
+
+static tr_status add_word_embedding(layout *l, const tr_model_spec *s, int tp, bool tied_copy) {
     TR_TRY(add_param_split(l, "embedding.word_embeddings.weight", s->vocab, s->hidden, false,
                            TR_INIT_EMBEDDING, (split){0, false, tp}));
-    if (s->learned_pos) {
-        TR_TRY(add_param(l, "embedding.position_embeddings.weight", s->seq, s->hidden, false,
-                         TR_INIT_EMBEDDING));
-        l->info[l->n - 1].sp_partial = s->sequence_parallel;
+    l->info[l->n - 1].tied_copy = tied_copy;
+    return TR_OK;
+}
+
+/* The order is the module order of Megatron's GPTModel, so a name lists like its state dict;
+ * a stage lists only its own modules, under their global layer numbers. */
+static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, int fc1_dim, int tp,
+                              const tr_model_part *parts, int n_parts) {
+    bool has_embedding = any_part(parts, n_parts, false), has_loss = any_part(parts, n_parts, true);
+    if (has_embedding) {
+        TR_TRY(add_word_embedding(l, s, tp, false));
+        if (s->learned_pos) {
+            TR_TRY(add_param(l, "embedding.position_embeddings.weight", s->seq, s->hidden, false,
+                             TR_INIT_EMBEDDING));
+            l->info[l->n - 1].sp_partial = s->sequence_parallel;
+        }
     }
     char pre[80];
     for (int i = 0; i < s->num_layers; i++) {
+        if (!holds_layer(parts, n_parts, i)) continue;
         snprintf(pre, sizeof pre, "decoder.layers.%d.input_layernorm", i);
         TR_TRY(add_norm(l, s, pre));
         snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_qkv", i);
@@ -110,11 +135,15 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
         TR_TRY(add_linear(l, pre, s->hidden, s->ffn, s->bias_linear, TR_INIT_SCALED_NORMAL, false,
                           false, tp));
     }
+    if (!has_loss) return TR_OK;
     TR_TRY(add_norm(l, s, "decoder.final_layernorm"));
     if (!s->tied)
-        TR_TRY(add_param_split(l, "output_layer.weight", s->vocab, s->hidden, false, TR_INIT_NORMAL,
-                               (split){0, false, tp}));
-    return TR_OK;
+        return add_param_split(l, "output_layer.weight", s->vocab, s->hidden, false, TR_INIT_NORMAL,
+                               (split){0, false, tp});
+    /* Megatron's last stage owns a second copy of the tied weight; same name and
+     * initialisation, so it starts equal to the first stage's and the embedding group's
+     * gradient all-reduce keeps it equal. */
+    return has_embedding ? TR_OK : add_word_embedding(l, s, tp, true);
 }
 
 const tr_param_info *tr_model_find_param(const tr_model *m, const char *name) {
@@ -132,11 +161,12 @@ tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
     const tr_model_spec *s = &m->spec;
     v->layers = calloc((size_t)s->num_layers, sizeof *v->layers);
     if (!v->layers) return TR_ERR_NOMEM;
-    v->word_emb = view(m, base, "embedding.word_embeddings.weight");
+    float *word_emb = view(m, base, "embedding.word_embeddings.weight");
+    v->word_emb = m->has_tied_copy ? NULL : word_emb;
     v->pos_emb = view(m, base, "embedding.position_embeddings.weight");
     v->final_w = view(m, base, "decoder.final_layernorm.weight");
     v->final_b = view(m, base, "decoder.final_layernorm.bias");
-    v->out_w = s->tied ? v->word_emb : view(m, base, "output_layer.weight");
+    v->out_w = s->tied ? word_emb : view(m, base, "output_layer.weight");
     char n[96];
 #define BIND(field, fmt)                                                                           \
     snprintf(n, sizeof n, "decoder.layers.%d." fmt, i);                                            \
@@ -172,43 +202,64 @@ static float *carve(carver *c, int64_t n) {
     return p;
 }
 
+static int part_slots(const tr_model_part *p) {
+    return p->slots > 0 ? p->slots : 1;
+}
+
+static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a) {
+    const tr_model_spec *s = &m->spec;
+    int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
+    int64_t hd = (int64_t)s->heads * s->head_dim, gd = (int64_t)s->groups * s->head_dim;
+    a->x_in = carve(c, bt * C);
+    a->ln1 = carve(c, bt * C);
+    a->ln1_mean = carve(c, bt);
+    a->ln1_rstd = carve(c, bt);
+    a->q = carve(c, bt * hd);
+    a->k = carve(c, bt * gd);
+    a->v = carve(c, bt * gd);
+    a->attn = carve(c, bt * hd);
+    a->lse = carve(c, (int64_t)m->batch * s->heads * s->seq);
+    a->x_mid = carve(c, bt * C);
+    a->ln2 = carve(c, bt * C);
+    a->ln2_mean = carve(c, bt);
+    a->ln2_rstd = carve(c, bt);
+    a->fc1 = carve(c, bt * m->fc1_dim);
+    a->act = carve(c, bt * s->ffn);
+    a->ln1_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
+    a->ln2_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
+}
+
+static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
+    const tr_model_spec *s = &m->spec;
+    int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
+    a->x_final = carve(c, bt * C);
+    a->lnf = carve(c, bt * C);
+    a->lnf_mean = carve(c, bt);
+    a->lnf_rstd = carve(c, bt);
+    a->lnf_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
+    a->logits = carve(c, bt * s->vocab);
+    a->ce_stats = carve(c, 4 * bt); /* [3, bt] stats, then bt floats of TP scratch */
+    a->losses = carve(c, bt);
+    a->dloss = carve(c, bt);
+}
+
+/* Every (part, slot) gets its own layers' (and head's) activations; scratch is shared. */
 static void carve_acts(tr_model *m, carver *c) {
     const tr_model_spec *s = &m->spec;
     int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
     int64_t hd = (int64_t)s->heads * s->head_dim, gd = (int64_t)s->groups * s->head_dim;
-    for (int i = 0; i < s->num_layers; i++) {
-        tr_layer_acts *a = &m->acts[i];
-        a->x_in = carve(c, bt * C);
-        a->ln1 = carve(c, bt * C);
-        a->ln1_mean = carve(c, bt);
-        a->ln1_rstd = carve(c, bt);
-        a->q = carve(c, bt * hd);
-        a->k = carve(c, bt * gd);
-        a->v = carve(c, bt * gd);
-        a->attn = carve(c, bt * hd);
-        a->lse = carve(c, (int64_t)m->batch * s->heads * s->seq);
-        a->x_mid = carve(c, bt * C);
-        a->ln2 = carve(c, bt * C);
-        a->ln2_mean = carve(c, bt);
-        a->ln2_rstd = carve(c, bt);
-        a->fc1 = carve(c, bt * m->fc1_dim);
-        a->act = carve(c, bt * s->ffn);
-        a->ln1_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
-        a->ln2_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
+    for (int k = 0; k < m->n_parts; k++) {
+        const tr_model_part *p = &m->parts[k];
+        for (int slot = 0; slot < part_slots(p); slot++) {
+            tr_slot_acts *a = &m->slot_acts[m->slot_start[k] + slot];
+            for (int i = 0; i < p->num_layers; i++) carve_layer(m, c, &a->layers[i]);
+            if (p->has_loss) carve_head(m, c, a);
+        }
     }
-    m->lnf_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
     m->sp_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
     m->sp_perm = s->sequence_parallel ? carve(c, bt * C) : NULL;
     int64_t big = m->fc1_dim > m->qkv_dim ? m->fc1_dim : m->qkv_dim;
     if (big < C) big = C;
-    m->x_final = carve(c, bt * C);
-    m->lnf = carve(c, bt * C);
-    m->lnf_mean = carve(c, bt);
-    m->lnf_rstd = carve(c, bt);
-    m->logits = carve(c, bt * s->vocab);
-    m->ce_stats = carve(c, 4 * bt); /* [3, bt] stats, then bt floats of TP scratch */
-    m->losses = carve(c, bt);
-    m->dloss = carve(c, bt);
     m->rope_cos = carve(c, (int64_t)s->seq * (s->head_dim / 2 + 1));
     m->rope_sin = carve(c, (int64_t)s->seq * (s->head_dim / 2 + 1));
     m->dx = carve(c, bt * C);
@@ -234,17 +285,103 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
     return TR_OK;
 }
 
-tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, const tr_ops *ops,
-                          int batch) {
+/* Parts must be stages of the model: inside it, disjoint, the embedding in front of layer 0 and
+ * the loss behind the last layer, each at most once. */
+static tr_status check_parts(const tr_model_spec *s, const tr_model_part *parts, int n_parts) {
+    if (!parts || n_parts < 1) return TR_ERR_INVALID;
+    int emb = 0, loss = 0;
+    for (int k = 0; k < n_parts; k++) {
+        const tr_model_part *p = &parts[k];
+        int end = p->first_layer + p->num_layers;
+        if (p->first_layer < 0 || p->num_layers < 0 || end > s->num_layers || p->slots < 0)
+            return TR_ERR_INVALID;
+        if ((p->has_embedding && p->first_layer != 0) || (p->has_loss && end != s->num_layers))
+            return TR_ERR_INVALID;
+        emb += p->has_embedding;
+        loss += p->has_loss;
+        for (int j = 0; j < k; j++) {
+            const tr_model_part *q = &parts[j];
+            if (p->first_layer < q->first_layer + q->num_layers && q->first_layer < end)
+                return TR_ERR_INVALID;
+        }
+    }
+    return emb <= 1 && loss <= 1 ? TR_OK : TR_ERR_INVALID;
+}
+
+/* This rank's sizes: the TP-split dimensions divided by tp.size. */
+static tr_model_spec local_spec(const tr_model_spec *s, tr_tp_shard tp) {
+    tr_model_spec l = *s;
+    l.heads = s->heads / tp.size;
+    l.groups = s->groups / tp.size;
+    l.ffn = s->ffn / tp.size;
+    l.vocab = s->vocab / tp.size;
+    l.sequence_parallel = s->sequence_parallel && tp.size > 1;
+    return l;
+}
+
+tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_model_part *parts,
+                              int n_parts, tr_param_info **info, int *n_info, int64_t *numel) {
+    *info = NULL;
+    *n_info = 0;
+    *numel = 0;
+    TR_TRY(check_spec(s, tp, 1));
+    TR_TRY(check_parts(s, parts, n_parts));
+    tr_model_spec l = local_spec(s, tp);
+    int qkv_dim = (l.heads + 2 * l.groups) * l.head_dim, fc1_dim = l.swiglu ? 2 * l.ffn : l.ffn;
+    layout lay = {0};
+    tr_status st = build_layout(&lay, &l, qkv_dim, fc1_dim, tp.size, parts, n_parts);
+    if (st != TR_OK) {
+        free(lay.info);
+        return st;
+    }
+    *info = lay.info;
+    *n_info = lay.n;
+    *numel = lay.total;
+    return TR_OK;
+}
+
+int tr_model_layer_slots(const tr_model *m, int layer) {
+    for (int k = 0; k < m->n_parts; k++) {
+        const tr_model_part *p = &m->parts[k];
+        if (layer >= p->first_layer && layer < p->first_layer + p->num_layers) return part_slots(p);
+    }
+    return 0;
+}
+
+static tr_status alloc_slots(tr_model *m) {
+    int n_slots = 0;
+    m->slot_start = calloc((size_t)m->n_parts, sizeof *m->slot_start);
+    if (!m->slot_start) return TR_ERR_NOMEM;
+    for (int k = 0; k < m->n_parts; k++) {
+        m->slot_start[k] = n_slots;
+        n_slots += part_slots(&m->parts[k]);
+    }
+    m->slot_acts = calloc((size_t)n_slots, sizeof *m->slot_acts);
+    int64_t bt = (int64_t)m->batch * m->spec.seq;
+    m->tok_buf = malloc((size_t)(2 * n_slots) * (size_t)bt * sizeof *m->tok_buf);
+    if (!m->slot_acts || !m->tok_buf) return TR_ERR_NOMEM;
+    for (int k = 0; k < m->n_parts; k++) {
+        const tr_model_part *p = &m->parts[k];
+        for (int slot = 0; slot < part_slots(p); slot++) {
+            int at = m->slot_start[k] + slot;
+            tr_slot_acts *a = &m->slot_acts[at];
+            a->layers = calloc((size_t)(p->num_layers > 0 ? p->num_layers : 1), sizeof *a->layers);
+            if (!a->layers) return TR_ERR_NOMEM;
+            if (p->has_embedding) a->ids = m->tok_buf + (int64_t)(2 * at) * bt;
+            if (p->has_loss) a->targets = m->tok_buf + (int64_t)(2 * at + 1) * bt;
+        }
+    }
+    return TR_OK;
+}
+
+tr_status tr_model_create_parts(tr_model *m, const tr_model_spec *s, tr_tp_shard tp,
+                                const tr_ops *ops, int batch, const tr_model_part *parts,
+                                int n_parts) {
     memset(m, 0, sizeof *m);
     TR_TRY(check_spec(s, tp, batch));
+    TR_TRY(check_parts(s, parts, n_parts));
     m->full = *s;
-    m->spec = *s;
-    m->spec.heads = s->heads / tp.size;
-    m->spec.groups = s->groups / tp.size;
-    m->spec.ffn = s->ffn / tp.size;
-    m->spec.vocab = s->vocab / tp.size;
-    m->spec.sequence_parallel = s->sequence_parallel && tp.size > 1;
+    m->spec = local_spec(s, tp);
     m->full.sequence_parallel = m->spec.sequence_parallel;
     m->tp = tp;
     m->tp_group = TR_GROUP_TP;
@@ -254,22 +391,28 @@ tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, c
     m->training = 1;
     m->qkv_dim = (s->heads + 2 * s->groups) * s->head_dim;
     m->fc1_dim = s->swiglu ? 2 * s->ffn : s->ffn;
+    tr_status st = TR_ERR_NOMEM;
+    m->parts = malloc((size_t)n_parts * sizeof *m->parts);
+    if (!m->parts) goto fail;
+    memcpy(m->parts, parts, (size_t)n_parts * sizeof *parts);
+    m->n_parts = n_parts;
     layout l = {0};
-    tr_status st = build_layout(&l, s, m->qkv_dim, m->fc1_dim, tp.size);
+    st = build_layout(&l, s, m->qkv_dim, m->fc1_dim, tp.size, parts, n_parts);
     m->info = l.info;
     m->n_info = l.n;
     m->n_params = l.total;
     if (st != TR_OK) goto fail;
+    for (int i = 0; i < m->n_info; i++) m->has_tied_copy |= m->info[i].tied_copy;
     st = TR_ERR_NOMEM;
     m->params = calloc((size_t)l.total, sizeof(float));
     m->grads = calloc((size_t)l.total, sizeof(float));
     m->acts = calloc((size_t)s->num_layers, sizeof *m->acts);
-    int64_t bt = (int64_t)batch * s->seq;
-    m->ids = malloc((size_t)bt * sizeof *m->ids);
-    m->targets = malloc((size_t)bt * sizeof *m->targets);
-    if (!m->params || !m->grads || !m->acts || !m->ids || !m->targets) goto fail;
+    if (!m->params || !m->grads || !m->acts) goto fail;
+    if ((st = alloc_slots(m)) != TR_OK) goto fail;
+    st = TR_ERR_NOMEM;
     carver c = {0};
     carve_acts(m, &c);
+    m->act_numel = c.used;
     m->act_buf = calloc((size_t)c.used, sizeof(float));
     if (!m->act_buf) goto fail;
     c = (carver){m->act_buf, 0};
@@ -286,6 +429,12 @@ fail:
     return st;
 }
 
+tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, const tr_ops *ops,
+                          int batch) {
+    tr_model_part whole = {0, s->num_layers, true, true, 1};
+    return tr_model_create_parts(m, s, tp, ops, batch, &whole, 1);
+}
+
 void tr_model_free(tr_model *m) {
     free(m->params);
     free(m->grads);
@@ -294,8 +443,14 @@ void tr_model_free(tr_model *m) {
     free(m->g.layers);
     free(m->act_buf);
     free(m->acts);
-    free(m->ids);
-    free(m->targets);
+    if (m->slot_acts)
+        for (int k = 0; k < m->n_parts; k++)
+            for (int slot = 0; slot < part_slots(&m->parts[k]); slot++)
+                free(m->slot_acts[m->slot_start[k] + slot].layers);
+    free(m->slot_acts);
+    free(m->slot_start);
+    free(m->tok_buf);
+    free(m->parts);
     memset(m, 0, sizeof *m);
 }
 

@@ -8,7 +8,7 @@
 
 /* One tag per direction is enough: the static check proved the per-channel order (a batch uses
  * the comm layer's own tag, the same on both sides). */
-enum { TAG_ACT = 1, TAG_GRAD = 2 };
+enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_EVAL = 3 };
 
 static double now_s(void) {
     struct timespec ts;
@@ -16,28 +16,26 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Whether parameter `name` belongs to one of this rank's parts. */
-static bool owns(const tr_pp_exec *e, const char *name) {
-    int layer;
-    for (int c = 0; c < e->vpp; c++) {
-        const tr_model_part *p = &e->parts[c];
-        if (strncmp(name, "embedding.", 10) == 0 && p->has_embedding) return true;
-        if ((strncmp(name, "decoder.final_layernorm", 23) == 0 ||
-             strncmp(name, "output_layer.", 13) == 0) &&
-            p->has_loss)
-            return true;
-        if (sscanf(name, "decoder.layers.%d.", &layer) == 1 && layer >= p->first_layer &&
-            layer < p->first_layer + p->num_layers)
-            return true;
+/* The most microbatches of each chunk forwarded but not yet backwarded at any point of the
+ * list: the activation sets the chunk needs. */
+static void count_in_flight(tr_pp_exec *e) {
+    int live[64] = {0};
+    for (int i = 0; i < e->sched.n; i++) {
+        const tr_pp_action *a = &e->sched.actions[i];
+        if (a->chunk < 0 || a->chunk >= e->vpp || a->chunk >= 64) continue;
+        if (a->op == TR_PP_FWD && ++live[a->chunk] > e->parts[a->chunk].slots)
+            e->parts[a->chunk].slots = live[a->chunk];
+        if (a->op == TR_PP_BWD) live[a->chunk]--;
     }
-    return false;
+    for (int ch = 0; ch < e->vpp; ch++) {
+        if (e->parts[ch].slots < 1) e->parts[ch].slots = 1;
+        if (e->parts[ch].slots > e->max_slots) e->max_slots = e->parts[ch].slots;
+    }
 }
 
-tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr_model *m,
-                            tr_diags *d) {
+tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr_diags *d) {
     memset(e, 0, sizeof *e);
     e->comm = comm;
-    e->m = m;
     /* The runtime refuses a schedule the static check rejects (deadlock or mismatched order). */
     TR_TRY(tr_pp_schedule_check_all(c, d));
     e->pp = tr_comm_group_size(comm, TR_GROUP_PP);
@@ -47,25 +45,14 @@ tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr
     e->vpp = e->layout.vpp;
     e->nmb = e->sched.num_microbatches;
     e->per_token_loss = c->model.calculate_per_token_loss;
-    e->act_numel = (int64_t)m->batch * m->spec.seq * m->spec.hidden;
-    if (m->spec.sequence_parallel) e->act_numel /= m->tp.size;
-    if (e->layout.pp != e->pp || e->sched.message_bytes != e->act_numel * (int64_t)sizeof(float))
-        return tr_diag_add(d, TR_SEV_ERROR, "runtime.pp_mismatch", NULL,
-                           "model.pipeline_model_parallel_size",
-                           "report this: the schedule and the runtime disagree",
-                           "the pipeline schedule (PP %d, %lld-byte messages) does not match "
-                           "the runtime (PP %d, %lld-byte activations)",
-                           e->layout.pp, (long long)e->sched.message_bytes, e->pp,
-                           (long long)(e->act_numel * (int64_t)sizeof(float)));
+    if (e->vpp > 64) return TR_ERR_INVALID;
     e->parts = calloc((size_t)e->vpp, sizeof *e->parts);
     size_t slots = (size_t)e->nmb * (size_t)e->vpp;
     e->input = calloc(slots, sizeof *e->input);
     e->output = calloc(slots, sizeof *e->output);
     e->grad_in = calloc(slots, sizeof *e->grad_in);
     e->grad_out = calloc(slots, sizeof *e->grad_out);
-    e->owned = calloc((size_t)m->n_info, 1);
-    if (!e->parts || !e->input || !e->output || !e->grad_in || !e->grad_out || !e->owned)
-        return TR_ERR_NOMEM;
+    if (!e->parts || !e->input || !e->output || !e->grad_in || !e->grad_out) return TR_ERR_NOMEM;
     for (int ch = 0; ch < e->vpp; ch++) {
         const tr_pp_stage *st = tr_pp_layout_stage(&e->layout, e->pp_rank, ch);
         if (st->num_mtp_layers > 0)
@@ -73,9 +60,32 @@ tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr
                                "set model.mtp_num_layers=0",
                                "the CPU runtime does not run multi-token prediction layers");
         e->parts[ch] =
-            (tr_model_part){st->first_layer, st->num_layers, st->has_embedding, st->has_loss};
+            (tr_model_part){st->first_layer, st->num_layers, st->has_embedding, st->has_loss, 0};
     }
-    for (int i = 0; i < m->n_info; i++) e->owned[i] = owns(e, m->info[i].name);
+    count_in_flight(e);
+    e->slot_mb = malloc((size_t)e->vpp * (size_t)e->max_slots * sizeof *e->slot_mb);
+    if (!e->slot_mb) return TR_ERR_NOMEM;
+    for (int i = 0; i < e->vpp * e->max_slots; i++) e->slot_mb[i] = -1;
+    return TR_OK;
+}
+
+tr_status tr_pp_exec_attach(tr_pp_exec *e, tr_model *m, tr_diags *d) {
+    e->m = m;
+    e->act_numel = (int64_t)m->batch * m->spec.seq * m->spec.hidden;
+    if (m->spec.sequence_parallel) e->act_numel /= m->tp.size;
+    bool same_parts = m->n_parts == e->vpp;
+    for (int ch = 0; same_parts && ch < e->vpp; ch++)
+        same_parts = memcmp(&m->parts[ch], &e->parts[ch], sizeof e->parts[ch]) == 0;
+    if (e->layout.pp != e->pp || !same_parts ||
+        e->sched.message_bytes != e->act_numel * (int64_t)sizeof(float))
+        return tr_diag_add(d, TR_SEV_ERROR, "runtime.pp_mismatch", NULL,
+                           "model.pipeline_model_parallel_size",
+                           "report this: the schedule and the runtime disagree",
+                           "the pipeline schedule (PP %d, %lld-byte messages) does not match "
+                           "the runtime (PP %d, %lld-byte activations, %s stages)",
+                           e->layout.pp, (long long)e->sched.message_bytes, e->pp,
+                           (long long)(e->act_numel * (int64_t)sizeof(float)),
+                           same_parts ? "the same" : "different");
     return TR_OK;
 }
 
@@ -101,7 +111,7 @@ void tr_pp_exec_free(tr_pp_exec *e) {
         free(e->pending);
     }
     free(e->parts);
-    free(e->owned);
+    free(e->slot_mb);
     tr_pp_schedule_free(&e->sched);
     tr_pp_layout_free(&e->layout);
     memset(e, 0, sizeof *e);
@@ -227,20 +237,35 @@ static tr_status wait_group(tr_pp_exec *e, int group) {
     return st;
 }
 
+/* The activation set of (mb, chunk): microbatches of a chunk run their forwards and their
+ * backwards in increasing order, so with at most `slots` in flight mb % slots is free at its
+ * forward; checked, as a wrong count would silently overwrite a pending backward's inputs. */
+static int *slot_of(tr_pp_exec *e, int mb, int chunk, int *slot) {
+    *slot = mb % e->parts[chunk].slots;
+    return &e->slot_mb[chunk * e->max_slots + *slot];
+}
+
 static tr_status run_forward(tr_pp_exec *e, const tr_pp_exec_hooks *h, const tr_pp_action *a,
                              double *loss_sum, int64_t *tokens) {
-    size_t slot = (size_t)a->mb * (size_t)e->vpp + (size_t)a->chunk;
+    size_t at = (size_t)a->mb * (size_t)e->vpp + (size_t)a->chunk;
     const tr_model_part *p = &e->parts[a->chunk];
+    int slot, *holder = slot_of(e, a->mb, a->chunk, &slot);
+    if (*holder >= 0) return TR_ERR_INVALID;
     const int32_t *ids, *tgt;
     TR_TRY(h->load(h->ctx, a->mb, &ids, &tgt));
-    if (!p->has_embedding && !e->input[slot]) return TR_ERR_INVALID;
+    if (!p->has_embedding && !e->input[at]) return TR_ERR_INVALID;
     if (!p->has_loss) {
-        if (e->output[slot]) return TR_ERR_INVALID;
-        e->output[slot] = alloc_act(e);
-        if (!e->output[slot]) return TR_ERR_NOMEM;
+        if (e->output[at]) return TR_ERR_INVALID;
+        e->output[at] = alloc_act(e);
+        if (!e->output[at]) return TR_ERR_NOMEM;
     }
     float loss = 0.0f;
-    TR_TRY(tr_model_forward_part(e->m, p, ids, tgt, e->input[slot], e->output[slot], &loss));
+    TR_TRY(
+        tr_model_forward_part(e->m, a->chunk, slot, ids, tgt, e->input[at], e->output[at], &loss));
+    *holder = a->mb;
+    /* The layers keep their own copy of the input. */
+    free(e->input[at]);
+    e->input[at] = NULL;
     if (h->after_forward) h->after_forward(h->ctx, a->mb);
     if (p->has_loss) {
         *loss_sum += e->per_token_loss ? (double)loss * (double)e->m->n_valid : loss;
@@ -249,31 +274,37 @@ static tr_status run_forward(tr_pp_exec *e, const tr_pp_exec_hooks *h, const tr_
     return TR_OK;
 }
 
-/* The stage's activations of other microbatches have replaced this one's since its forward:
- * recompute them from the kept input (the same maths, so the same numbers), then backward. */
+/* From the activations the forward stored in the microbatch's slot. */
 static tr_status run_backward(tr_pp_exec *e, const tr_pp_exec_hooks *h, const tr_pp_action *a) {
-    size_t slot = (size_t)a->mb * (size_t)e->vpp + (size_t)a->chunk;
+    size_t at = (size_t)a->mb * (size_t)e->vpp + (size_t)a->chunk;
     const tr_model_part *p = &e->parts[a->chunk];
-    const int32_t *ids, *tgt;
-    TR_TRY(h->load(h->ctx, a->mb, &ids, &tgt));
-    if ((!p->has_embedding && !e->input[slot]) || (!p->has_loss && !e->grad_in[slot]) ||
-        e->grad_out[slot])
+    int slot, *holder = slot_of(e, a->mb, a->chunk, &slot);
+    if (*holder != a->mb || (!p->has_loss && !e->grad_in[at]) || e->grad_out[at])
         return TR_ERR_INVALID;
-    float *scratch = NULL;
-    if (!p->has_loss && !(scratch = alloc_act(e))) return TR_ERR_NOMEM;
-    float loss = 0.0f;
-    tr_status st = tr_model_forward_part(e->m, p, ids, tgt, e->input[slot], scratch, &loss);
-    free(scratch);
-    TR_TRY(st);
-    if (!p->has_embedding && !(e->grad_out[slot] = alloc_act(e))) return TR_ERR_NOMEM;
+    if (!p->has_embedding && !(e->grad_out[at] = alloc_act(e))) return TR_ERR_NOMEM;
     TR_TRY(h->before_backward(h->ctx, a->mb == e->nmb - 1));
-    /* Scaled like the single-rank run: 1/M of each microbatch mean, or the token sum. */
-    float scale = e->per_token_loss ? (float)e->m->n_valid : 1.0f / (float)e->nmb;
-    TR_TRY(tr_model_backward_part(e->m, p, scale, e->grad_in[slot], e->grad_out[slot]));
-    free(e->input[slot]);
-    free(e->grad_in[slot]);
-    e->input[slot] = e->grad_in[slot] = NULL;
+    /* Scaled like the single-rank run: 1/M of each microbatch mean, or the token sum (the
+     * slot's count, restored by the model before it reads the scale's source). */
+    const tr_slot_acts *sa = &e->m->slot_acts[e->m->slot_start[a->chunk] + slot];
+    float scale = e->per_token_loss ? (float)sa->n_valid : 1.0f / (float)e->nmb;
+    TR_TRY(tr_model_backward_part(e->m, a->chunk, slot, scale, e->grad_in[at], e->grad_out[at]));
+    *holder = -1;
+    free(e->grad_in[at]);
+    e->grad_in[at] = NULL;
     return TR_OK;
+}
+
+/* Megatron's _allreduce_word_embedding_grads: the first stage's embedding and the last stage's
+ * copy sum their (data-parallel reduced) gradients, so both step identically. */
+static tr_status embed_grad_allreduce(tr_pp_exec *e) {
+    const tr_model *m = e->m;
+    for (int i = 0; i < m->n_info; i++) {
+        const tr_param_info *p = &m->info[i];
+        if (strcmp(p->name, "embedding.word_embeddings.weight") != 0) continue;
+        return tr_comm_all_reduce_inplace(e->comm, TR_GROUP_EMBEDDING, m->grads + p->offset,
+                                          (size_t)p->numel, TR_COMM_F32, TR_COMM_SUM);
+    }
+    return TR_ERR_INVALID; /* the schedule puts the all-reduce only on stages holding it */
 }
 
 tr_status tr_pp_exec_iteration(tr_pp_exec *e, const tr_pp_exec_hooks *h, double *loss_sum,
@@ -301,11 +332,11 @@ tr_status tr_pp_exec_iteration(tr_pp_exec *e, const tr_pp_exec_hooks *h, double 
         case TR_PP_WAIT:
             TR_TRY(wait_group(e, a->group));
             break;
-        /* Every rank holds the whole model, and the loop sums all gradients over the pipeline
-         * group after the data-parallel reduction: that sum includes the tied embedding's two
-         * uses (the embedding group's all-reduce) and completes DP_GRAD_REDUCE's work. */
-        case TR_PP_EMBED_GRAD_ALLREDUCE:
         case TR_PP_DP_GRAD_REDUCE:
+            if (h->finish_grads) TR_TRY(h->finish_grads(h->ctx));
+            break;
+        case TR_PP_EMBED_GRAD_ALLREDUCE:
+            TR_TRY(embed_grad_allreduce(e));
             break;
         default:
             return TR_ERR_INVALID;
@@ -315,6 +346,39 @@ tr_status tr_pp_exec_iteration(tr_pp_exec *e, const tr_pp_exec_hooks *h, double 
     if (e->n_pending) return TR_ERR_INVALID; /* a transfer without its WAIT */
     e->iter_s = now_s() - t0;
     return TR_OK;
+}
+
+tr_status tr_pp_exec_forward_only(tr_pp_exec *e, const tr_pp_exec_hooks *h, int nmb,
+                                  double *loss_sum) {
+    *loss_sum = 0.0;
+    int stages = e->pp * e->vpp;
+    float *in = alloc_act(e), *out = alloc_act(e);
+    tr_status st = in && out ? TR_OK : TR_ERR_NOMEM;
+    for (int mb = 0; mb < nmb && st == TR_OK; mb++)
+        for (int s = e->pp_rank; s < stages && st == TR_OK; s += e->pp) {
+            int chunk = s / e->pp, prev = (s - 1) % e->pp, next = (s + 1) % e->pp;
+            const tr_model_part *p = &e->parts[chunk];
+            const int32_t *ids = NULL, *tgt = NULL;
+            float loss = 0.0f;
+            if (s > 0)
+                st = tr_comm_recv(e->comm, TR_GROUP_PP, in, (size_t)e->act_numel, TR_COMM_F32, prev,
+                                  TAG_EVAL);
+            if (st == TR_OK) st = h->load(h->ctx, mb, &ids, &tgt);
+            /* Slot 0: no training microbatch is in flight between iterations. */
+            if (st == TR_OK)
+                st = tr_model_forward_part(e->m, chunk, 0, ids, tgt, s > 0 ? in : NULL,
+                                           p->has_loss ? NULL : out, &loss);
+            if (st == TR_OK && p->has_loss) *loss_sum += loss;
+            if (st == TR_OK && s + 1 < stages)
+                st = tr_comm_send(e->comm, TR_GROUP_PP, out, (size_t)e->act_numel, TR_COMM_F32,
+                                  next, TAG_EVAL);
+        }
+    /* A timed-out transfer may still own a buffer. */
+    if (st == TR_OK) {
+        free(in);
+        free(out);
+    }
+    return st;
 }
 
 double tr_pp_exec_bubble(const tr_pp_exec *e) {

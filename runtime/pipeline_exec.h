@@ -1,12 +1,12 @@
 /* The pipeline-parallel executor: walks this rank's action list from runtime/pipeline (forward
- * and backward of (microbatch, chunk), activation and gradient transfers between stages, waits)
- * over the model's stage parts, as docs/pipeline.md "What the executor must do" prescribes.
+ * and backward of (microbatch, chunk), activation and gradient transfers between stages, waits,
+ * the end-of-iteration gradient reductions) over the model's parts, as docs/pipeline.md "What
+ * the executor must do" prescribes.
  *
- * Every rank holds the whole model's parameters (so the optimizer, the checkpoint and the
- * comparison with the single-rank run see one layout) but computes only its stages; the
- * gradients of the other stages stay zero here and the training loop sums them over the pipeline
- * group after the data-parallel reduction (docs/parallel.md). Activations are kept as each
- * stage's input per (microbatch, chunk); the backward recomputes the stage's forward from it. */
+ * The model holds only this rank's chunks (tr_model_create_parts with tr_pp_exec.parts): their
+ * parameters, gradients and, per chunk, one activation set per microbatch in flight, counted
+ * from the action list. A forward stores its activations in the set of (microbatch, chunk); the
+ * backward consumes them (no recomputation). */
 #ifndef TR_RUNTIME_PIPELINE_EXEC_H
 #define TR_RUNTIME_PIPELINE_EXEC_H
 
@@ -29,6 +29,8 @@ typedef struct tr_pp_exec_hooks {
     tr_status (*before_backward)(void *ctx, bool last);
     /* After the forward of mb on a stage (NULL: nothing). */
     void (*after_forward)(void *ctx, int mb);
+    /* DP_GRAD_REDUCE: the data-parallel reduction must be complete on return (NULL: none). */
+    tr_status (*finish_grads)(void *ctx);
 } tr_pp_exec_hooks;
 
 typedef struct tr_pp_pending {
@@ -39,35 +41,48 @@ typedef struct tr_pp_pending {
 
 typedef struct tr_pp_exec {
     tr_comm *comm; /* not owned */
-    tr_model *m;   /* not owned */
+    tr_model *m;   /* not owned; set by tr_pp_exec_attach */
     tr_pp_schedule sched;
     tr_pp_layout layout;
-    tr_model_part *parts; /* [vpp] this rank's chunks */
+    /* [vpp] this rank's chunks, slots = the most microbatches of the chunk in flight in the
+     * action list: create the model with these. */
+    tr_model_part *parts;
     int pp, pp_rank, vpp, nmb;
     int64_t act_numel; /* one activation: [mbs, seq (/ tp with SP), hidden] */
     bool per_token_loss;
-    /* Per (mb, chunk), index mb * vpp + chunk: the stage input (received, kept until the
-     * backward), the output to send, the received output gradient, the input gradient to send. */
+    /* Per (mb, chunk), index mb * vpp + chunk: the received stage input (until its forward),
+     * the output to send, the received output gradient, the input gradient to send. */
     float **input, **output, **grad_in, **grad_out;
+    int *slot_mb; /* [vpp][max slots]: the microbatch whose activations a slot holds, or -1 */
+    int max_slots;
     tr_pp_pending *pending;
     int n_pending, cap_pending;
-    bool poisoned;  /* a transfer timed out: MPI may still own the buffers, never free them */
-    double wait_s;  /* this iteration: seconds blocked in WAIT */
-    double iter_s;  /* this iteration: seconds in tr_pp_exec_iteration */
-    uint8_t *owned; /* [m->n_info]: the parameter belongs to one of this rank's stages */
+    bool poisoned; /* a transfer timed out: MPI may still own the buffers, never free them */
+    double wait_s; /* this iteration: seconds blocked in WAIT */
+    double iter_s; /* this iteration: seconds in tr_pp_exec_iteration */
 } tr_pp_exec;
 
 /* Builds the layout and this rank's schedule for c (PP > 1), refusing a config whose schedules
- * fail the static check; marks which of m's parameters this rank's stages own. */
-tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr_model *m,
-                            tr_diags *d);
+ * fail the static check, and this rank's parts (with their activation slots). */
+tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr_diags *d);
+/* The model built from e->parts; checks that its activations match the schedule's messages. */
+tr_status tr_pp_exec_attach(tr_pp_exec *e, tr_model *m, tr_diags *d);
 void tr_pp_exec_free(tr_pp_exec *e);
 
-/* One iteration's forwards and backwards. *loss_sum and *tokens are the last stage's loss sum
- * (over tokens with per-token loss, else over microbatch means) and trained tokens; 0 on the
- * other stages. Parameter gradients accumulate into m->grads (this rank's stages only). */
+/* One iteration's forwards and backwards, then (at the list's DP_GRAD_REDUCE) h->finish_grads
+ * and (EMBED_GRAD_ALLREDUCE) the sum of the tied embedding's gradient with the other stage's
+ * copy over the embedding group. *loss_sum and *tokens are the last stage's loss sum (over
+ * tokens with per-token loss, else over microbatch means) and trained tokens; 0 on the other
+ * stages. Parameter gradients accumulate into m->grads. */
 tr_status tr_pp_exec_iteration(tr_pp_exec *e, const tr_pp_exec_hooks *h, double *loss_sum,
                                int64_t *tokens);
+
+/* Forward only (evaluation) of microbatches 0..nmb-1 through every stage: per microbatch the
+ * virtual stages in order, each receiving its input from the previous one and sending its
+ * output on, so every rank meets its transfers in one global order (no deadlock). Uses h->load
+ * only. *loss_sum is the last stage's sum of microbatch mean losses (0 elsewhere). */
+tr_status tr_pp_exec_forward_only(tr_pp_exec *e, const tr_pp_exec_hooks *h, int nmb,
+                                  double *loss_sum);
 
 /* The measured bubble of the last iteration: time blocked waiting for transfers over the
  * iteration time. */

@@ -32,6 +32,8 @@ typedef struct trainer {
     bool have_pp;
     int64_t cur_iteration, cur_consumed; /* the iteration the executor's loads belong to */
     int64_t *pp_idx;                     /* [mbs]: the executor's sample indices */
+    int eval_split;                      /* evaluation under PP: the split and first sample */
+    int64_t eval_first;                  /* of the microbatches the executor loads */
     bool distributed;                    /* the parallel path is in use */
     int dp_size, dp_rank;
     tr_lr_schedule sched;
@@ -192,9 +194,14 @@ static tr_status pp_before_backward(void *ctx, bool last) {
     return TR_OK;
 }
 
-/* Pipeline parallel: the executor runs this rank's stages; the loss lives on the last stage and
- * the gradients of the other stages on their ranks, so both are summed over the pipeline
- * group. */
+static tr_status pp_finish_grads(void *ctx) {
+    trainer *t = ctx;
+    return tr_ddp_finish_grad_sync(&t->dp.ddp);
+}
+
+/* Pipeline parallel: the executor runs this rank's stages, finishing with the data-parallel
+ * reduction and the tied embedding's all-reduce; the loss lives on the last stage, so it is
+ * summed over the pipeline group (every rank logs and returns it). */
 static tr_status accumulate_pp(trainer *t, int64_t iteration, int64_t consumed, double *sum,
                                int64_t *tokens) {
     t->cur_iteration = iteration;
@@ -202,10 +209,9 @@ static tr_status accumulate_pp(trainer *t, int64_t iteration, int64_t consumed, 
     tr_pp_exec_hooks h = {.ctx = t,
                           .load = pp_load,
                           .before_backward = pp_before_backward,
-                          .after_forward = pp_after_forward};
+                          .after_forward = pp_after_forward,
+                          .finish_grads = pp_finish_grads};
     TR_TRY(tr_pp_exec_iteration(&t->pp, &h, sum, tokens));
-    TR_TRY(tr_ddp_finish_grad_sync(&t->dp.ddp));
-    TR_TRY(tr_train_dp_pp_sum_grads(&t->dp));
     double g[2] = {*sum, (double)*tokens};
     TR_TRY(tr_comm_all_reduce_inplace(t->o->comm, TR_GROUP_PP, g, 2, TR_COMM_F64, TR_COMM_SUM));
     *sum = g[0];
@@ -249,6 +255,24 @@ static tr_status train_step(trainer *t, int64_t iteration, int64_t consumed, int
     return train_step_single(t, iteration, consumed, sched_samples, out);
 }
 
+static tr_status pp_eval_load(void *ctx, int mb, const int32_t **ids, const int32_t **targets) {
+    trainer *t = ctx;
+    TR_TRY(load_microbatch(t, t->eval_split, t->eval_first + (int64_t)mb * t->mbs, NULL));
+    *ids = t->ids;
+    *targets = t->tgt;
+    return TR_OK;
+}
+
+/* Pipeline parallel: the batch's forward through the stages; the last stage's loss sum is
+ * shared with the whole pipeline group. */
+static tr_status evaluate_pp(trainer *t, int split, int64_t first, int nmb, double *sum) {
+    t->eval_split = split;
+    t->eval_first = first;
+    tr_pp_exec_hooks h = {.ctx = t, .load = pp_eval_load};
+    TR_TRY(tr_pp_exec_forward_only(&t->pp, &h, nmb, sum));
+    return tr_comm_all_reduce_inplace(t->o->comm, TR_GROUP_PP, sum, 1, TR_COMM_F64, TR_COMM_SUM);
+}
+
 /* Mean loss over the first eval_iters batches of `split` (the same batches every time, so
  * successive evaluations are comparable); validation.full_validation reads the whole split. */
 static tr_status evaluate(trainer *t, int split, int64_t eval_iters, double *loss) {
@@ -264,7 +288,12 @@ static tr_status evaluate(trainer *t, int split, int64_t eval_iters, double *los
     m->training = 0;
     /* Every DP rank evaluates the same batches (replicated work, identical results). */
     tr_status s = t->distributed ? tr_train_dp_params_ready(&t->dp) : TR_OK;
-    for (int64_t it = 0; it < eval_iters && s == TR_OK; it++)
+    for (int64_t it = 0; it < eval_iters && s == TR_OK && t->have_pp; it++) {
+        double batch = 0.0;
+        s = evaluate_pp(t, split, it * nmb * t->mbs, (int)nmb, &batch);
+        sum += batch;
+    }
+    for (int64_t it = 0; it < eval_iters && s == TR_OK && !t->have_pp; it++)
         for (int64_t mb = 0; mb < nmb && s == TR_OK; mb++) {
             float l = 0.0f;
             s = load_microbatch(t, split, (it * nmb + mb) * t->mbs, NULL);
@@ -363,20 +392,24 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
                            "TP %d does not divide query groups %d, ffn %d, padded vocabulary %d "
                            "or sequence %d",
                            tp.size, ms.groups, ms.ffn, ms.vocab, ms.seq);
-    TR_TRY(tr_model_create(&t->model, &ms, tp, tr_ops_cpu(), t->mbs));
+    /* Pipeline parallel: the model is this rank's stages only (docs/pipeline.md). */
+    if (t->distributed && c->model.pipeline_model_parallel_size > 1) {
+        t->have_pp = true; /* freed even when creation fails halfway */
+        TR_TRY(tr_pp_exec_create(&t->pp, c, t->o->comm, d));
+        TR_TRY(tr_model_create_parts(&t->model, &ms, tp, tr_ops_cpu(), t->mbs, t->pp.parts,
+                                     t->pp.vpp));
+        TR_TRY(tr_pp_exec_attach(&t->pp, &t->model, d));
+        t->pp_idx = malloc((size_t)t->mbs * sizeof *t->pp_idx);
+        if (!t->pp_idx) return TR_ERR_NOMEM;
+    } else {
+        TR_TRY(tr_model_create(&t->model, &ms, tp, tr_ops_cpu(), t->mbs));
+    }
     t->model.comm = t->o->comm;
     TR_TRY(tr_model_init_weights(&t->model, (uint64_t)c->rng.seed));
     t->model.dropout_seed = (uint64_t)c->rng.seed * 0x9E3779B97F4A7C15ull + 1;
-    if (t->distributed) {
+    if (t->distributed)
         TR_TRY(tr_train_dp_setup(&t->dp, c, t->o->comm, &t->model, &os, d));
-        if (c->model.pipeline_model_parallel_size > 1) {
-            t->have_pp = true; /* freed even when creation fails halfway */
-            TR_TRY(tr_pp_exec_create(&t->pp, c, t->o->comm, &t->model, d));
-            tr_train_dp_count_only(&t->dp, t->pp.owned);
-            t->pp_idx = malloc((size_t)t->mbs * sizeof *t->pp_idx);
-            if (!t->pp_idx) return TR_ERR_NOMEM;
-        }
-    } else
+    else
         TR_TRY(tr_optimizer_create(&t->opt, &os, t->model.ops, t->model.info, t->model.n_info,
                                    t->model.n_params));
     int64_t bt = (int64_t)t->mbs * t->seq;
@@ -518,8 +551,10 @@ static tr_status loop(trainer *t, tr_train_result *r) {
         if (t->distributed) TR_TRY(agree_on_stop(t, &stop, &r->signal));
         bool stopping = stop != TR_STOP_DONE; /* logs its last iteration too */
         if (c->logger.log_params_norm && tr_train_log_due(&t->log, it, iters, stopping)) {
-            if (t->distributed) TR_TRY(tr_train_dp_params_ready(&t->dp));
-            TR_TRY(tr_grad_norm(t->model.ops, t->model.params, t->model.n_params, &pnorm));
+            if (t->distributed)
+                TR_TRY(tr_train_dp_params_norm(&t->dp, &pnorm));
+            else
+                TR_TRY(tr_grad_norm(t->model.ops, t->model.params, t->model.n_params, &pnorm));
         }
         tr_train_log_iteration(&t->log, it, iters, stopping, consumed, so.loss, so.lr, so.grad_norm,
                                pnorm, so.skipped, seconds, flops_per_iter, (double)t->gbs * t->seq);
@@ -546,10 +581,17 @@ static tr_status loop(trainer *t, tr_train_result *r) {
     return TR_OK;
 }
 
-/* The logical model's parameters (whole tensors, not this rank's TP shards). */
+/* The logical model's parameters (whole tensors, not this rank's TP shards or stages). */
 static int64_t count_params(const tr_model *m) {
-    int64_t n = 0;
-    for (int i = 0; i < m->n_info; i++) n += (int64_t)m->info[i].full_rows * m->info[i].full_cols;
+    tr_model_part whole = {0, m->full.num_layers, true, true, 1};
+    tr_param_info *info = NULL;
+    int n_info = 0;
+    int64_t numel = 0, n = 0;
+    if (tr_model_param_list(&m->full, (tr_tp_shard){0, 1}, &whole, 1, &info, &n_info, &numel) !=
+        TR_OK)
+        return -1;
+    for (int i = 0; i < n_info; i++) n += info[i].numel;
+    free(info);
     return n;
 }
 

@@ -28,6 +28,7 @@ static tr_status on_before_param(void *ctx, int param) {
 
 static tr_status build_layout(tr_train_dp *t, const tr_config *c, const tr_model *m,
                               tr_ddp_options *ddp_opt, tr_diags *d) {
+    bool pipelined = c->model.pipeline_model_parallel_size > 1;
     tr_grad_param *gp = calloc((size_t)m->n_info, sizeof *gp);
     if (!gp) return TR_ERR_NOMEM;
     int64_t total = 0;
@@ -36,6 +37,11 @@ static tr_status build_layout(tr_train_dp *t, const tr_config *c, const tr_model
         gp[i].numel = m->info[i].numel;
         gp[i].no_weight_decay = m->info[i].no_decay;
         gp[i].tp_replicated = m->tp.size > 1 && m->info[i].split_dim < 0;
+        /* As Megatron: a tied embedding split over the pipeline has a bucket of its own on both
+         * stages, so the distributed optimizer's shards of the two copies cover the same rows
+         * and the embedding group's all-reduce sums reduced values with reduced values. */
+        gp[i].own_bucket = pipelined && m->spec.tied &&
+                           strcmp(m->info[i].name, "embedding.word_embeddings.weight") == 0;
         total += m->info[i].numel;
     }
     tr_grad_layout_options lo;
@@ -78,8 +84,11 @@ tr_status tr_train_dp_setup(tr_train_dp *t, const tr_config *c, tr_comm *comm, t
     t->have_opt = true;
     t->counted = malloc((size_t)m->n_info);
     if (!t->counted) return TR_ERR_NOMEM;
-    /* A TP-replicated parameter enters the global norm once, from TP rank 0. */
+    /* A TP-replicated parameter enters the global norm once, from TP rank 0; a tied copy not at
+     * all (its first stage's twin counts, as Megatron's shared-parameter rule). */
     tr_grad_counted_mask(&t->layout, m->tp.rank, t->counted);
+    for (int i = 0; i < m->n_info; i++)
+        if (m->info[i].tied_copy) t->counted[i] = 0;
     m->hooks =
         (tr_model_hooks){.ctx = t, .before_param = on_before_param, .grad_ready = on_grad_ready};
     return TR_OK;
@@ -111,12 +120,21 @@ tr_status tr_train_dp_params_ready(tr_train_dp *t) {
     return t->have_opt ? tr_dist_opt_wait_all_params(&t->opt) : TR_OK;
 }
 
-void tr_train_dp_count_only(tr_train_dp *t, const uint8_t *owned) {
-    for (int i = 0; i < t->model->n_info; i++)
-        if (!owned[i]) t->counted[i] = 0;
-}
-
-tr_status tr_train_dp_pp_sum_grads(tr_train_dp *t) {
-    return tr_comm_all_reduce_inplace(t->comm, TR_GROUP_PP, t->model->grads,
-                                      (size_t)t->model->n_params, TR_COMM_F32, TR_COMM_SUM);
+tr_status tr_train_dp_params_norm(tr_train_dp *t, double *norm) {
+    TR_TRY(tr_train_dp_params_ready(t));
+    const tr_model *m = t->model;
+    double sq = 0.0;
+    for (int i = 0; i < m->n_info; i++) {
+        const tr_param_info *p = &m->info[i];
+        bool replicated_elsewhere = m->tp.size > 1 && p->split_dim < 0 && m->tp.rank != 0;
+        if (p->tied_copy || replicated_elsewhere) continue;
+        float part = 0.0f;
+        TR_TRY(m->ops->sum_squares(&part, m->params + p->offset, p->numel));
+        sq += (double)part;
+    }
+    /* Every DP rank holds the same parameters: the model-parallel ranks hold the disjoint
+     * pieces. */
+    TR_TRY(tr_comm_all_reduce_inplace(t->comm, TR_GROUP_TP_PP, &sq, 1, TR_COMM_F64, TR_COMM_SUM));
+    *norm = sqrt(sq);
+    return TR_OK;
 }

@@ -44,14 +44,9 @@ tr_status tr_train_dp_sum(tr_train_dp *t, double *v, int n);
 tr_status tr_train_dp_update(tr_train_dp *t, const tr_optimizer_spec *os, double lr, double wd,
                              double *grad_norm, bool *skipped);
 
-/* Pipeline parallel: only the parameters marked in owned[i] (this rank's stages) enter the
- * global grad norm from this rank, so each is counted once over the pipeline group. */
-void tr_train_dp_count_only(tr_train_dp *t, const uint8_t *owned);
-
-/* Pipeline parallel: every rank holds the whole model with zero gradients outside its stages;
- * after the data-parallel reduction the sum over the pipeline group gives every rank all of
- * them (the tied embedding's two uses included). */
-tr_status tr_train_dp_pp_sum_grads(tr_train_dp *t);
+/* The L2 norm of the whole model's parameters (logger.log_params_norm): each rank's stages and
+ * TP shards, the tied copy and TP-replicated tensors counted once, summed over tp-pp. */
+tr_status tr_train_dp_params_norm(tr_train_dp *t, double *norm);
 
 /* Waits for parameter all-gathers still in flight (before reading all parameters at once). */
 tr_status tr_train_dp_params_ready(tr_train_dp *t);

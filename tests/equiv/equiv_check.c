@@ -24,52 +24,180 @@
 #include "runtime/model.h"
 #include "runtime/parallel_config.h"
 #include "runtime/parallel_state.h"
+#include "runtime/pipeline/pipeline.h"
 #include "runtime/train.h"
 
 enum { MAX_KEYS = 64, MAX_ITERS = 64 };
 
 typedef struct run_out {
-    MPI_Comm tp; /* the run's TP group (MPI_COMM_NULL: one shard) */
+    const tr_config *c;
+    /* The run's model-parallel (tp-pp) and pipeline groups (MPI_COMM_NULL: one rank). */
+    MPI_Comm mp, pp;
     float losses[MAX_ITERS];
     int64_t iters, early;
+    double eval_loss;     /* the last validation loss (NaN without evaluation) */
     int64_t buffer_numel; /* the flat parameter buffer (the DP layout, padding included) */
     float *params;        /* every logical parameter tensor, model order, concatenated */
     int64_t n;
     char (*names)[80];
     int64_t *starts; /* per tensor, into params; n_tensors + 1 entries */
     int n_tensors;
+    /* Pipeline parallel with tied embeddings: the last stage's copy of the word embedding,
+     * assembled like params (NULL without a copy anywhere). */
+    float *tied_copy;
+    /* What this rank computes, for the comm volume: its layers, embedding, loss, and the
+     * elements of its sequence-parallel partial gradients. */
+    int64_t local_layers, sp_grads;
+    bool has_embedding, has_loss;
+    int memory_bad; /* the memory check failed on this rank */
 } run_out;
 
-/* The logical tensors: each TP rank scatters its shard to the logical positions, TP rank 0 also
- * the parameters every TP rank holds whole, and a sum over the TP group (adding zeros, exact)
- * assembles them on every rank. */
+static int index_of(char (*names)[80], int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0) return i;
+    return -1;
+}
+
+/* The most microbatches of each chunk in flight in the pp rank's action list, counted here
+ * independently of the executor. */
+static void in_flight(const tr_pp_schedule *s, int *max, int vpp) {
+    int live[64] = {0};
+    for (int c = 0; c < vpp; c++) max[c] = 0;
+    for (int i = 0; i < s->n; i++) {
+        const tr_pp_action *a = &s->actions[i];
+        if (a->op == TR_PP_FWD && ++live[a->chunk] > max[a->chunk]) max[a->chunk] = live[a->chunk];
+        if (a->op == TR_PP_BWD) live[a->chunk]--;
+    }
+}
+
+/* The memory saving is real: the stages partition the model (the sum of their parameters over
+ * the pipeline group, tied copy left out, is the whole TP shard's), and a rank keeps activations
+ * only for its own layers, one set per microbatch in flight in its schedule. */
+static int check_memory(const run_out *o, const tr_model *m) {
+    const tr_config *c = o->c;
+    int pp = (int)c->model.pipeline_model_parallel_size, rank, bad = 0, pp_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (o->pp != MPI_COMM_NULL) MPI_Comm_rank(o->pp, &pp_rank);
+    tr_model_part whole = {0, m->full.num_layers, true, true, 1};
+    tr_param_info *info = NULL;
+    int n_info = 0;
+    int64_t whole_numel = 0, whole_shard = 0, mine = 0, copy = 0, sum = 0;
+    if (tr_model_param_list(&m->full, m->tp, &whole, 1, &info, &n_info, &whole_numel) != TR_OK)
+        return 1;
+    for (int i = 0; i < n_info; i++) whole_shard += info[i].numel;
+    free(info);
+    for (int i = 0; i < m->n_info; i++) *(m->info[i].tied_copy ? &copy : &mine) += m->info[i].numel;
+    sum = mine;
+    if (o->pp != MPI_COMM_NULL) MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_INT64_T, MPI_SUM, o->pp);
+    if (sum != whole_shard) bad++;
+    printf("memory: rank %d (pp rank %d of %d): %lld parameters (+%lld tied copy) of the whole "
+           "TP shard's %lld (%.2f); stages together %lld%s; buffer %lld floats, activations "
+           "%lld floats; activation sets per layer:",
+           rank, pp_rank, pp, (long long)mine, (long long)copy, (long long)whole_shard,
+           (double)mine / (double)whole_shard, (long long)sum,
+           sum == whole_shard ? "" : " MISMATCH", (long long)m->n_params, (long long)m->act_numel);
+    int want[512] = {0};
+    if (pp > 1 && m->full.num_layers <= 512) {
+        tr_diags d;
+        tr_diags_init(&d);
+        tr_pp_layout lay;
+        tr_pp_schedule s;
+        int max[64];
+        if (tr_pp_layout_build(c, &lay, &d) != TR_OK) return 1;
+        if (tr_pp_schedule_build(c, pp_rank, &s, &d) != TR_OK) return 1;
+        in_flight(&s, max, lay.vpp);
+        for (int ch = 0; ch < lay.vpp; ch++) {
+            const tr_pp_stage *st = tr_pp_layout_stage(&lay, pp_rank, ch);
+            for (int l = 0; l < st->num_layers; l++) want[st->first_layer + l] = max[ch];
+        }
+        tr_pp_schedule_free(&s);
+        tr_pp_layout_free(&lay);
+        tr_diags_free(&d);
+    } else {
+        for (int l = 0; l < m->full.num_layers && l < 512; l++) want[l] = 1;
+    }
+    for (int l = 0; l < m->full.num_layers && l < 512; l++) {
+        int got = tr_model_layer_slots(m, l);
+        printf(" %d%s", got, got == want[l] ? "" : "(MISMATCH)");
+        bad += got != want[l];
+    }
+    printf("\n");
+    return bad;
+}
+
+/* The logical tensors: each rank scatters the shards it holds (its stages' tensors, its TP
+ * slice) to the logical positions, TP rank 0 also the parameters every TP rank holds whole; a
+ * sum over the model-parallel group (adding zeros, exact) assembles them on every rank. The tied
+ * copy is assembled on its own. */
 static tr_status capture(void *ctx, const tr_model *m) {
     run_out *o = ctx;
-    int64_t n = 0;
-    for (int i = 0; i < m->n_info; i++) n += (int64_t)m->info[i].full_rows * m->info[i].full_cols;
-    o->params = calloc((size_t)n, sizeof(float));
-    o->names = malloc((size_t)m->n_info * sizeof *o->names);
-    o->starts = malloc((size_t)(m->n_info + 1) * sizeof *o->starts);
-    if (!o->params || !o->names || !o->starts) return TR_ERR_NOMEM;
+    tr_model_part whole = {0, m->full.num_layers, true, true, 1};
+    tr_param_info *info = NULL;
+    int n_info = 0;
+    int64_t numel = 0;
+    TR_TRY(tr_model_param_list(&m->full, (tr_tp_shard){0, 1}, &whole, 1, &info, &n_info, &numel));
+    o->names = malloc((size_t)n_info * sizeof *o->names);
+    o->starts = malloc((size_t)(n_info + 1) * sizeof *o->starts);
+    if (!o->names || !o->starts) return TR_ERR_NOMEM;
     o->n = 0;
+    for (int i = 0; i < n_info; i++) {
+        snprintf(o->names[i], sizeof o->names[i], "%s", info[i].name);
+        o->starts[i] = o->n;
+        o->n += info[i].numel;
+    }
+    free(info);
+    o->starts[n_info] = o->n;
+    o->n_tensors = n_info;
+    o->params = calloc((size_t)o->n, sizeof(float));
+    int emb = index_of(o->names, n_info, "embedding.word_embeddings.weight");
+    int64_t emb_n = o->starts[emb + 1] - o->starts[emb];
+    bool pipelined_tied = m->full.tied && o->c->model.pipeline_model_parallel_size > 1;
+    if (pipelined_tied) o->tied_copy = calloc((size_t)emb_n, sizeof(float));
+    if (!o->params || (pipelined_tied && !o->tied_copy)) return TR_ERR_NOMEM;
     for (int i = 0; i < m->n_info; i++) {
         const tr_param_info *p = &m->info[i];
+        int t = index_of(o->names, n_info, p->name);
+        if (t < 0) return TR_ERR_INVALID;
+        float *dst = p->tied_copy ? o->tied_copy : o->params + o->starts[t];
         if (p->split_dim >= 0 || m->tp.rank == 0)
             for (int64_t e = 0; e < p->numel; e++)
-                o->params[o->n + tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
-        snprintf(o->names[i], sizeof o->names[i], "%s", p->name);
-        o->starts[i] = o->n;
-        o->n += (int64_t)p->full_rows * p->full_cols;
+                dst[tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
+        if (strstr(p->name, "layernorm") || strstr(p->name, "position_embeddings"))
+            o->sp_grads += p->numel;
     }
-    o->starts[m->n_info] = o->n;
-    o->n_tensors = m->n_info;
     o->buffer_numel = m->n_params;
-    if (o->tp != MPI_COMM_NULL)
-        MPI_Allreduce(MPI_IN_PLACE, o->params, (int)o->n, MPI_FLOAT, MPI_SUM, o->tp);
+    for (int k = 0; k < m->n_parts; k++) {
+        o->local_layers += m->parts[k].num_layers;
+        o->has_embedding |= m->parts[k].has_embedding;
+        o->has_loss |= m->parts[k].has_loss;
+    }
+    if (o->mp != MPI_COMM_NULL) {
+        MPI_Allreduce(MPI_IN_PLACE, o->params, (int)o->n, MPI_FLOAT, MPI_SUM, o->mp);
+        if (o->tied_copy)
+            MPI_Allreduce(MPI_IN_PLACE, o->tied_copy, (int)emb_n, MPI_FLOAT, MPI_SUM, o->mp);
+    }
+    o->memory_bad = check_memory(o, m);
     return TR_OK;
 }
 
+/* The two copies of a tied embedding must stay equal bit for bit (the embedding group's
+ * all-reduce gives both the same gradient; the optimizer then does the same arithmetic).
+ * Returns the number of differing elements. */
+static int64_t tied_copy_drift(const run_out *run) {
+    int emb = index_of(run->names, run->n_tensors, "embedding.word_embeddings.weight");
+    if (!run->tied_copy || emb < 0) return 0;
+    const float *first = run->params + run->starts[emb];
+    int64_t n = run->starts[emb + 1] - run->starts[emb], differ = 0;
+    for (int64_t e = 0; e < n; e++)
+        differ += memcmp(&first[e], &run->tied_copy[e], sizeof(float)) != 0;
+    printf("tied embedding: the last stage's copy differs from the first stage's in %lld of "
+           "%lld elements\n",
+           (long long)differ, (long long)n);
+    return differ;
+}
+
 static void run_out_free(run_out *o) {
+    free(o->tied_copy);
     free(o->params);
     free(o->names);
     free(o->starts);
@@ -94,6 +222,7 @@ static tr_status train(const tr_config *c, tr_comm *comm, run_out *out, tr_diags
     tr_train_result r;
     tr_status s = tr_train_run(c, &o, &r, d);
     out->iters = r.iterations;
+    out->eval_loss = r.last_eval_loss;
     out->early = r.buckets_started_early;
     return s;
 }
@@ -144,6 +273,14 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
         printf("iteration %lld: loss %.9g (single rank %.9g), rel err %.3g\n", (long long)i + 1,
                run->losses[i], ref->losses[i], e);
     }
+    /* Evaluation (validation.eval_iters > 0): under pipeline parallelism a forward-only pass
+     * through the stages. */
+    if (!isnan(ref->eval_loss)) {
+        double e = fabs(run->eval_loss - ref->eval_loss) / fabs(ref->eval_loss);
+        printf("validation loss %.9g (single rank %.9g), rel err %.3g\n", run->eval_loss,
+               ref->eval_loss, e);
+        if (!(e <= worst_loss)) worst_loss = isnan(e) ? INFINITY : e;
+    }
     const char *worst_name = "";
     for (int t = 0; t < ref->n_tensors; t++) {
         if (strcmp(run->names[t], ref->names[t]) != 0) return INFINITY;
@@ -173,32 +310,32 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
 }
 
 /* The bytes the comm layer booked over the run against Megatron's volumes, per microbatch of
- * r = mbs x seq rows of width h, L layers, on TP (> 1):
- *   without sequence parallelism, all-reduces of r x h: the vocab-parallel embedding, two
- *   row-parallel outputs per layer (forward), two column-parallel input gradients per layer and
- *   the output layer's (backward): r.h.(2 + 4L) elements;
- *   with it, the same 2 + 4L exchanges as reduce-scatters (embedding, proj and fc2 outputs; qkv,
- *   fc1 and output-layer input gradients: r.h counted each) and all-gathers (norm outputs into
- *   qkv, fc1 and the output layer; proj and fc2 output gradients and the embedding's: r.h/tp
- *   each), plus once per iteration the all-reduce of the norm and position-embedding gradients;
- *   the cross entropy's max (r) and sum (2r) all-reduces in both cases.
- * On DP per iteration: the gradient buffer of B elements all-reduced (DDP) or reduce-scattered
- * with B/dp all-gathered (distributed optimizer), and the loss and token count (two doubles).
- * Returns the number of mismatches (printed). */
+ * r = mbs x seq rows of width h, on TP (> 1), for the L layers this rank holds (all of them
+ * without pipeline parallelism; each computed once: no stage recomputes its forward):
+ *   without sequence parallelism, all-reduces of r x h: the vocab-parallel embedding (on the
+ *   stage holding it), two row-parallel outputs per layer (forward), two column-parallel input
+ *   gradients per layer and the output layer's (backward, on the last stage): r.h.(e + 4L + o)
+ *   elements with e, o = 1 where the rank holds the embedding, the loss;
+ *   with it, the same exchanges as reduce-scatters (embedding, proj and fc2 outputs; qkv, fc1
+ *   and output-layer input gradients: r.h counted each) and all-gathers (norm outputs into qkv,
+ *   fc1 and the output layer; proj and fc2 output gradients and the embedding's: r.h/tp each),
+ *   plus once per iteration the all-reduce of the norm and position-embedding gradients the rank
+ *   holds; the cross entropy's max (r) and sum (2r) all-reduces on the last stage.
+ * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
+ * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
+ * (two doubles). Returns the number of mismatches (printed). */
 static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *run) {
     const tr_model_config *m = &c->model;
     int64_t iters = run->iters, nmb = c->derived.num_microbatches;
     int64_t r = c->train.micro_batch_size * m->seq_length, h = m->hidden_size;
-    int64_t L = m->num_layers, dp = c->derived.data_parallel_size;
+    int64_t L = run->local_layers, dp = c->derived.data_parallel_size;
     int64_t tp = m->tensor_model_parallel_size;
     bool sp = tp > 1 && m->sequence_parallel;
     bool sharded = c->ddp.use_distributed_optimizer || c->optimizer.use_distributed_optimizer;
-    int64_t B = run->buffer_numel, sp_grads = 0;
-    for (int t = 0; sp && t < run->n_tensors; t++)
-        if (strstr(run->names[t], "layernorm") || strstr(run->names[t], "position_embeddings"))
-            sp_grads += run->starts[t + 1] - run->starts[t];
-    int64_t exchanges = r * h * (2 + 4 * L);
-    int64_t tp_ar = tp > 1 ? iters * (nmb * (3 * r + (sp ? 0 : exchanges)) + sp_grads) : 0;
+    int64_t B = run->buffer_numel, sp_grads = sp ? run->sp_grads : 0;
+    int64_t exchanges = r * h * (run->has_embedding + 4 * L + run->has_loss);
+    int64_t ce = run->has_loss ? 3 * r : 0;
+    int64_t tp_ar = tp > 1 ? iters * (nmb * (ce + (sp ? 0 : exchanges)) + sp_grads) : 0;
     int64_t tp_rs = sp ? iters * nmb * exchanges : 0;
     int64_t tp_ag = sp ? iters * nmb * exchanges / tp : 0;
     struct {
@@ -287,7 +424,8 @@ int main(int argc, char **argv) {
     tr_config ref_c, c;
     memset(&ref_c, 0, sizeof ref_c);
     memset(&c, 0, sizeof c);
-    run_out ref = {.tp = MPI_COMM_NULL}, run = {.tp = MPI_COMM_NULL};
+    run_out ref = {.c = &ref_c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL},
+            run = {.c = &c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL};
     tr_status s = TR_OK;
     if (rank == 0) {
         s = resolve(recipe, keys, n_common, 1, &ref_c, &d);
@@ -307,8 +445,10 @@ int main(int argc, char **argv) {
     tr_comm_options co = {.reduce_mode =
                               rank_order ? TR_COMM_REDUCE_RANK_ORDER : TR_COMM_REDUCE_NATIVE};
     if (all_ok && s == TR_OK) s = tr_comm_mpi_create(&ps, &co, &d, &comm);
-    if (all_ok && s == TR_OK && ps.groups[TR_GROUP_TP].size > 1)
-        run.tp = ps.groups[TR_GROUP_TP].comm;
+    if (all_ok && s == TR_OK && ps.groups[TR_GROUP_TP_PP].size > 1)
+        run.mp = ps.groups[TR_GROUP_TP_PP].comm;
+    if (all_ok && s == TR_OK && ps.groups[TR_GROUP_PP].size > 1)
+        run.pp = ps.groups[TR_GROUP_PP].comm;
     if (all_ok && s == TR_OK) s = train(&c, comm, &run, &d);
     ok = all_ok && s == TR_OK;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -317,6 +457,8 @@ int main(int argc, char **argv) {
     if (all_ok) {
         int vol_bad = volume ? check_volume(&c, comm, &run) : 0, any_vol_bad = 0;
         MPI_Allreduce(&vol_bad, &any_vol_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        int mem_bad = 0;
+        MPI_Allreduce(&run.memory_bad, &mem_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         double replicas = replica_diff(&run);
         if (rank == 0) {
             qkv_shape qkv = qkv_of(&ref_c);
@@ -328,6 +470,11 @@ int main(int argc, char **argv) {
                 printf("communication volume differs from the analytic volume\n");
                 err = INFINITY;
             }
+            if (mem_bad) {
+                printf("a rank holds parameters or activations outside its stages\n");
+                err = INFINITY;
+            }
+            if (tied_copy_drift(&run) != 0) err = INFINITY;
             bool same = err <= tol && replicas == 0.0;
             code = same != expect_differ ? 0 : 1;
             printf("%s: %s (tolerance %g, %d ranks)\n", code ? "FAIL" : "OK",

@@ -88,16 +88,13 @@ tr_equiv_test(detects_difference 2 --expect-differ gpt_tiny_pretrain ${TR_EQUIV_
               rng.seed=4321)
 
 # Pipeline parallel (runtime/pipeline_exec.c over the schedules of runtime/pipeline): 8 layers so
-# that PP 4 x VPP 2 has a layer per virtual stage; 8 microbatches per iteration. The comm volume
-# is not checked: the backward recomputes each stage's forward (its TP collectives run twice) and
-# the gradients are summed over the pipeline group (docs/pipeline.md).
+# that PP 4 x VPP 2 has a layer per virtual stage; 8 microbatches per iteration. Each rank holds
+# only its stages; equiv_check also checks that (parameters and activation sets per layer), that
+# the tied embedding's two copies stay bitwise equal, and the comm volume of the rank's own
+# layers (a recomputed forward would run its TP collectives twice).
 set(TR_PP_COMMON ${TR_EQUIV_COMMON} model.num_layers=8)
 function(tr_equiv_pp_test name np)
-  add_test(NAME mpi_equiv_${name}
-           COMMAND ${TR_EQUIV_MPIRUN} ${np} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:equiv_check>
-                   ${MPIEXEC_POSTFLAGS} ${ARGN})
-  set_tests_properties(mpi_equiv_${name} PROPERTIES LABELS "mpi" TIMEOUT 120 RUN_SERIAL TRUE
-                       ENVIRONMENT "${TR_EQUIV_ENV}")
+  tr_equiv_test(${name} ${np} ${ARGN})
 endfunction()
 set(TR_PP2 model.pipeline_model_parallel_size=2)
 set(TR_PP4 model.pipeline_model_parallel_size=4)
@@ -105,7 +102,10 @@ set(TR_VPP2 model.virtual_pipeline_model_parallel_size=2)
 # 1F1B (tied embedding: the last stage's copy of the word embedding), interleaved, both p2p modes.
 tr_equiv_pp_test(gpt_pp2 2 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2})
 tr_equiv_pp_test(llama_pp4 4 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP4})
-tr_equiv_pp_test(llama_pp2_vpp2 2 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2} ${TR_VPP2})
+# With evaluation: the forward-only pass through the interleaved stages gives the single-rank
+# validation loss.
+tr_equiv_pp_test(llama_pp2_vpp2_eval 2 llama_tiny_pretrain ${TR_PP_COMMON} validation.eval_iters=2
+                 validation.eval_interval=5 -- ${TR_PP2} ${TR_VPP2})
 tr_equiv_pp_test(gpt_pp4_vpp2_dropout 4 gpt_tiny_pretrain ${TR_PP_COMMON} model.hidden_dropout=0.1
                  -- ${TR_PP4} ${TR_VPP2})
 tr_equiv_pp_test(llama_pp4_vpp2_overlap_unbatched 4 llama_tiny_pretrain ${TR_PP_COMMON} --

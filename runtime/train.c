@@ -14,6 +14,7 @@
 #include "runtime/optimizer.h"
 #include "runtime/pipeline_exec.h"
 #include "runtime/schedule_lr.h"
+#include "runtime/train_ckpt.h"
 #include "runtime/train_checks.h"
 #include "runtime/train_data.h"
 #include "runtime/train_dp.h"
@@ -44,6 +45,7 @@ typedef struct trainer {
     int eod_mask;
     int per_token_loss; /* model.calculate_per_token_loss */
     int64_t buckets_started_early;
+    tr_train_ckpt ckpt; /* checkpoint load (setup) and saves (iteration boundaries) */
 } trainer;
 
 static double now_s(void) {
@@ -416,10 +418,20 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     t->sample = malloc((size_t)(t->seq + 1) * sizeof *t->sample);
     t->ids = malloc((size_t)bt * sizeof *t->ids);
     t->tgt = malloc((size_t)bt * sizeof *t->tgt);
-    return t->sample && t->ids && t->tgt ? TR_OK : TR_ERR_NOMEM;
+    if (!t->sample || !t->ids || !t->tgt) return TR_ERR_NOMEM;
+    /* checkpoint: load into the model and optimizer, and where the loop resumes */
+    tr_train_ckpt_env ce = {.c = c,
+                            .comm = t->distributed ? t->o->comm : NULL,
+                            .model = &t->model,
+                            .opt = t->distributed ? NULL : &t->opt,
+                            .dp = t->distributed ? &t->dp : NULL,
+                            .pp = t->have_pp ? &t->pp : NULL,
+                            .log = t->o->log};
+    return tr_train_ckpt_setup(&t->ckpt, &ce, d);
 }
 
 static void teardown(trainer *t) {
+    tr_train_ckpt_free(&t->ckpt);
     tr_train_log_close(&t->log);
     tr_optimizer_free(&t->opt);
     if (t->have_pp) tr_pp_exec_free(&t->pp);
@@ -513,7 +525,12 @@ static tr_status loop(trainer *t, tr_train_result *r) {
     int world = t->o->comm ? tr_comm_group_size(t->o->comm, TR_COMM_WORLD) : 1;
     if (world < 1) world = 1;
     double flops_per_iter = 3.0 * tr_model_flops_per_seq(&t->model.full) * t->gbs / world;
-    int64_t consumed = 0, sched_samples = 0;
+    /* checkpoint: a resumed run continues the iteration count, data cursor and schedule */
+    const tr_train_ckpt_pos *from = &t->ckpt.resume;
+    int64_t consumed = from->consumed_samples, sched_samples = from->scheduler_samples;
+    r->iterations = from->iteration;
+    r->consumed_samples = consumed;
+    r->skipped_iterations = from->skipped_iterations;
     int64_t last_eval_iter = -1;
     double t_start = now_s();
     r->last_eval_loss = NAN;
@@ -527,7 +544,7 @@ static tr_status loop(trainer *t, tr_train_result *r) {
         tr_train_log_end(&t->log, 0, r->stop, 0, r->seconds);
         return TR_OK;
     }
-    for (int64_t it = 1; it <= iters; it++) {
+    for (int64_t it = from->iteration + 1; it <= iters; it++) {
         double t0 = now_s();
         step_out so = {0};
         if (in_list(&c->train.iterations_to_skip, it)) {
@@ -543,7 +560,7 @@ static tr_status loop(trainer *t, tr_train_result *r) {
         if (so.skipped) r->skipped_iterations++;
         r->iterations = it;
         r->consumed_samples = consumed;
-        if (it == 1) r->first_loss = so.loss;
+        if (it == from->iteration + 1) r->first_loss = so.loss;
         r->last_loss = so.loss;
         if (t->o->losses && it <= t->o->losses_cap) t->o->losses[it - 1] = (float)so.loss;
         double seconds = now_s() - t0, pnorm = NAN;
@@ -565,11 +582,15 @@ static tr_status loop(trainer *t, tr_train_result *r) {
             tr_train_log_eval(&t->log, "validation", it, r->last_eval_loss);
             last_eval_iter = it;
         }
+        /* checkpoint: save_interval, or the last iteration of this run */
+        tr_train_ckpt_pos at = {it, consumed, sched_samples, r->skipped_iterations};
+        TR_TRY(tr_train_ckpt_after_iteration(&t->ckpt, &at, stop != TR_STOP_DONE || it == iters));
         if (stop != TR_STOP_DONE) {
             r->stop = stop;
             break;
         }
     }
+    TR_TRY(tr_train_ckpt_finish(&t->ckpt)); /* checkpoint: an async save completes */
     if (can_eval && last_eval_iter != r->iterations && r->stop != TR_STOP_SIGNAL) {
         TR_TRY(evaluate(t, TR_SPLIT_VALID, eval_iters, &r->last_eval_loss));
         tr_train_log_eval(&t->log, "validation", r->iterations, r->last_eval_loss);

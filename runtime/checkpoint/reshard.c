@@ -42,22 +42,27 @@ tr_status tr_ckpt_plan(const tr_ckpt_manifest *m, const tr_ckpt_layout *target,
         int64_t parts[TR_CKPT_MAX_DIMS];
         target_parts(e, target, parts);
         it->kind = TR_CKPT_PLAN_IDENTICAL;
-        /* TP and PP splits must be even (every rank holds the same shapes); DP ranges need not. */
-        const int axes[2] = {e->tp_axis, e->pp_axis};
-        const char *what[2] = {"tensor-parallel", "pipeline (layers)"};
-        for (int k = 0; k < 2; k++) {
-            int ax = axes[k];
-            if (ax < 0 || e->shape[ax] % parts[ax] == 0) continue;
+        /* A TP split must be even (every TP rank holds the same shapes); DP ranges need not be.
+         * The layer axis may split unevenly: the runtime registers every layer as its own block,
+         * so uneven stages (num_layers_in_first/last_pipeline_stage) read whole layers. */
+        int tp_ax = e->tp_axis, pp_ax = e->pp_axis;
+        if (tp_ax >= 0 && e->shape[tp_ax] % parts[tp_ax] != 0) {
             it->kind = TR_CKPT_PLAN_IMPOSSIBLE;
             snprintf(it->why, sizeof it->why,
-                     "dimension %d (%lld) does not split into %lld %s parts", ax,
-                     (long long)e->shape[ax], (long long)parts[ax], what[k]);
+                     "dimension %d (%lld) does not split into %lld tensor-parallel parts", tp_ax,
+                     (long long)e->shape[tp_ax], (long long)parts[tp_ax]);
+        } else if (pp_ax >= 0 && e->shape[pp_ax] % parts[pp_ax] != 0) {
+            it->kind = TR_CKPT_PLAN_RESHARD;
+            snprintf(it->why, sizeof it->why,
+                     "%lld layers over %lld stages is an uneven split: it loads when "
+                     "num_layers_in_first/last_pipeline_stage describe it",
+                     (long long)e->shape[pp_ax], (long long)parts[pp_ax]);
+            continue;
         }
         if (it->kind == TR_CKPT_PLAN_IMPOSSIBLE) {
             worst = tr_diag_add(d, TR_SEV_ERROR, "checkpoint.cannot_reshard", NULL,
-                                "model.tensor_model_parallel_size,model.pipeline_model_parallel_"
-                                "size",
-                                "choose sizes that divide the tensor's dimension",
+                                "model.tensor_model_parallel_size",
+                                "choose a tensor-parallel size that divides the tensor's dimension",
                                 "tensor '%s': %s", e->name, it->why);
             continue;
         }

@@ -39,7 +39,9 @@ expect can_load_tp1pp4 0 'reshard +decoder.layers.self_attention.linear_proj.wei
     -- "$TOOL" can-load "$WORK/ck" --layout tp=1,pp=4
 expect can_load_keys 0 'can load: [0-9]+ identical, [1-9][0-9]* resharded, 0 impossible' \
     -- "$TOOL" can-load "$WORK/ck" model.tensor_model_parallel_size=4 ddp.use_distributed_optimizer=true dp=2
-expect can_load_impossible 2 'impossible +decoder.layers.input_layernorm.weight: dimension 0 \(8\) does not split into 3' \
+expect can_load_impossible 2 'impossible +decoder.layers.self_attention.linear_qkv.weight: dimension 1 \(24\) does not split into 5' \
+    -- "$TOOL" can-load "$WORK/ck" --layout tp=5
+expect can_load_uneven_pp 0 'reshard +decoder.layers.input_layernorm.weight: 8 layers over 3 stages is an uneven split' \
     -- "$TOOL" can-load "$WORK/ck" --layout pp=3
 expect can_load_bad_key 1 'unknown key' -- "$TOOL" can-load "$WORK/ck" --layout tq=2
 expect can_load_no_layout 1 'needs --layout' -- "$TOOL" can-load "$WORK/ck"

@@ -102,14 +102,18 @@ static void test_same_layout_round_trip(void) {
 
 static void test_plan_impossible_split(void) {
     const ck_layout from = {2, 1, 1, 1, 0};
-    const ck_layout to_bad = {1, 3, 1, 1, 0}; /* 8 layers do not split into 3 stages */
+    const ck_layout uneven = {1, 3, 1, 1, 0}; /* 8 layers over 3 stages: uneven, loadable */
+    const ck_layout to_bad = {5, 1, 1, 1, 0}; /* no TP-split dimension divides by 5 */
     char *root = ck_tmpdir();
     tr_diags d;
     tr_diags_init(&d);
     CHECK(ck_save_layout(root, &from, 1, &d) == TR_OK);
     int reshard, impossible;
+    plan_counts(root, &uneven, &reshard, &impossible);
+    CHECK_INT_EQ(impossible, 0);
+    CHECK(reshard >= 3); /* at least the three layer-stacked tensors */
     plan_counts(root, &to_bad, &reshard, &impossible);
-    CHECK_INT_EQ(impossible, 3); /* the three layer-stacked tensors */
+    CHECK(impossible >= 1);
     tr_diags_free(&d);
     ck_rm_rf(root);
     free(root);

@@ -20,6 +20,9 @@
 
 typedef enum tr_transpose { TR_NOTRANS = 0, TR_TRANS = 1 } tr_transpose;
 
+/* The half-precision formats of mixed-precision training (docs/runtime.md, "Mixed precision"). */
+typedef enum tr_lowp { TR_LOWP_BF16 = 1, TR_LOWP_F16 = 2 } tr_lowp;
+
 typedef struct tr_attn_desc {
     int batch, seq, heads, groups, head_dim; /* heads % groups == 0 (GQA; groups == heads is MHA) */
     float scale;                             /* usually 1/sqrt(head_dim) */
@@ -51,6 +54,12 @@ typedef struct tr_ops {
     tr_status (*gemm)(tr_transpose ta, tr_transpose tb, int m, int n, int k, float alpha,
                       const float *a, int lda, const float *b, int ldb, float beta, float *c,
                       int ldc);
+    /* gemm with A and B rounded to `dtype` (nearest even; fp16 overflows to inf) and the products
+     * accumulated in fp32: a tensor-core GEMM on half-precision copies of fp32 buffers. A, B, C
+     * are fp32 buffers; C, alpha and beta as in gemm. */
+    tr_status (*gemm_lowp)(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                           float alpha, const float *a, int lda, const float *b, int ldb,
+                           float beta, float *c, int ldc);
     /* y[r,:] += bias  /  dbias += sum_r dy[r,:] */
     tr_status (*bias_add)(float *y, const float *bias, int rows, int cols);
     tr_status (*bias_grad)(float *dbias, const float *dy, int rows, int cols);
@@ -61,6 +70,12 @@ typedef struct tr_ops {
     tr_status (*scale)(float *x, int64_t n, float s); /* x *= s */
     /* *out = sum x^2, accumulated in double in fixed blocks (thread-count independent) */
     tr_status (*sum_squares)(float *out, const float *x, int64_t n);
+    /* x = x rounded to dtype, in place (gradients reduced in half precision). */
+    tr_status (*round_lowp)(tr_lowp dtype, float *x, int64_t n);
+    /* Loss scaling: g *= inv_scale, and *found_inf = 1 when any g was inf or NaN (left as it is
+     * otherwise, so one flag collects several ranges). found_inf is backend memory like
+     * sum_squares' out. */
+    tr_status (*unscale_check)(float *g, int64_t n, float inv_scale, float *found_inf);
 
     /* Vocab-parallel embedding: this shard owns rows [vocab_start, vocab_end) of the table
      * (table holds only those rows); ids outside the range give zero rows in forward and

@@ -44,6 +44,9 @@ typedef struct tr_model_spec {
     /* Megatron's sequence parallelism (used with TP > 1): outside the TP regions activations are
      * split along the sequence; all-gathers and reduce-scatters replace the all-reduces. */
     int sequence_parallel;
+    /* Mixed precision: 0 for fp32, else the tr_lowp the linear layers' GEMM operands are rounded
+     * to (docs/runtime.md, "Mixed precision"). */
+    int lowp;
 } tr_model_spec;
 
 /* Which shard of the logical tensors this rank holds (tensor parallelism). */
@@ -165,6 +168,9 @@ typedef struct tr_model {
     uint64_t dropout_seed;  /* rng.seed-derived; the offset below makes each site distinct */
     uint64_t dropout_round; /* set by the caller to a new value for every training microbatch */
     int training;           /* 0 during evaluation: no dropout */
+    /* fp16 loss scaling (runtime/loss_scaler.h): the loss gradient is multiplied by this, so
+     * every parameter gradient comes out scaled; 0 means no scaling. */
+    float grad_loss_scale;
     tr_model_hooks hooks;
 } tr_model;
 

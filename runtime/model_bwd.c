@@ -74,6 +74,7 @@ static tr_status head_bwd(tr_model *m, float loss_scale) {
     int64_t n = (int64_t)lrows * s->hidden;
     bool sp = s->sequence_parallel;
     float per_token = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
+    if (m->grad_loss_scale != 0.0f) per_token *= m->grad_loss_scale;
     for (int r = 0; r < rows; r++) m->dloss[r] = m->targets[r] >= 0 ? per_token : 0.0f;
     int vocab_start = m->tp.rank * s->vocab;
     TR_TRY(ops->ce_bwd(m->logits, m->ce_stats, m->targets, m->dloss, rows, s->vocab, vocab_start));

@@ -10,6 +10,29 @@ static tr_status unsupported(tr_diags *d, const char *key, const char *hint, con
                        "the CPU training runtime does not implement %s yet", what);
 }
 
+/* Mixed precision keeps fp32 main parameters and rounds the GEMM operands (docs/runtime.md):
+ * half-precision parameters are the working copy of an fp32 master, so params_dtype may name the
+ * training dtype (Megatron-Bridge's presets do) or fp32; half-precision weights with no fp32
+ * master, or a dtype other than the one trained in, are refused. */
+static int check_precision(const tr_model_config *m, tr_diags *d) {
+    int bad = 0, half = m->bf16 ? TR_DTYPE_BF16 : m->fp16 ? TR_DTYPE_FP16 : TR_DTYPE_FP32;
+    if (m->params_dtype != TR_DTYPE_FP32 && m->params_dtype != half)
+        bad |= unsupported(d, "model.params_dtype",
+                           half == TR_DTYPE_FP32
+                               ? "train in mixed precision (mixed_precision.preset=bf16_mixed or "
+                                 "fp16_mixed) or set model.params_dtype=fp32"
+                               : "set model.params_dtype to fp32 or to the dtype trained in",
+                           half == TR_DTYPE_FP32
+                               ? "half-precision parameters without fp32 main parameters"
+                               : "parameters in a dtype other than the mixed-precision dtype") !=
+               TR_OK;
+    if (m->fp16_lm_cross_entropy)
+        bad |=
+            unsupported(d, "model.fp16_lm_cross_entropy", "set model.fp16_lm_cross_entropy=false",
+                        "a half-precision cross entropy (it is computed in fp32)") != TR_OK;
+    return bad;
+}
+
 static int check_features(const tr_model_config *m, tr_diags *d) {
     int bad = 0;
     if (m->num_moe_experts != TR_NULL_INT)
@@ -35,11 +58,7 @@ static int check_features(const tr_model_config *m, tr_diags *d) {
     if (m->mtp_num_layers != TR_NULL_INT && m->mtp_num_layers > 0)
         bad |= unsupported(d, "model.mtp_num_layers", "set model.mtp_num_layers=null",
                            "multi-token prediction") != TR_OK;
-    if (m->params_dtype != TR_DTYPE_FP32 || m->bf16 || m->fp16)
-        bad |= unsupported(d, "model.params_dtype",
-                           "use mixed_precision.preset=fp32 (or "
-                           "model.params_dtype=fp32 model.bf16=false)",
-                           "bf16/fp16 training") != TR_OK;
+    bad |= check_precision(m, d);
     int act = m->activation_func;
     if (m->gated_linear_unit && act != TR_ACT_SILU)
         bad |= unsupported(d, "model.activation_func",
@@ -104,5 +123,6 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
                             ? m->init_method_std
                             : m->embedding_init_method_std;
     s->hidden_dropout = (float)m->hidden_dropout;
+    s->lowp = m->bf16 ? TR_LOWP_BF16 : m->fp16 ? TR_LOWP_F16 : 0;
     return TR_OK;
 }

@@ -19,6 +19,7 @@
 #include "runtime/train_data.h"
 #include "runtime/train_dp.h"
 #include "runtime/train_log.h"
+#include "runtime/train_precision.h"
 #include "runtime/train_signal.h"
 
 typedef struct trainer {
@@ -45,7 +46,8 @@ typedef struct trainer {
     int eod_mask;
     int per_token_loss; /* model.calculate_per_token_loss */
     int64_t buckets_started_early;
-    tr_train_ckpt ckpt; /* checkpoint load (setup) and saves (iteration boundaries) */
+    tr_train_ckpt ckpt;      /* checkpoint load (setup) and saves (iteration boundaries) */
+    tr_train_precision prec; /* loss scaling and half-precision gradient rounding */
 } trainer;
 
 static double now_s(void) {
@@ -80,6 +82,7 @@ static bool in_list(const tr_int_list *l, int64_t v) {
 typedef struct step_out {
     double loss, grad_norm, lr, wd;
     bool skipped;
+    bool overflow; /* skipped for inf/NaN gradients (loss scaling) */
 } step_out;
 
 /* The samples this rank reads in its microbatch mb of the global batch starting at `consumed`:
@@ -165,6 +168,13 @@ static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consum
     }
     out->lr = tr_lr_at(&t->sched, sched_samples);
     out->wd = tr_wd_at(&t->sched, sched_samples);
+    float found_inf = 0.0f;
+    TR_TRY(tr_train_precision_grads(&t->prec, m->ops, m->grads, m->n_params, &found_inf));
+    if (found_inf != 0.0f) {
+        out->overflow = out->skipped = true;
+        out->grad_norm = NAN;
+        return TR_OK;
+    }
     TR_TRY(tr_grad_norm(m->ops, m->grads, m->n_params, &out->grad_norm));
     out->skipped =
         !isfinite(out->grad_norm) || out->grad_norm > t->opt.spec.grad_norm_skip_threshold;
@@ -247,14 +257,29 @@ static tr_status train_step_dp(trainer *t, int64_t iteration, int64_t consumed,
     }
     out->lr = tr_lr_at(&t->sched, sched_samples);
     out->wd = tr_wd_at(&t->sched, sched_samples);
+    TR_TRY(tr_train_dp_check_grads(&t->dp, &t->prec, &out->overflow));
+    if (out->overflow) {
+        out->skipped = true;
+        out->grad_norm = NAN;
+        return TR_OK;
+    }
     return tr_train_dp_update(&t->dp, &t->opt_spec, out->lr, out->wd, &out->grad_norm,
                               &out->skipped);
 }
 
 static tr_status train_step(trainer *t, int64_t iteration, int64_t consumed, int64_t sched_samples,
                             step_out *out) {
-    if (t->distributed) return train_step_dp(t, iteration, consumed, sched_samples, out);
-    return train_step_single(t, iteration, consumed, sched_samples, out);
+    t->model.grad_loss_scale = tr_train_precision_grad_scale(&t->prec);
+    double scale_used = t->prec.scaler.scale;
+    TR_TRY(t->distributed ? train_step_dp(t, iteration, consumed, sched_samples, out)
+                          : train_step_single(t, iteration, consumed, sched_samples, out));
+    t->log.loss_scale = tr_train_precision_after_step(&t->prec, out->overflow);
+    if (out->overflow && t->o->log)
+        fprintf(t->o->log,
+                "iteration %lld: inf/NaN in the gradients at loss scale %.1f, step skipped; loss "
+                "scale now %.1f\n",
+                (long long)iteration, scale_used, t->prec.scaler.scale);
+    return TR_OK;
 }
 
 static tr_status pp_eval_load(void *ctx, int mb, const int32_t **ids, const int32_t **targets) {
@@ -348,6 +373,7 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     bad |= tr_optimizer_spec_from_config(c, &os, d) != TR_OK;
     bad |= tr_lr_schedule_from_config(c, &t->sched, d) != TR_OK;
     bad |= tr_train_check_features(c, d);
+    bad |= tr_train_precision_from_config(c, &t->prec, d) != TR_OK;
     /* One rank keeps the plain loop (bitwise what it always computed); the distributed path
      * starts at two ranks. */
     t->distributed = t->o->comm != NULL && (c->derived.data_parallel_size > 1 ||
@@ -426,6 +452,7 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
                             .opt = t->distributed ? NULL : &t->opt,
                             .dp = t->distributed ? &t->dp : NULL,
                             .pp = t->have_pp ? &t->pp : NULL,
+                            .scaler = &t->prec.scaler,
                             .log = t->o->log};
     return tr_train_ckpt_setup(&t->ckpt, &ce, d);
 }
@@ -534,6 +561,7 @@ static tr_status loop(trainer *t, tr_train_result *r) {
     int64_t last_eval_iter = -1;
     double t_start = now_s();
     r->last_eval_loss = NAN;
+    r->loss_scale = NAN;
     if (c->validation.skip_train) { /* evaluation only, of the freshly initialised model */
         if (eval_iters > 0 && t->data.n_samples[TR_SPLIT_VALID] > 0) {
             TR_TRY(evaluate(t, TR_SPLIT_VALID, eval_iters, &r->last_eval_loss));
@@ -558,6 +586,8 @@ static tr_status loop(trainer *t, tr_train_result *r) {
         }
         consumed += t->gbs;
         if (so.skipped) r->skipped_iterations++;
+        if (so.overflow) r->overflow_iterations++;
+        r->loss_scale = t->log.loss_scale;
         r->iterations = it;
         r->consumed_samples = consumed;
         if (it == from->iteration + 1) r->first_loss = so.loss;

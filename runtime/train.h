@@ -50,6 +50,10 @@ typedef struct tr_train_result {
     tr_stop_reason stop;
     int signal; /* the signal that stopped the run, when stop == TR_STOP_SIGNAL */
     double seconds;
+    /* Loss scaling: steps skipped for inf/NaN gradients (also in skipped_iterations) and the
+     * scale at the end (NaN without a scaler). */
+    int64_t overflow_iterations;
+    double loss_scale;
 } tr_train_result;
 
 /* Trains the config's model from scratch on one rank, or in parallel (DP/TP/SP/PP) over o->comm.

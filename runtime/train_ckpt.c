@@ -21,6 +21,27 @@ static const char *const scalar_names[S_COUNT] = {"iteration",
                                                   "optimizer.step",
                                                   "rng.dropout_seed"};
 
+/* The loss scaler's state travels with the optimizer state: an exact fp16 resume needs the
+ * scale and both of its counters. */
+#define SCALER_TENSOR "optimizer.grad_scaler"
+enum { SCALER_STATE = 3 };
+
+static bool has_scaler(const tr_train_ckpt *k) {
+    return k->env.scaler && k->env.scaler->enabled;
+}
+
+static void scaler_pack(const tr_loss_scaler *s, double *v) {
+    v[0] = s->scale;
+    v[1] = (double)s->growth_tracker;
+    v[2] = (double)s->hysteresis_tracker;
+}
+
+static void scaler_unpack(tr_loss_scaler *s, const double *v) {
+    s->scale = v[0];
+    s->growth_tracker = (int64_t)v[1];
+    s->hysteresis_tracker = (int)v[2];
+}
+
 static bool sgd(const tr_train_ckpt *k) {
     return k->env.opt ? k->env.opt->spec.sgd : k->env.dp->opt.opt.kind == TR_DIST_OPT_SGD;
 }
@@ -184,6 +205,11 @@ static tr_status save(tr_train_ckpt *k, const tr_train_ckpt_pos *pos) {
         if ((i == S_OPT_STEP && !cc->save_optim) || (i == S_SEED && !cc->save_rng)) continue;
         st = tr_ckpt_list_add_scalar(&l, k, scalar_names[i], &scalars[i]);
     }
+    double scaler[SCALER_STATE];
+    if (st == TR_OK && cc->save_optim && has_scaler(k)) {
+        scaler_pack(k->env.scaler, scaler);
+        st = tr_ckpt_list_add_f64(&l, k, SCALER_TENSOR, scaler, SCALER_STATE);
+    }
     tr_ckpt_save_opts o;
     tr_ckpt_save_opts_init(&o, cc->save, pos->iteration);
     o.rank = k->rank;
@@ -327,6 +353,13 @@ static tr_status load_from(tr_train_ckpt *k, const char *dir, source src, int64_
     if (st == TR_OK && *with_opt) st = add_opt_tensors(&l, k, &os, false);
     if (st == TR_OK) st = tr_ckpt_load_tensors(r, l.t, l.n, k->d);
     if (st == TR_OK && resume) st = read_scalars(k, r, *with_opt, *with_rng, scalars);
+    double scaler[SCALER_STATE];
+    bool with_scaler = *with_opt && has_scaler(k) && has_tensor(r, SCALER_TENSOR);
+    if (st == TR_OK && with_scaler) {
+        tr_ckpt_slice whole = {.ndim = 1, .shape = {SCALER_STATE}};
+        st = tr_ckpt_read(r, SCALER_TENSOR, TR_CKPT_F64, &whole, scaler, k->d);
+    }
+    if (st == TR_OK && with_scaler) scaler_unpack(k->env.scaler, scaler);
     if (st == TR_OK && *with_opt) opt_state_scatter(k, &os);
     opt_state_free(&os);
     tr_ckpt_list_free(&l);

@@ -16,6 +16,7 @@
 #include "core/diag.h"
 #include "runtime/checkpoint/ckpt.h"
 #include "runtime/comm.h"
+#include "runtime/loss_scaler.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
 #include "runtime/pipeline_exec.h"
@@ -36,8 +37,9 @@ typedef struct tr_train_ckpt_env {
     tr_model *model;
     tr_optimizer *opt;
     tr_train_dp *dp;
-    const tr_pp_exec *pp; /* NULL without pipeline parallelism */
-    FILE *log;            /* notices (rank 0); NULL for silence */
+    const tr_pp_exec *pp;   /* NULL without pipeline parallelism */
+    tr_loss_scaler *scaler; /* fp16/static loss scaling state (NULL or disabled: none) */
+    FILE *log;              /* notices (rank 0); NULL for silence */
 } tr_train_ckpt_env;
 
 typedef struct tr_train_ckpt {

@@ -180,3 +180,10 @@ tr_status tr_ckpt_list_add_scalar(tr_ckpt_list *l, const tr_train_ckpt *k, const
     t.replica_id = k->rank;
     return list_push(l, name, &t);
 }
+
+tr_status tr_ckpt_list_add_f64(tr_ckpt_list *l, const tr_train_ckpt *k, const char *name,
+                               double *values, int64_t n) {
+    tr_ckpt_tensor t = tr_ckpt_tensor_full(name, TR_CKPT_F64, 1, &n, values);
+    t.replica_id = k->rank;
+    return list_push(l, name, &t);
+}

@@ -36,5 +36,8 @@ tr_status tr_ckpt_list_add_params(tr_ckpt_list *l, const tr_train_ckpt *k, const
 /* A scalar every rank registers; rank 0 writes it. */
 tr_status tr_ckpt_list_add_scalar(tr_ckpt_list *l, const tr_train_ckpt *k, const char *name,
                                   int64_t *value);
+/* A small replicated f64 vector (rank 0 writes it), e.g. the loss scaler's state. */
+tr_status tr_ckpt_list_add_f64(tr_ckpt_list *l, const tr_train_ckpt *k, const char *name,
+                               double *values, int64_t n);
 
 #endif

@@ -106,6 +106,22 @@ tr_status tr_train_dp_sum(tr_train_dp *t, double *v, int n) {
     return tr_comm_all_reduce_inplace(t->comm, t->group, v, (size_t)n, TR_COMM_F64, TR_COMM_SUM);
 }
 
+tr_status tr_train_dp_check_grads(tr_train_dp *t, const tr_train_precision *p, bool *found_inf) {
+    *found_inf = false;
+    if (!tr_train_precision_touches_grads(p)) return TR_OK;
+    float local = 0.0f;
+    const tr_grad_owned *owned = &t->opt.owned;
+    for (int i = 0; i < owned->n_ranges; i++) {
+        const tr_grad_range *r = &owned->ranges[i];
+        TR_TRY(tr_train_precision_grads(p, t->ddp.ops, t->ddp.grads + r->offset, r->numel, &local));
+    }
+    int32_t flag = local != 0.0f;
+    TR_TRY(tr_comm_all_reduce_inplace(t->comm, tr_grad_norm_group(t->sharded), &flag, 1,
+                                      TR_COMM_I32, TR_COMM_MAX));
+    *found_inf = flag != 0;
+    return TR_OK;
+}
+
 tr_status tr_train_dp_update(tr_train_dp *t, const tr_optimizer_spec *os, double lr, double wd,
                              double *grad_norm, bool *skipped) {
     bool clipped = false;

@@ -17,6 +17,7 @@
 #include "runtime/distributed/grad_buffer.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
+#include "runtime/train_precision.h"
 
 typedef struct tr_train_dp {
     tr_comm *comm;         /* not owned */
@@ -39,6 +40,12 @@ void tr_train_dp_free(tr_train_dp *t);
 
 /* Element-wise sum over the DP group of n doubles, in place (loss and token counts). */
 tr_status tr_train_dp_sum(tr_train_dp *t, double *v, int n);
+
+/* After finish, before update (mixed precision, runtime/train_precision.h): this rank's owned
+ * gradients rounded and/or unscaled, and the inf/NaN verdict of the whole world: the flag is
+ * all-reduced (MAX) over the grad-norm group, whose ranks together hold every gradient, and
+ * every DP rank of that group reduced the same values, so all ranks skip together. */
+tr_status tr_train_dp_check_grads(tr_train_dp *t, const tr_train_precision *p, bool *found_inf);
 
 /* After finish: the global norm (clipping as configured), and the step unless skipped. */
 tr_status tr_train_dp_update(tr_train_dp *t, const tr_optimizer_spec *os, double lr, double wd,

@@ -12,6 +12,7 @@ tr_status tr_train_log_open(tr_train_log *l, FILE *out, const char *metrics_path
     memset(l, 0, sizeof *l);
     l->out = out;
     l->interval = interval > 0 ? interval : 1;
+    l->loss_scale = NAN;
     if (!metrics_path) return TR_OK;
     l->metrics = fopen(metrics_path, "w");
     if (!l->metrics)
@@ -59,10 +60,11 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
         fprintf(l->out,
                 " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration "
                 "(ms): %.1f | tokens/s: %.0f | throughput per device (TFLOP/s): %.3f | learning "
-                "rate: %.6E | lm loss: %.6E | grad norm: %.3f | number of skipped iterations: %3d "
-                "|\n",
-                (long long)it, (long long)iters, (long long)consumed, ms, tps, tflops, lr, avg,
-                grad_norm, l->skipped_total);
+                "rate: %.6E | lm loss: %.6E |",
+                (long long)it, (long long)iters, (long long)consumed, ms, tps, tflops, lr, avg);
+        if (isfinite(l->loss_scale)) fprintf(l->out, " loss scale: %.1f |", l->loss_scale);
+        fprintf(l->out, " grad norm: %.3f | number of skipped iterations: %3d |\n", grad_norm,
+                l->skipped_total);
         if (isfinite(params_norm)) fprintf(l->out, "   params norm: %.3f\n", params_norm);
         fflush(l->out);
     }
@@ -72,6 +74,7 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
         json_num(l->metrics, "loss", avg);
         json_num(l->metrics, "lr", lr);
         json_num(l->metrics, "grad_norm", grad_norm);
+        if (isfinite(l->loss_scale)) json_num(l->metrics, "loss_scale", l->loss_scale);
         if (isfinite(params_norm)) json_num(l->metrics, "params_norm", params_norm);
         json_num(l->metrics, "ms_per_iter", ms);
         json_num(l->metrics, "tokens_per_s", tps);

@@ -15,6 +15,9 @@ typedef struct tr_train_log {
     /* sums over the current interval */
     int n, n_loss, skipped_total;
     double loss, seconds, flops, tokens;
+    /* The current fp16/static loss scale, printed on the log line as Megatron does; NaN (the
+     * default) when the run has no loss scaler. */
+    double loss_scale;
 } tr_train_log;
 
 tr_status tr_train_log_open(tr_train_log *l, FILE *out, const char *metrics_path, int64_t interval,

@@ -7,6 +7,11 @@
 tr_status tr_cpu_gemm(tr_transpose ta, tr_transpose tb, int m, int n, int k, float alpha,
                       const float *a, int lda, const float *b, int ldb, float beta, float *c,
                       int ldc);
+tr_status tr_cpu_gemm_lowp(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                           float alpha, const float *a, int lda, const float *b, int ldb,
+                           float beta, float *c, int ldc);
+tr_status tr_cpu_round_lowp(tr_lowp dtype, float *x, int64_t n);
+tr_status tr_cpu_unscale_check(float *g, int64_t n, float inv_scale, float *found_inf);
 tr_status tr_cpu_bias_add(float *y, const float *bias, int rows, int cols);
 tr_status tr_cpu_bias_grad(float *dbias, const float *dy, int rows, int cols);
 tr_status tr_cpu_add(float *y, const float *x, int64_t n);

@@ -24,6 +24,11 @@ tr_status tr_cuda_gemm_bf16(tr_transpose ta, tr_transpose tb, int m, int n, int 
                             const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
                             void *c, tr_cuda_dtype c_type, int ldc, const float *bias);
 
+/* The same with fp16 A and B and an fp32 C, no bias. */
+tr_status tr_cuda_gemm_f16(tr_transpose ta, tr_transpose tb, int m, int n, int k, float alpha,
+                           const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
+                           float *c, int ldc);
+
 /* tr_ops.attention_fwd / attention_bwd on bf16 tensors: the same layouts, causal / GQA /
  * document masks, checks and fp32 lse [B,H,T]; products and softmax in fp32, outputs rounded to
  * bf16 (out; dq, dk, dv overwritten). Halves the attention's memory traffic in the bf16 path;
@@ -39,6 +44,13 @@ tr_status tr_cuda_f32_to_bf16(uint16_t *dst, const float *src, int64_t n);
 tr_status tr_cuda_bf16_to_f32(float *dst, const uint16_t *src, int64_t n);
 tr_status tr_cuda_f32_to_f16(uint16_t *dst, const float *src, int64_t n);
 tr_status tr_cuda_f16_to_f32(float *dst, const uint16_t *src, int64_t n);
+
+/* tr_ops.gemm_lowp and tr_ops.round_lowp (the op table's entries): fp32 buffers, operands cast
+ * to bf16/fp16 scratch, cuBLASLt with fp32 accumulation. */
+tr_status tr_cuda_gemm_lowp(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                            float alpha, const float *a, int lda, const float *b, int ldb,
+                            float beta, float *c, int ldc);
+tr_status tr_cuda_round_lowp(tr_lowp dtype, float *x, int64_t n);
 
 /* fp16 dynamic loss scaling: g *= inv_scale and *found_inf (device float, not reset here) is set
  * to 1 when any element of g is inf or NaN, so the caller skips the step and lowers the scale. */

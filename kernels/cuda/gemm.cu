@@ -219,6 +219,28 @@ extern "C" tr_status tr_cuda_gemm_bf16(tr_transpose ta, tr_transpose tb, int m, 
                : tr_cublas_status_of(s, "cublasLtMatmul", __FILE__, __LINE__);
 }
 
+/* The fp16 twin of tr_cuda_gemm_bf16 for the loss-scaled path: fp16 A and B, fp32 accumulation
+ * and an fp32 C (fp16 outputs would overflow where fp32 keeps the scaled values). */
+extern "C" tr_status tr_cuda_gemm_f16(tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                                      float alpha, const uint16_t *a, int lda, const uint16_t *b,
+                                      int ldb, float beta, float *c, int ldc) {
+    TR_TRY(check_gemm(ta, tb, m, n, k, lda, ldb, ldc));
+    if (m == 0 || n == 0) return TR_OK;
+    if (!c || (k > 0 && (!a || !b))) return TR_ERR_INVALID;
+    TR_CUDA_CTX("gemm_f16");
+    if (k == 0) {
+        scale_c_kernel<float>
+            <<<tr_cuda_blocks((int64_t)m * n, TR_CUDA_THREADS), TR_CUDA_THREADS, 0, ctx->stream>>>(
+                c, m, n, ldc, beta);
+        TR_CUDA_LAUNCHED();
+        return TR_OK;
+    }
+    lt_gemm g = {op_of(tb), op_of(ta), n,          m, k,   b,          a,
+                 ldb,       lda,       CUDA_R_16F, c, ldc, CUDA_R_32F, CUBLAS_COMPUTE_32F,
+                 alpha,     beta,      NULL};
+    return lt_matmul(ctx, &g);
+}
+
 __global__ void bias_add_kernel(float *y, const float *bias, int rows, int cols) {
     int64_t total = (int64_t)rows * cols;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;

@@ -1,14 +1,18 @@
 #include "kernels/cuda/cuda_impl.cuh"
+#include "kernels/cuda/cuda_mixed.h"
 
 static const tr_ops g_cuda_ops = {
     "cuda",
     tr_cuda_gemm,
+    tr_cuda_gemm_lowp,
     tr_cuda_bias_add,
     tr_cuda_bias_grad,
     tr_cuda_add,
     tr_cuda_fill,
     tr_cuda_scale,
     tr_cuda_sum_squares,
+    tr_cuda_round_lowp,
+    tr_cuda_unscale_check,
     tr_cuda_embedding_fwd,
     tr_cuda_embedding_bwd,
     tr_cuda_pos_embedding_fwd,
@@ -39,7 +43,7 @@ static const tr_ops g_cuda_ops = {
 
 /* C++ before C++20 has no designated initialisers, so the order above must follow tr_ops; this
  * catches a member added to ops.h without a CUDA entry. */
-static_assert(sizeof(tr_ops) == sizeof(void *) * 34, "tr_ops changed: update kernels/cuda");
+static_assert(sizeof(tr_ops) == sizeof(void *) * 37, "tr_ops changed: update kernels/cuda");
 
 extern "C" const tr_ops *tr_ops_cuda(void) {
     return &g_cuda_ops;

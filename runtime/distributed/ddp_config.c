@@ -2,6 +2,7 @@
 #include "runtime/distributed/ddp.h"
 
 #include "core/field.h"
+#include "runtime/loss_scaler.h"
 
 /* Megatron's DDP default when overlapping: max(40M, 1M * dp) elements per bucket. */
 static int64_t default_bucket_size(int dp_size) {
@@ -32,6 +33,9 @@ tr_status tr_ddp_options_from_config(const tr_config *c, int dp_size, int64_t to
     *ddp = (tr_ddp_options){.group = TR_GROUP_DP_CP,
                             .overlap_grad_reduce = d->overlap_grad_reduce,
                             .average_in_collective = d->average_in_collective,
-                            .check_for_nan_in_grad = d->check_for_nan_in_grad};
+                            /* With a loss scaler inf/NaN gradients are expected: the scaler
+                             * skips those steps instead of failing the run. */
+                            .check_for_nan_in_grad =
+                                d->check_for_nan_in_grad && !tr_loss_scaler_wanted(c)};
     return TR_OK;
 }

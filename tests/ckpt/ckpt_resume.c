@@ -143,13 +143,15 @@ static int64_t read_whole(tr_ckpt_reader *r, const tr_ckpt_entry *e, double **ou
     *out = malloc((size_t)n * sizeof **out);
     tr_diags d;
     tr_diags_init(&d);
-    bool ok = raw && *out && (e->dtype == TR_CKPT_F32 || e->dtype == TR_CKPT_I64) &&
+    bool ok = raw && *out &&
+              (e->dtype == TR_CKPT_F32 || e->dtype == TR_CKPT_I64 || e->dtype == TR_CKPT_F64) &&
               tr_ckpt_read(r, e->name, e->dtype, &all, raw, &d) == TR_OK;
     if (d.n_errors) tr_diags_print_text(&d, stdout, false);
     tr_diags_free(&d);
     for (int64_t i = 0; ok && i < n; i++)
-        (*out)[i] =
-            e->dtype == TR_CKPT_F32 ? (double)((float *)raw)[i] : (double)((int64_t *)raw)[i];
+        (*out)[i] = e->dtype == TR_CKPT_F32   ? (double)((float *)raw)[i]
+                    : e->dtype == TR_CKPT_F64 ? ((double *)raw)[i]
+                                              : (double)((int64_t *)raw)[i];
     free(raw);
     return ok ? n : -1;
 }

@@ -54,6 +54,13 @@ tr_ckpt_resume_test(exact_tp2_async 2 --exact --np-save 2 --np-load 2 llama_tiny
                     ${TR_CKPT_COMMON} -- ${TR_CKPT_TP2} checkpoint.async_save=true -- ${TR_CKPT_TP2})
 tr_ckpt_resume_test(exact_pp2 2 --exact --np-save 2 --np-load 2 gpt_tiny_pretrain
                     ${TR_CKPT_COMMON} model.num_layers=4 -- ${TR_CKPT_PP2} -- ${TR_CKPT_PP2})
+# fp16: the dynamic loss scaler's scale and counters continue (with a 3-step growth window the
+# save falls between two growths: a fresh scaler would grow at other iterations and skip other
+# steps).
+tr_ckpt_resume_test(exact_single_fp16 1 --exact --np-save 1 --np-load 1 llama_tiny_pretrain
+                    ${TR_CKPT_COMMON} mixed_precision.preset=fp16_mixed
+                    mixed_precision.initial_loss_scale=1048576 mixed_precision.loss_scale_window=3
+                    -- --)
 # Dropout: the masks continue from the saved RNG state.
 tr_ckpt_resume_test(exact_dp2_dropout 2 --exact --expect-spread --np-save 2 --np-load 2 gpt_tiny_pretrain
                     ${TR_CKPT_COMMON} model.hidden_dropout=0.1 -- ${TR_CKPT_DISTOPT} --

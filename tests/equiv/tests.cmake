@@ -132,3 +132,32 @@ tr_equiv_pp_test(llama_tp2_sp_pp2_vpp2_dp2_distopt_overlap 8 llama_tiny_pretrain
                  ${TR_VPP2} ${TR_DISTOPT} ${TR_OVERLAP})
 tr_equiv_pp_test(gpt_tp2_pp4_first3_last1 8 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_TP2} ${TR_PP4}
                  model.num_layers_in_first_pipeline_stage=3 model.num_layers_in_last_pipeline_stage=1)
+
+# Mixed precision (docs/runtime.md, "Mixed precision"). The losses must match the single-rank run
+# of the same precision at 1e-5; the parameters at 5e-3 (--param-tol): bf16 rounding is per
+# element, so equal fp32 values round equally on every layout, but the layouts' fp32 sums differ
+# in the last bits (DP reduction order, TP partial sums), and a value that lands on the other side
+# of a bf16 rounding boundary moves by a bf16 ulp (2^-8 relative). Measured after 5 iterations:
+# ~9e-4 (TP2, DP2), against 3e-2 between bf16 and fp32 (the last test: the tolerance still tells
+# them apart).
+set(TR_BF16 mixed_precision.preset=bf16_mixed)
+function(tr_equiv_lowp_test name np)
+  tr_equiv_test(${name} ${np} --param-tol 5e-3 ${ARGN})
+endfunction()
+tr_equiv_lowp_test(llama_tp2_bf16 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_BF16} -- ${TR_TP2})
+tr_equiv_lowp_test(llama_dp2_distopt_bf16 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_BF16} --
+                   ${TR_DISTOPT})
+# fp16 with dynamic loss scaling from 2^24 (hysteresis 1): the first three steps overflow in the
+# vocab-parallel logit gradients, then five train; the inf/NaN verdict is all-reduced, so both
+# TP ranks skip the same steps as the single rank and lower the scale alike. (Under DP the per-rank loss is divided
+# by fewer microbatches, so overflow thresholds move with the DP size, as in Megatron; the DP test
+# uses a static scale.)
+tr_equiv_lowp_test(llama_tp2_fp16_dynamic 2 llama_tiny_pretrain ${TR_EQUIV_COMMON}
+                   train.train_iters=8 mixed_precision.preset=fp16_mixed mixed_precision.grad_reduce_in_fp32=true
+                   mixed_precision.initial_loss_scale=16777216 mixed_precision.hysteresis=1 --
+                   ${TR_TP2})
+tr_equiv_lowp_test(gpt_dp2_distopt_fp16_static 2 gpt_tiny_pretrain ${TR_EQUIV_COMMON}
+                   mixed_precision.preset=fp16_mixed mixed_precision.grad_reduce_in_fp32=true
+                   mixed_precision.loss_scale=1024 -- ${TR_DISTOPT})
+tr_equiv_lowp_test(bf16_detects_fp32 2 --expect-differ llama_tiny_pretrain ${TR_EQUIV_COMMON}
+                   mixed_precision.preset=fp32 -- ${TR_BF16} ${TR_TP2})

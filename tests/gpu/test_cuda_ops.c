@@ -91,6 +91,52 @@ static void test_gemm_bf16(void) {
     }
 }
 
+/* The table's gemm_lowp against the CPU table's on the same fp32 inputs: both round the operands
+ * to nearest even, and a product of two bf16 (or fp16) values is exact in fp32, so only the fp32
+ * summation order differs. Strided operands, beta != 0; fp16 overflow gives inf on both; and
+ * round_lowp is the CPU's bit for bit. */
+static void test_gemm_lowp(void) {
+    const int m = 37, n = 45, k = 53, pad = 3;
+    for (int t = TR_LOWP_BF16; t <= TR_LOWP_F16; t++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+                size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb;
+                size_t nc = (size_t)m * ldc;
+                float *a = rnd(na, -2, 2), *b = rnd(nb, -2, 2), *c = rnd(nc, -1, 1);
+                float *da = gt_dev(a, na), *db = gt_dev(b, nb), *dc = gt_dev(c, nc);
+                CHECK(cpu->gemm_lowp((tr_lowp)t, ta, tb, m, n, k, 0.7f, a, lda, b, ldb, 0.5f, c,
+                                     ldc) == TR_OK);
+                CHECK(gpu->gemm_lowp((tr_lowp)t, ta, tb, m, n, k, 0.7f, da, lda, db, ldb, 0.5f, dc,
+                                     ldc) == TR_OK);
+                gt_sync();
+                char name[64];
+                snprintf(name, sizeof name, "gemm_lowp %s ta=%d tb=%d beta=0.5",
+                         t == TR_LOWP_BF16 ? "bf16" : "fp16", ta, tb);
+                CHECK_DEV(name, dc, c, nc, FP32);
+                free(a), free(b), free(c), gt_free(da), gt_free(db), gt_free(dc);
+            }
+    float a[2] = {70000.0f, 1.0f}, b[2] = {1.0f, 1.0f};
+    float *da = gt_dev(a, 2), *db = gt_dev(b, 2), *dc = gt_dev_poison(1);
+    CHECK(gpu->gemm_lowp(TR_LOWP_F16, TR_NOTRANS, TR_NOTRANS, 1, 1, 2, 1.0f, da, 2, db, 1, 0.0f, dc,
+                         1) == TR_OK);
+    float *got = gt_host(dc, 1);
+    CHECK(isinf(got[0])); /* 70000 is beyond fp16's 65504 */
+    free(got);
+    gt_free(da), gt_free(db), gt_free(dc);
+    const size_t nr = 4096;
+    for (int t = TR_LOWP_BF16; t <= TR_LOWP_F16; t++) {
+        float *x = rnd(nr, -70000, 70000);
+        for (size_t i = 0; i < nr; i += 3) x[i] *= 1e-9f; /* fp16 subnormals too */
+        float *dx = gt_dev(x, nr);
+        CHECK(cpu->round_lowp((tr_lowp)t, x, (int64_t)nr) == TR_OK);
+        CHECK(gpu->round_lowp((tr_lowp)t, dx, (int64_t)nr) == TR_OK);
+        float *h = gt_host(dx, nr);
+        CHECK(memcmp(h, x, nr * sizeof(float)) == 0);
+        free(h), free(x), gt_free(dx);
+    }
+}
+
 static void test_casts(void) {
     const size_t n = 1000;
     float *x = rnd(n, -100, 100);
@@ -550,8 +596,8 @@ static void setup(void) {
     CHECK_STR_EQ(gpu->name, "cuda");
 }
 
-TR_GPU_TEST_MAIN(TR_TEST(setup), TR_TEST(test_gemm), TR_TEST(test_gemm_bf16), TR_TEST(test_casts),
-                 TR_TEST(test_flat), TR_TEST(test_embedding), TR_TEST(test_norms),
-                 TR_TEST(test_rope), TR_TEST(test_attention), TR_TEST(test_attention_bf16),
-                 TR_TEST(test_activations), TR_TEST(test_cross_entropy), TR_TEST(test_optimizers),
-                 TR_TEST(test_arenas))
+TR_GPU_TEST_MAIN(TR_TEST(setup), TR_TEST(test_gemm), TR_TEST(test_gemm_bf16),
+                 TR_TEST(test_gemm_lowp), TR_TEST(test_casts), TR_TEST(test_flat),
+                 TR_TEST(test_embedding), TR_TEST(test_norms), TR_TEST(test_rope),
+                 TR_TEST(test_attention), TR_TEST(test_attention_bf16), TR_TEST(test_activations),
+                 TR_TEST(test_cross_entropy), TR_TEST(test_optimizers), TR_TEST(test_arenas))

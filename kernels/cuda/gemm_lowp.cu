@@ -1,0 +1,97 @@
+/* The op table's mixed-precision entries on the GPU: gemm_lowp casts the fp32 operands into
+ * bf16/fp16 scratch (round to nearest even, fp16 overflowing to inf: __float2half_rn) and runs
+ * the cuBLASLt GEMM with fp32 accumulation; round_lowp is the cast there and back. The CPU
+ * backend (kernels/cpu/gemm_lowp.c) rounds the same way, so both compute the same products up
+ * to the summation order. */
+#include "kernels/cuda/cuda_impl.cuh"
+#include "kernels/cuda/cuda_mixed.h"
+
+template <typename T> __device__ __forceinline__ T to_half(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 to_half(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half to_half(float x) {
+    return __float2half_rn(x);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+__device__ __forceinline__ float to_float(__half x) {
+    return __half2float(x);
+}
+
+/* rows x cols of src (leading dimension ld) into a packed dst (leading dimension cols). */
+template <typename T>
+__global__ void pack_cast_kernel(T *dst, const float *src, int rows, int cols, int ld) {
+    int64_t total = (int64_t)rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / cols, j = i % cols;
+        dst[i] = to_half<T>(src[r * ld + j]);
+    }
+}
+
+template <typename T> __global__ void round_trip_kernel(float *x, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = to_float(to_half<T>(x[i]));
+}
+
+template <typename T>
+static tr_status pack_cast(tr_cuda_ctx *ctx, T *dst, const float *src, int rows, int cols, int ld) {
+    int64_t total = (int64_t)rows * cols;
+    pack_cast_kernel<T>
+        <<<tr_cuda_blocks(total, TR_CUDA_THREADS), TR_CUDA_THREADS, 0, ctx->stream>>>(
+            dst, src, rows, cols, ld);
+    TR_CUDA_LAUNCHED();
+    return TR_OK;
+}
+
+/* Bytes of n half-precision values, rounded up so the next operand starts 256-byte aligned. */
+static size_t padded_bytes(int64_t n) {
+    return ((size_t)n * 2u + 255u) & ~(size_t)255u;
+}
+
+extern "C" tr_status tr_cuda_gemm_lowp(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m,
+                                       int n, int k, float alpha, const float *a, int lda,
+                                       const float *b, int ldb, float beta, float *c, int ldc) {
+    if (dtype != TR_LOWP_BF16 && dtype != TR_LOWP_F16) return TR_ERR_INVALID;
+    if (m < 0 || n < 0 || k < 0) return TR_ERR_INVALID;
+    /* Nothing to cast: the fp32 op has the same semantics (k == 0 scales or clears C). */
+    if (m == 0 || n == 0 || k == 0)
+        return tr_cuda_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (lda < (ta == TR_TRANS ? m : k) || ldb < (tb == TR_TRANS ? k : n) || ldc < n)
+        return TR_ERR_INVALID;
+    if (!a || !b || !c) return TR_ERR_INVALID;
+    TR_CUDA_CTX("gemm_lowp");
+    /* The stored operands: A is m x k (k x m transposed), B is k x n (n x k transposed). */
+    int a_rows = ta == TR_TRANS ? k : m, a_cols = ta == TR_TRANS ? m : k;
+    int b_rows = tb == TR_TRANS ? n : k, b_cols = tb == TR_TRANS ? k : n;
+    size_t a_bytes = padded_bytes((int64_t)a_rows * a_cols);
+    void *scratch = NULL;
+    TR_TRY(tr_cuda_scratch(ctx, a_bytes + padded_bytes((int64_t)b_rows * b_cols), &scratch));
+    uint16_t *ha = (uint16_t *)scratch, *hb = (uint16_t *)((char *)scratch + a_bytes);
+    if (dtype == TR_LOWP_BF16) {
+        TR_TRY(pack_cast(ctx, (__nv_bfloat16 *)ha, a, a_rows, a_cols, lda));
+        TR_TRY(pack_cast(ctx, (__nv_bfloat16 *)hb, b, b_rows, b_cols, ldb));
+        return tr_cuda_gemm_bf16(ta, tb, m, n, k, alpha, ha, a_cols, hb, b_cols, beta, c,
+                                 TR_CUDA_F32, ldc, NULL);
+    }
+    TR_TRY(pack_cast(ctx, (__half *)ha, a, a_rows, a_cols, lda));
+    TR_TRY(pack_cast(ctx, (__half *)hb, b, b_rows, b_cols, ldb));
+    return tr_cuda_gemm_f16(ta, tb, m, n, k, alpha, ha, a_cols, hb, b_cols, beta, c, ldc);
+}
+
+extern "C" tr_status tr_cuda_round_lowp(tr_lowp dtype, float *x, int64_t n) {
+    if ((dtype != TR_LOWP_BF16 && dtype != TR_LOWP_F16) || n < 0 || (n && !x))
+        return TR_ERR_INVALID;
+    if (!n) return TR_OK;
+    TR_CUDA_CTX("round_lowp");
+    unsigned blocks = tr_cuda_blocks(n, TR_CUDA_THREADS);
+    if (dtype == TR_LOWP_BF16)
+        round_trip_kernel<__nv_bfloat16><<<blocks, TR_CUDA_THREADS, 0, ctx->stream>>>(x, n);
+    else
+        round_trip_kernel<__half><<<blocks, TR_CUDA_THREADS, 0, ctx->stream>>>(x, n);
+    TR_CUDA_LAUNCHED();
+    return TR_OK;
+}

@@ -76,6 +76,17 @@ typedef struct tr_ops {
      * otherwise, so one flag collects several ranges). found_inf is backend memory like
      * sum_squares' out. */
     tr_status (*unscale_check)(float *g, int64_t n, float inv_scale, float *found_inf);
+    /* Strided 2-D views, for layout changes the model makes on device buffers (splitting the
+     * fused QKV rows, sequence-parallel block order, copies between activation buffers):
+     * dst[r*ldd + c] = src[r*lds + c] for r < rows, c < cols; dst and src must not overlap.
+     * fill_2d sets x[r*ld + c] = value (the padded vocabulary's logits). */
+    tr_status (*copy_2d)(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                         int64_t cols);
+    tr_status (*fill_2d)(float *x, int64_t ld, int64_t rows, int64_t cols, float value);
+    /* *out = mean of losses[r] over the rows with targets[r] >= 0, summed in double in row
+     * order and rounded once (0 when there are none): a microbatch's loss without reading the
+     * per-row losses on the host. out is one float in the backend's memory. */
+    tr_status (*loss_mean)(float *out, const float *losses, const int32_t *targets, int rows);
 
     /* Vocab-parallel embedding: this shard owns rows [vocab_start, vocab_end) of the table
      * (table holds only those rows); ids outside the range give zero rows in forward and

@@ -134,6 +134,10 @@ typedef struct tr_model {
     struct tr_comm *comm;
     int tp_group;
     const tr_ops *ops;
+    /* Where params, grads, activations and token ids live (runtime/device.h); the host device
+     * unless created with tr_model_create_parts_on. Host code never dereferences them unless
+     * tr_device_host_visible(dev). */
+    struct tr_device *dev;
     int batch; /* micro batch size the activations are sized for */
     int qkv_dim, fc1_dim;
 
@@ -160,6 +164,7 @@ typedef struct tr_model {
     tr_layer_acts *acts;
     float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *ce_stats, *losses, *dloss;
     float *rope_cos, *rope_sin;
+    float *loss_dev; /* the microbatch loss as the op writes it, before its copy to the host */
     float *lnf_full, *sp_full, *sp_perm; /* sequence parallel: gathered rows and scratch */
     int32_t *ids, *targets;
     /* Backward scratch. */
@@ -189,6 +194,10 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
 tr_status tr_model_create_parts(tr_model *m, const tr_model_spec *s, tr_tp_shard tp,
                                 const tr_ops *ops, int batch, const tr_model_part *parts,
                                 int n_parts);
+/* The same on a device (runtime/device.h): its op table and its memory. */
+tr_status tr_model_create_parts_on(tr_model *m, struct tr_device *dev, const tr_model_spec *s,
+                                   tr_tp_shard tp, int batch, const tr_model_part *parts,
+                                   int n_parts);
 /* The whole model as one part with one activation set. */
 tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, const tr_ops *ops,
                           int batch);

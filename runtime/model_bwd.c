@@ -1,7 +1,5 @@
 /* Backward pass of the last forward. Parameter gradients ACCUMULATE into the flat gradient
  * buffer (the ops' convention), so microbatches of one step simply add up. */
-#include <string.h>
-
 #include "runtime/model_internal.h"
 #include "runtime/tensor_parallel.h"
 
@@ -59,7 +57,7 @@ static tr_status layer_bwd(tr_model *m, int i) {
         TR_TRY(ops->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, m->batch, s->seq, s->groups,
                              s->head_dim, rot));
     }
-    tr_model_qkv_merge(m, m->dbig, m->dq, m->dk, m->dv, rows);
+    TR_TRY(tr_model_qkv_merge(m, m->dbig, m->dq, m->dk, m->dv, rows));
     tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
     TR_TRY(tr_linear_bwd(ops, &qkv, sp ? a->ln1_full : a->ln1, m->dbig, m->dtmp, rows));
     return norm_bwd(m, m->dx, g->ln1_w, g->ln1_b, m->dtmp, a->x_in, p->ln1_w, a->ln1_mean,
@@ -75,7 +73,8 @@ static tr_status head_bwd(tr_model *m, float loss_scale) {
     bool sp = s->sequence_parallel;
     float per_token = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
     if (m->grad_loss_scale != 0.0f) per_token *= m->grad_loss_scale;
-    for (int r = 0; r < rows; r++) m->dloss[r] = m->targets[r] >= 0 ? per_token : 0.0f;
+    /* ce_bwd zeroes the rows of ignored targets whatever their dloss. */
+    TR_TRY(ops->fill(m->dloss, rows, per_token));
     int vocab_start = m->tp.rank * s->vocab;
     TR_TRY(ops->ce_bwd(m->logits, m->ce_stats, m->targets, m->dloss, rows, s->vocab, vocab_start));
     tr_linear out = tr_model_output_linear(m);
@@ -121,14 +120,13 @@ tr_status tr_model_backward_part(tr_model *m, int part_index, int slot, float lo
     if (part->has_loss)
         TR_TRY(head_bwd(m, loss_scale));
     else
-        memcpy(m->dx, dy, (size_t)n * sizeof(float));
+        TR_TRY(tr_model_copy(m, m->dx, dy, n));
     for (int i = part->first_layer + part->num_layers - 1; i >= part->first_layer; i--) {
         TR_TRY(layer_bwd(m, i));
         TR_TRY(tr_model_grads_done(m, i));
     }
     if (part->has_embedding) return embed_bwd(m);
-    memcpy(dx_out, m->dx, (size_t)n * sizeof(float));
-    return TR_OK;
+    return tr_model_copy(m, dx_out, m->dx, n);
 }
 
 tr_status tr_model_backward(tr_model *m, float loss_scale) {

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/device.h"
 #include "runtime/model_internal.h"
 #include "runtime/tensor_parallel.h"
 
@@ -42,41 +43,38 @@ tr_linear tr_model_output_linear(const tr_model *m) {
 }
 
 /* Megatron's fused QKV rows are grouped: per KV group, its (heads/groups) query heads, then
- * its key head, then its value head. Attention wants q [B,T,H,D], k and v [B,T,G,D]. */
-void tr_model_qkv_split(const tr_model *m, const float *qkv, float *q, float *k, float *v,
-                        int64_t rows) {
+ * its key head, then its value head. Attention wants q [B,T,H,D], k and v [B,T,G,D]. Each
+ * group's three pieces are strided copies over all rows (3 * groups ops). */
+tr_status tr_model_qkv_split(const tr_model *m, const float *qkv, float *q, float *k, float *v,
+                             int64_t rows) {
     const tr_model_spec *s = &m->spec;
-    int D = s->head_dim, G = s->groups, hpg = s->heads / s->groups;
-    size_t bytes = (size_t)D * sizeof(float);
-    for (int64_t r = 0; r < rows; r++) {
-        const float *src = qkv + r * m->qkv_dim;
-        for (int g = 0; g < G; g++) {
-            memcpy(q + (r * s->heads + (int64_t)g * hpg) * D, src, bytes * (size_t)hpg);
-            src += (int64_t)hpg * D;
-            memcpy(k + (r * G + g) * D, src, bytes);
-            src += D;
-            memcpy(v + (r * G + g) * D, src, bytes);
-            src += D;
-        }
+    int64_t D = s->head_dim, G = s->groups, hpg = s->heads / s->groups, qd = hpg * D;
+    for (int64_t g = 0; g < G; g++) {
+        const float *src = qkv + g * (qd + 2 * D);
+        TR_TRY(m->ops->copy_2d(q + g * qd, s->heads * D, src, m->qkv_dim, rows, qd));
+        TR_TRY(m->ops->copy_2d(k + g * D, G * D, src + qd, m->qkv_dim, rows, D));
+        TR_TRY(m->ops->copy_2d(v + g * D, G * D, src + qd + D, m->qkv_dim, rows, D));
     }
+    return TR_OK;
 }
 
-void tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, const float *k,
-                        const float *v, int64_t rows) {
+tr_status tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, const float *k,
+                             const float *v, int64_t rows) {
     const tr_model_spec *s = &m->spec;
-    int D = s->head_dim, G = s->groups, hpg = s->heads / s->groups;
-    size_t bytes = (size_t)D * sizeof(float);
-    for (int64_t r = 0; r < rows; r++) {
-        float *dst = qkv + r * m->qkv_dim;
-        for (int g = 0; g < G; g++) {
-            memcpy(dst, q + (r * s->heads + (int64_t)g * hpg) * D, bytes * (size_t)hpg);
-            dst += (int64_t)hpg * D;
-            memcpy(dst, k + (r * G + g) * D, bytes);
-            dst += D;
-            memcpy(dst, v + (r * G + g) * D, bytes);
-            dst += D;
-        }
+    int64_t D = s->head_dim, G = s->groups, hpg = s->heads / s->groups, qd = hpg * D;
+    for (int64_t g = 0; g < G; g++) {
+        float *dst = qkv + g * (qd + 2 * D);
+        TR_TRY(m->ops->copy_2d(dst, m->qkv_dim, q + g * qd, s->heads * D, rows, qd));
+        TR_TRY(m->ops->copy_2d(dst + qd, m->qkv_dim, k + g * D, G * D, rows, D));
+        TR_TRY(m->ops->copy_2d(dst + qd + D, m->qkv_dim, v + g * D, G * D, rows, D));
     }
+    return TR_OK;
+}
+
+/* dst = src for n floats of device memory. */
+tr_status tr_model_copy(const tr_model *m, float *dst, const float *src, int64_t n) {
+    if (dst == src) return TR_OK;
+    return tr_device_copy(m->dev, dst, src, (size_t)n * sizeof(float));
 }
 
 tr_attn_desc tr_model_attn_desc(const tr_model *m) {
@@ -140,7 +138,7 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
     tr_layer_acts *a = &m->acts[i];
     int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
     int64_t n = (int64_t)lrows * s->hidden;
-    if (a->x_in != x_in) memcpy(a->x_in, x_in, (size_t)n * sizeof(float));
+    TR_TRY(tr_model_copy(m, a->x_in, x_in, n));
 
     TR_TRY(
         tr_model_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, p->ln1_w, p->ln1_b, lrows));
@@ -148,7 +146,7 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
     TR_TRY(region_input(m, a->ln1, a->ln1_full, &ln1));
     tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
     TR_TRY(tr_linear_fwd(ops, &qkv, ln1, m->dbig, rows));
-    tr_model_qkv_split(m, m->dbig, a->q, a->k, a->v, rows);
+    TR_TRY(tr_model_qkv_split(m, m->dbig, a->q, a->k, a->v, rows));
     if (s->rope) {
         int rot = s->rope_p.rot_dim;
         TR_TRY(ops->rope_fwd(a->q, a->q, m->rope_cos, m->rope_sin, m->batch, s->seq, s->heads,
@@ -161,7 +159,7 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
     tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
     TR_TRY(tr_linear_fwd(ops, &proj, a->attn, m->dtmp, rows));
     TR_TRY(dropout_fwd(m, m->dtmp, 1 + 2 * i));
-    memcpy(a->x_mid, a->x_in, (size_t)n * sizeof(float));
+    TR_TRY(tr_model_copy(m, a->x_mid, a->x_in, n));
     TR_TRY(ops->add(a->x_mid, m->dtmp, n));
 
     TR_TRY(tr_model_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p->ln2_w, p->ln2_b,
@@ -177,19 +175,18 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
     tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
     TR_TRY(tr_linear_fwd(ops, &fc2, a->act, m->dtmp, rows));
     TR_TRY(dropout_fwd(m, m->dtmp, 2 + 2 * i));
-    memcpy(x_out, a->x_mid, (size_t)n * sizeof(float));
+    TR_TRY(tr_model_copy(m, x_out, a->x_mid, n));
     return ops->add(x_out, m->dtmp, n);
 }
 
 /* Padding ids [real, vocab) get a logit so low that exp() of it is exactly 0 next to any real
  * logit: the softmax, the loss and every gradient are the unpadded model's. (Not -inf: a shard
  * of padding alone would make its local max -inf and exp(-inf - -inf) undefined.) */
-static void mask_padding(tr_model *m, int vocab_start, int real, int rows) {
+static tr_status mask_padding(tr_model *m, int vocab_start, int real, int rows) {
     int V = m->spec.vocab, first = real - vocab_start;
-    if (first >= V) return;
+    if (first >= V) return TR_OK;
     if (first < 0) first = 0;
-    for (int r = 0; r < rows; r++)
-        for (int v = first; v < V; v++) m->logits[(int64_t)r * V + v] = -1e30f;
+    return m->ops->fill_2d(m->logits + first, V, rows, V - first, -1e30f);
 }
 
 /* The embedding output into x0 (the stream's start). */
@@ -231,20 +228,15 @@ static tr_status head_fwd(tr_model *m, float *loss) {
     TR_TRY(region_input(m, m->lnf, m->lnf_full, &lnf));
     tr_linear out = tr_model_output_linear(m);
     TR_TRY(tr_linear_fwd(ops, &out, lnf, m->logits, rows));
-    mask_padding(m, vocab_start, real, rows);
+    TR_TRY(mask_padding(m, vocab_start, real, rows));
     TR_TRY(ops->ce_stats(m->ce_stats, m->logits, m->targets, rows, s->vocab, vocab_start));
     TR_TRY(tr_tp_ce_combine(m, m->ce_stats, m->ce_stats + 3 * rows, rows));
     TR_TRY(ops->ce_loss(m->losses, m->ce_stats, m->targets, rows));
-    double sum = 0.0;
-    int64_t valid = 0;
-    for (int r = 0; r < rows; r++) {
-        if (m->targets[r] < 0) continue;
-        sum += m->losses[r];
-        valid++;
-    }
-    m->n_valid = valid;
-    *loss = valid ? (float)(sum / (double)valid) : 0.0f;
-    return TR_OK;
+    /* The one value of the forward the host reads: a scalar copy (m->n_valid was counted from
+     * the host's targets). */
+    if (tr_device_host_visible(m->dev)) return ops->loss_mean(loss, m->losses, m->targets, rows);
+    TR_TRY(ops->loss_mean(m->loss_dev, m->losses, m->targets, rows));
+    return tr_device_to_host(m->dev, loss, m->loss_dev, sizeof *loss);
 }
 
 tr_status tr_model_select_slot(tr_model *m, int part, int slot) {
@@ -282,19 +274,22 @@ tr_status tr_model_forward_part(tr_model *m, int part_index, int slot, const int
     if (part->has_embedding)
         for (int r = 0; r < rows; r++)
             if (ids[r] < 0 || ids[r] >= real) return TR_ERR_INVALID;
+    int64_t valid = 0;
     if (part->has_loss)
-        for (int r = 0; r < rows; r++)
+        for (int r = 0; r < rows; r++) {
             if (targets[r] >= real) return TR_ERR_INVALID;
+            valid += targets[r] >= 0;
+        }
     /* The residual stream: into the first layer's kept input, and out of the last layer into
      * the head's kept input or straight into x_out (nothing of a stage's output is needed for
      * its backward). */
     float *end = part->has_loss ? m->x_final : x_out;
     float *start = first < last ? m->acts[first].x_in : end;
     if (part->has_embedding) {
-        memcpy(m->ids, ids, (size_t)rows * sizeof *ids);
+        TR_TRY(tr_device_to_device(m->dev, m->ids, ids, (size_t)rows * sizeof *ids));
         TR_TRY(embed_fwd(m, start));
-    } else if (start != x_in) {
-        memcpy(start, x_in, (size_t)n * sizeof(float));
+    } else {
+        TR_TRY(tr_model_copy(m, start, x_in, n));
     }
     for (int i = first; i < last; i++) {
         TR_TRY(tr_model_before_params(m, i));
@@ -303,8 +298,9 @@ tr_status tr_model_forward_part(tr_model *m, int part_index, int slot, const int
     tr_slot_acts *a = &m->slot_acts[m->slot_start[part_index] + slot];
     a->dropout_round = m->dropout_round;
     if (part->has_loss) {
-        if (x_out) memcpy(x_out, m->x_final, (size_t)n * sizeof(float));
-        memcpy(m->targets, targets, (size_t)rows * sizeof *targets);
+        if (x_out) TR_TRY(tr_model_copy(m, x_out, m->x_final, n));
+        TR_TRY(tr_device_to_device(m->dev, m->targets, targets, (size_t)rows * sizeof *targets));
+        m->n_valid = valid;
         TR_TRY(head_fwd(m, loss));
         a->n_valid = m->n_valid;
     }

@@ -3,25 +3,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/device.h"
 #include "runtime/model_internal.h"
 
 tr_status tr_model_relayout(tr_model *m, const int64_t *offsets, int64_t numel) {
     for (int i = 0; i < m->n_info; i++)
         if (offsets[i] < 0 || offsets[i] + m->info[i].numel > numel) return TR_ERR_INVALID;
-    float *params = calloc((size_t)numel, sizeof(float));
-    float *grads = calloc((size_t)numel, sizeof(float));
-    if (!params || !grads) {
-        free(params);
-        free(grads);
-        return TR_ERR_NOMEM;
+    size_t bytes = (size_t)numel * sizeof(float);
+    float *params = NULL, *grads = NULL;
+    tr_status st = tr_device_alloc(m->dev, TR_MEM_PARAMS, bytes, (void **)&params);
+    if (st == TR_OK) st = tr_device_alloc(m->dev, TR_MEM_GRADS, bytes, (void **)&grads);
+    for (int i = 0; i < m->n_info && st == TR_OK; i++)
+        st = tr_device_copy(m->dev, params + offsets[i], m->params + m->info[i].offset,
+                            (size_t)m->info[i].numel * sizeof(float));
+    if (st != TR_OK) {
+        tr_device_free(m->dev, TR_MEM_GRADS, grads);
+        tr_device_free(m->dev, TR_MEM_PARAMS, params);
+        return st;
     }
-    for (int i = 0; i < m->n_info; i++) {
-        memcpy(params + offsets[i], m->params + m->info[i].offset,
-               (size_t)m->info[i].numel * sizeof(float));
-        m->info[i].offset = offsets[i];
-    }
-    free(m->params);
-    free(m->grads);
+    for (int i = 0; i < m->n_info; i++) m->info[i].offset = offsets[i];
+    /* Newest first, so a device arena gets the old buffers back when it can. */
+    tr_device_free(m->dev, TR_MEM_GRADS, m->grads);
+    tr_device_free(m->dev, TR_MEM_PARAMS, m->params);
     m->params = params;
     m->grads = grads;
     m->n_params = numel;

@@ -28,10 +28,12 @@ tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rst
                             const float *w, const float *b, int rows);
 tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id);
 tr_linear tr_model_output_linear(const tr_model *m);
-void tr_model_qkv_split(const tr_model *m, const float *qkv, float *q, float *k, float *v,
-                        int64_t rows);
-void tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, const float *k,
-                        const float *v, int64_t rows);
+tr_status tr_model_qkv_split(const tr_model *m, const float *qkv, float *q, float *k, float *v,
+                             int64_t rows);
+tr_status tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, const float *k,
+                             const float *v, int64_t rows);
+/* dst = src (n floats, device memory; a no-op when they are the same). */
+tr_status tr_model_copy(const tr_model *m, float *dst, const float *src, int64_t n);
 tr_attn_desc tr_model_attn_desc(const tr_model *m);
 /* Dropout of the hidden activations at `site` (y = x allowed): the rows this rank holds (its
  * sequence chunks with sequence parallelism) with the mask the whole microbatch would draw. */

@@ -7,6 +7,7 @@
 
 #include "kernels/common/philox.h"
 #include "runtime/comm.h"
+#include "runtime/device.h"
 #include "runtime/model_internal.h"
 
 /* Each tensor starts on a 64-byte boundary so vector loads never straddle two tensors. */
@@ -269,6 +270,7 @@ static void carve_acts(tr_model *m, carver *c) {
     m->dq = carve(c, bt * hd);
     m->dk = carve(c, bt * gd);
     m->dv = carve(c, bt * gd);
+    m->loss_dev = carve(c, 1);
 }
 
 static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
@@ -358,8 +360,10 @@ static tr_status alloc_slots(tr_model *m) {
     }
     m->slot_acts = calloc((size_t)n_slots, sizeof *m->slot_acts);
     int64_t bt = (int64_t)m->batch * m->spec.seq;
-    m->tok_buf = malloc((size_t)(2 * n_slots) * (size_t)bt * sizeof *m->tok_buf);
-    if (!m->slot_acts || !m->tok_buf) return TR_ERR_NOMEM;
+    if (!m->slot_acts) return TR_ERR_NOMEM;
+    TR_TRY(tr_device_alloc(m->dev, TR_MEM_ACTIVATIONS,
+                           (size_t)(2 * n_slots) * (size_t)bt * sizeof *m->tok_buf,
+                           (void **)&m->tok_buf));
     for (int k = 0; k < m->n_parts; k++) {
         const tr_model_part *p = &m->parts[k];
         for (int slot = 0; slot < part_slots(p); slot++) {
@@ -374,10 +378,11 @@ static tr_status alloc_slots(tr_model *m) {
     return TR_OK;
 }
 
-tr_status tr_model_create_parts(tr_model *m, const tr_model_spec *s, tr_tp_shard tp,
-                                const tr_ops *ops, int batch, const tr_model_part *parts,
-                                int n_parts) {
+static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *s, tr_tp_shard tp,
+                              const tr_ops *ops, int batch, const tr_model_part *parts,
+                              int n_parts) {
     memset(m, 0, sizeof *m);
+    m->dev = dev;
     TR_TRY(check_spec(s, tp, batch));
     TR_TRY(check_parts(s, parts, n_parts));
     m->full = *s;
@@ -404,17 +409,21 @@ tr_status tr_model_create_parts(tr_model *m, const tr_model_spec *s, tr_tp_shard
     if (st != TR_OK) goto fail;
     for (int i = 0; i < m->n_info; i++) m->has_tied_copy |= m->info[i].tied_copy;
     st = TR_ERR_NOMEM;
-    m->params = calloc((size_t)l.total, sizeof(float));
-    m->grads = calloc((size_t)l.total, sizeof(float));
+    size_t param_bytes = (size_t)l.total * sizeof(float);
+    if ((st = tr_device_alloc(dev, TR_MEM_PARAMS, param_bytes, (void **)&m->params)) != TR_OK ||
+        (st = tr_device_alloc(dev, TR_MEM_GRADS, param_bytes, (void **)&m->grads)) != TR_OK)
+        goto fail;
+    st = TR_ERR_NOMEM;
     m->acts = calloc((size_t)s->num_layers, sizeof *m->acts);
-    if (!m->params || !m->grads || !m->acts) goto fail;
+    if (!m->acts) goto fail;
     if ((st = alloc_slots(m)) != TR_OK) goto fail;
     st = TR_ERR_NOMEM;
     carver c = {0};
     carve_acts(m, &c);
     m->act_numel = c.used;
-    m->act_buf = calloc((size_t)c.used, sizeof(float));
-    if (!m->act_buf) goto fail;
+    st = tr_device_alloc(dev, TR_MEM_ACTIVATIONS, (size_t)c.used * sizeof(float),
+                         (void **)&m->act_buf);
+    if (st != TR_OK) goto fail;
     c = (carver){m->act_buf, 0};
     carve_acts(m, &c);
     if ((st = tr_model_bind_views(m, m->params, &m->p)) != TR_OK) goto fail;
@@ -429,6 +438,18 @@ fail:
     return st;
 }
 
+tr_status tr_model_create_parts(tr_model *m, const tr_model_spec *s, tr_tp_shard tp,
+                                const tr_ops *ops, int batch, const tr_model_part *parts,
+                                int n_parts) {
+    return create_parts(m, tr_device_host(), s, tp, ops, batch, parts, n_parts);
+}
+
+tr_status tr_model_create_parts_on(tr_model *m, tr_device *dev, const tr_model_spec *s,
+                                   tr_tp_shard tp, int batch, const tr_model_part *parts,
+                                   int n_parts) {
+    return create_parts(m, dev, s, tp, tr_device_ops(dev), batch, parts, n_parts);
+}
+
 tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, const tr_ops *ops,
                           int batch) {
     tr_model_part whole = {0, s->num_layers, true, true, 1};
@@ -436,12 +457,13 @@ tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, c
 }
 
 void tr_model_free(tr_model *m) {
-    free(m->params);
-    free(m->grads);
+    tr_device *dev = m->dev ? m->dev : tr_device_host();
+    tr_device_free(dev, TR_MEM_PARAMS, m->params);
+    tr_device_free(dev, TR_MEM_GRADS, m->grads);
     free(m->info);
     free(m->p.layers);
     free(m->g.layers);
-    free(m->act_buf);
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->act_buf);
     free(m->acts);
     if (m->slot_acts)
         for (int k = 0; k < m->n_parts; k++)
@@ -449,7 +471,7 @@ void tr_model_free(tr_model *m) {
                 free(m->slot_acts[m->slot_start[k] + slot].layers);
     free(m->slot_acts);
     free(m->slot_start);
-    free(m->tok_buf);
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->tok_buf);
     free(m->parts);
     memset(m, 0, sizeof *m);
 }
@@ -490,9 +512,13 @@ int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_
 tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
     const tr_model_spec *s = &m->spec;
     double scaled = s->init_std / sqrt(2.0 * s->num_layers);
+    bool direct = tr_device_host_visible(m->dev);
     for (int i = 0; i < m->n_info; i++) {
         const tr_param_info *p = &m->info[i];
-        float *w = m->params + p->offset;
+        /* On a device each tensor is drawn on the host and copied over. */
+        float *w =
+            direct ? m->params + p->offset : malloc((size_t)(p->numel ? p->numel : 1) * sizeof *w);
+        if (!w) return TR_ERR_NOMEM;
         uint64_t key = name_key(p->name);
         double std = p->init == TR_INIT_SCALED_NORMAL ? scaled
                      : p->init == TR_INIT_EMBEDDING   ? s->embed_init_std
@@ -505,6 +531,11 @@ tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
             else
                 w[e] = (float)std * normal_at(seed, key, (uint64_t)tr_model_logical_index(m, p, e));
         }
+        if (direct) continue;
+        tr_status st =
+            tr_device_to_device(m->dev, m->params + p->offset, w, (size_t)p->numel * sizeof *w);
+        free(w);
+        TR_TRY(st);
     }
     return TR_OK;
 }

@@ -72,6 +72,10 @@ tr_status tr_optimizer_create(tr_optimizer *o, const tr_optimizer_spec *s, const
 }
 
 void tr_optimizer_free(tr_optimizer *o) {
+    if (o->dev) {
+        tr_optimizer_free_on_device(o);
+        return;
+    }
     free(o->m);
     free(o->v);
     o->m = o->v = NULL;

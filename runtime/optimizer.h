@@ -20,14 +20,17 @@ typedef struct tr_optimizer_spec {
     double grad_norm_skip_threshold; /* skip the step when the norm exceeds this (inf: never) */
 } tr_optimizer_spec;
 
+struct tr_device;
+
 typedef struct tr_optimizer {
     tr_optimizer_spec spec;
     const tr_ops *ops;
     const tr_param_info *info;
     int n_info;
     int64_t n;
-    float *m, *v; /* Adam moments, or (m only) the SGD momentum buffer */
-    int64_t step; /* optimizer steps taken (drives Adam's bias correction) */
+    float *m, *v;          /* Adam moments, or (m only) the SGD momentum buffer */
+    int64_t step;          /* optimizer steps taken (drives Adam's bias correction) */
+    struct tr_device *dev; /* where m and v live; NULL: host memory (tr_optimizer_create) */
 } tr_optimizer;
 
 /* Reads the optimizer section; settings this runtime does not implement are diagnostics. */
@@ -36,9 +39,16 @@ tr_status tr_optimizer_spec_from_config(const tr_config *c, tr_optimizer_spec *s
 tr_status tr_optimizer_create(tr_optimizer *o, const tr_optimizer_spec *s, const tr_ops *ops,
                               const tr_param_info *info, int n_info, int64_t n);
 void tr_optimizer_free(tr_optimizer *o);
+/* The same with the state in dev's memory and dev's ops (runtime/optimizer_device.c). */
+tr_status tr_optimizer_create_on(tr_optimizer *o, struct tr_device *dev, const tr_optimizer_spec *s,
+                                 const tr_param_info *info, int n_info, int64_t n);
+/* Frees the device state (tr_optimizer_free calls it when o->dev is set). */
+void tr_optimizer_free_on_device(tr_optimizer *o);
 
 /* The global L2 norm of the gradients (sum of squares in fixed blocks, so bitwise stable). */
 tr_status tr_grad_norm(const tr_ops *ops, const float *grads, int64_t n, double *norm);
+/* The same over a device buffer (one scalar copied back). */
+tr_status tr_grad_norm_on(struct tr_device *dev, const float *grads, int64_t n, double *norm);
 
 /* Megatron's clipping: with max_norm > 0 and norm > max_norm, scales the gradients by
  * max_norm / (norm + 1e-6). */

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/device.h"
+
 /* One tag per direction is enough: the static check proved the per-channel order (a batch uses
  * the comm layer's own tag, the same on both sides). */
 enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_EVAL = 3 };
@@ -89,13 +91,30 @@ tr_status tr_pp_exec_attach(tr_pp_exec *e, tr_model *m, tr_diags *d) {
     return TR_OK;
 }
 
+/* Transfer buffers live where the model's activations do; a given-back buffer goes to the
+ * pool (or, when the pool cannot grow, back to the device). */
+static void free_act(tr_pp_exec *e, float *p) {
+    if (!p) return;
+    if (e->n_pool == e->cap_pool) {
+        int cap = e->cap_pool ? 2 * e->cap_pool : 8;
+        float **q = realloc(e->pool, (size_t)cap * sizeof *q);
+        if (!q) {
+            tr_device_free(e->m ? e->m->dev : tr_device_host(), TR_MEM_ACTIVATIONS, p);
+            return;
+        }
+        e->pool = q;
+        e->cap_pool = cap;
+    }
+    e->pool[e->n_pool++] = p;
+}
+
 static void free_slots(tr_pp_exec *e) {
     size_t slots = (size_t)e->nmb * (size_t)e->vpp;
     for (size_t i = 0; i < slots; i++) {
-        free(e->input[i]);
-        free(e->output[i]);
-        free(e->grad_in[i]);
-        free(e->grad_out[i]);
+        free_act(e, e->input[i]);
+        free_act(e, e->output[i]);
+        free_act(e, e->grad_in[i]);
+        free_act(e, e->grad_out[i]);
         e->input[i] = e->output[i] = e->grad_in[i] = e->grad_out[i] = NULL;
     }
 }
@@ -103,13 +122,16 @@ static void free_slots(tr_pp_exec *e) {
 void tr_pp_exec_free(tr_pp_exec *e) {
     if (!e->poisoned) {
         if (e->input) free_slots(e);
-        for (int i = 0; i < e->n_pending; i++) free(e->pending[i].free_after);
+        for (int i = 0; i < e->n_pending; i++) free_act(e, e->pending[i].free_after);
         free(e->input);
         free(e->output);
         free(e->grad_in);
         free(e->grad_out);
         free(e->pending);
     }
+    for (int i = e->n_pool - 1; i >= 0; i--)
+        tr_device_free(e->m ? e->m->dev : tr_device_host(), TR_MEM_ACTIVATIONS, e->pool[i]);
+    free(e->pool);
     free(e->parts);
     free(e->slot_mb);
     tr_pp_schedule_free(&e->sched);
@@ -129,8 +151,11 @@ static tr_status push_pending(tr_pp_exec *e, int group, tr_comm_request *req, fl
     return TR_OK;
 }
 
-static float *alloc_act(const tr_pp_exec *e) {
-    return malloc((size_t)e->act_numel * sizeof(float));
+static float *alloc_act(tr_pp_exec *e) {
+    if (e->n_pool > 0) return e->pool[--e->n_pool];
+    void *p = NULL;
+    tr_device_alloc(e->m->dev, TR_MEM_ACTIVATIONS, (size_t)e->act_numel * sizeof(float), &p);
+    return p;
 }
 
 /* The buffer of a transfer action: the send source (taken from its slot, freed after the WAIT)
@@ -230,7 +255,7 @@ static tr_status wait_group(tr_pp_exec *e, int group) {
             e->pending[kept++] = *p;
             continue;
         }
-        free(p->free_after);
+        free_act(e, p->free_after);
     }
     e->n_pending = kept;
     e->wait_s += now_s() - t0;
@@ -264,7 +289,7 @@ static tr_status run_forward(tr_pp_exec *e, const tr_pp_exec_hooks *h, const tr_
         tr_model_forward_part(e->m, a->chunk, slot, ids, tgt, e->input[at], e->output[at], &loss));
     *holder = a->mb;
     /* The layers keep their own copy of the input. */
-    free(e->input[at]);
+    free_act(e, e->input[at]);
     e->input[at] = NULL;
     if (h->after_forward) h->after_forward(h->ctx, a->mb);
     if (p->has_loss) {
@@ -289,7 +314,7 @@ static tr_status run_backward(tr_pp_exec *e, const tr_pp_exec_hooks *h, const tr
     float scale = e->per_token_loss ? (float)sa->n_valid : 1.0f / (float)e->nmb;
     TR_TRY(tr_model_backward_part(e->m, a->chunk, slot, scale, e->grad_in[at], e->grad_out[at]));
     *holder = -1;
-    free(e->grad_in[at]);
+    free_act(e, e->grad_in[at]);
     e->grad_in[at] = NULL;
     return TR_OK;
 }
@@ -354,6 +379,11 @@ tr_status tr_pp_exec_forward_only(tr_pp_exec *e, const tr_pp_exec_hooks *h, int 
     int stages = e->pp * e->vpp;
     float *in = alloc_act(e), *out = alloc_act(e);
     tr_status st = in && out ? TR_OK : TR_ERR_NOMEM;
+    if (st != TR_OK) {
+        free_act(e, out);
+        free_act(e, in);
+        return st;
+    }
     for (int mb = 0; mb < nmb && st == TR_OK; mb++)
         for (int s = e->pp_rank; s < stages && st == TR_OK; s += e->pp) {
             int chunk = s / e->pp, prev = (s - 1) % e->pp, next = (s + 1) % e->pp;
@@ -375,8 +405,8 @@ tr_status tr_pp_exec_forward_only(tr_pp_exec *e, const tr_pp_exec_hooks *h, int 
         }
     /* A timed-out transfer may still own a buffer. */
     if (st == TR_OK) {
-        free(in);
-        free(out);
+        free_act(e, out);
+        free_act(e, in);
     }
     return st;
 }

@@ -49,6 +49,10 @@ typedef struct tr_pp_exec {
     tr_model_part *parts;
     int pp, pp_rank, vpp, nmb;
     int64_t act_numel; /* one activation: [mbs, seq (/ tp with SP), hidden] */
+    /* Transfer buffers given back, reused before allocating: device arenas release only
+     * stack-like, and transfers finish in schedule order. */
+    float **pool;
+    int n_pool, cap_pool;
     bool per_token_loss;
     /* Per (mb, chunk), index mb * vpp + chunk: the received stage input (until its forward),
      * the output to send, the received output gradient, the input gradient to send. */

@@ -1,30 +1,27 @@
 /* See runtime/tensor_parallel.h. */
 #include "runtime/tensor_parallel.h"
 
-#include <string.h>
-
 int tr_tp_local_rows(const tr_model *m) {
     int rows = m->batch * m->spec.seq;
     return m->spec.sequence_parallel ? rows / m->tp.size : rows;
 }
 
-/* Between [tp][batch][T/tp][w] (what the collectives exchange) and [batch][T][w]. */
-static void blocks_to_full(const tr_model *m, const float *blocks, float *full, int width) {
-    int B = m->batch, tp = m->tp.size;
-    size_t chunk = (size_t)(m->spec.seq / tp) * (size_t)width;
-    for (int r = 0; r < tp; r++)
-        for (int b = 0; b < B; b++)
-            memcpy(full + ((size_t)b * tp + r) * chunk, blocks + ((size_t)r * B + b) * chunk,
-                   chunk * sizeof(float));
+/* Between [tp][batch][T/tp][w] (what the collectives exchange) and [batch][T][w]: rank r's
+ * block holds chunk r of every sequence, a strided copy of B rows of `chunk` floats. */
+static tr_status blocks_to_full(const tr_model *m, const float *blocks, float *full, int width) {
+    int64_t B = m->batch, tp = m->tp.size, chunk = (int64_t)(m->spec.seq / tp) * width;
+    for (int64_t r = 0; r < tp; r++)
+        TR_TRY(
+            m->ops->copy_2d(full + r * chunk, tp * chunk, blocks + r * B * chunk, chunk, B, chunk));
+    return TR_OK;
 }
 
-static void full_to_blocks(const tr_model *m, const float *full, float *blocks, int width) {
-    int B = m->batch, tp = m->tp.size;
-    size_t chunk = (size_t)(m->spec.seq / tp) * (size_t)width;
-    for (int r = 0; r < tp; r++)
-        for (int b = 0; b < B; b++)
-            memcpy(blocks + ((size_t)r * B + b) * chunk, full + ((size_t)b * tp + r) * chunk,
-                   chunk * sizeof(float));
+static tr_status full_to_blocks(const tr_model *m, const float *full, float *blocks, int width) {
+    int64_t B = m->batch, tp = m->tp.size, chunk = (int64_t)(m->spec.seq / tp) * width;
+    for (int64_t r = 0; r < tp; r++)
+        TR_TRY(
+            m->ops->copy_2d(blocks + r * B * chunk, chunk, full + r * chunk, tp * chunk, B, chunk));
+    return TR_OK;
 }
 
 tr_status tr_tp_seq_gather(const tr_model *m, const float *local, float *full, int width) {
@@ -33,8 +30,7 @@ tr_status tr_tp_seq_gather(const tr_model *m, const float *local, float *full, i
     /* One sequence per microbatch: the blocks already are in sequence order. */
     float *blocks = m->batch == 1 ? full : m->sp_perm;
     TR_TRY(tr_comm_all_gather(m->comm, m->tp_group, local, blocks, count, TR_COMM_F32));
-    if (m->batch > 1) blocks_to_full(m, blocks, full, width);
-    return TR_OK;
+    return m->batch > 1 ? blocks_to_full(m, blocks, full, width) : TR_OK;
 }
 
 tr_status tr_tp_seq_reduce_scatter(const tr_model *m, const float *full, float *local, int width) {
@@ -42,7 +38,7 @@ tr_status tr_tp_seq_reduce_scatter(const tr_model *m, const float *full, float *
     size_t count = (size_t)tr_tp_local_rows(m) * (size_t)width;
     const float *blocks = full;
     if (m->batch > 1) {
-        full_to_blocks(m, full, m->sp_perm, width);
+        TR_TRY(full_to_blocks(m, full, m->sp_perm, width));
         blocks = m->sp_perm;
     }
     return tr_comm_reduce_scatter(m->comm, m->tp_group, blocks, local, count, TR_COMM_F32,

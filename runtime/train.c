@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "runtime/data/sampler.h"
+#include "runtime/device.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
 #include "runtime/pipeline_exec.h"
@@ -26,6 +27,7 @@ typedef struct trainer {
     const tr_config *c;
     const tr_train_opts *o;
     tr_diags *d;
+    tr_device *dev; /* o->device, or the host */
     tr_model model;
     tr_optimizer_spec opt_spec;
     tr_optimizer opt; /* the plain single-rank path */
@@ -156,7 +158,7 @@ static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, dou
 static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consumed,
                                    int64_t sched_samples, step_out *out) {
     tr_model *m = &t->model;
-    memset(m->grads, 0, (size_t)m->n_params * sizeof(float));
+    TR_TRY(tr_device_memset0(t->dev, m->grads, (size_t)m->n_params * sizeof(float)));
     double sum = 0.0;
     int64_t tokens = 0;
     TR_TRY(accumulate(t, iteration, consumed, &sum, &tokens));
@@ -168,14 +170,16 @@ static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consum
     }
     out->lr = tr_lr_at(&t->sched, sched_samples);
     out->wd = tr_wd_at(&t->sched, sched_samples);
-    float found_inf = 0.0f;
-    TR_TRY(tr_train_precision_grads(&t->prec, m->ops, m->grads, m->n_params, &found_inf));
-    if (found_inf != 0.0f) {
+    int64_t whole_off = 0, whole_len = m->n_params;
+    bool found_inf = false;
+    TR_TRY(tr_train_precision_grads(&t->prec, t->dev, m->grads, &whole_off, &whole_len, 1,
+                                    &found_inf));
+    if (found_inf) {
         out->overflow = out->skipped = true;
         out->grad_norm = NAN;
         return TR_OK;
     }
-    TR_TRY(tr_grad_norm(m->ops, m->grads, m->n_params, &out->grad_norm));
+    TR_TRY(tr_grad_norm_on(t->dev, m->grads, m->n_params, &out->grad_norm));
     out->skipped =
         !isfinite(out->grad_norm) || out->grad_norm > t->opt.spec.grad_norm_skip_threshold;
     if (out->skipped) return TR_OK;
@@ -225,7 +229,8 @@ static tr_status accumulate_pp(trainer *t, int64_t iteration, int64_t consumed, 
                           .finish_grads = pp_finish_grads};
     TR_TRY(tr_pp_exec_iteration(&t->pp, &h, sum, tokens));
     double g[2] = {*sum, (double)*tokens};
-    TR_TRY(tr_comm_all_reduce_inplace(t->o->comm, TR_GROUP_PP, g, 2, TR_COMM_F64, TR_COMM_SUM));
+    TR_TRY(
+        tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, g, 2, TR_COMM_F64, TR_COMM_SUM));
     *sum = g[0];
     *tokens = (int64_t)g[1];
     return TR_OK;
@@ -297,7 +302,8 @@ static tr_status evaluate_pp(trainer *t, int split, int64_t first, int nmb, doub
     t->eval_first = first;
     tr_pp_exec_hooks h = {.ctx = t, .load = pp_eval_load};
     TR_TRY(tr_pp_exec_forward_only(&t->pp, &h, nmb, sum));
-    return tr_comm_all_reduce_inplace(t->o->comm, TR_GROUP_PP, sum, 1, TR_COMM_F64, TR_COMM_SUM);
+    return tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, sum, 1, TR_COMM_F64,
+                                     TR_COMM_SUM);
 }
 
 /* Mean loss over the first eval_iters batches of `split` (the same batches every time, so
@@ -424,13 +430,14 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     if (t->distributed && c->model.pipeline_model_parallel_size > 1) {
         t->have_pp = true; /* freed even when creation fails halfway */
         TR_TRY(tr_pp_exec_create(&t->pp, c, t->o->comm, d));
-        TR_TRY(tr_model_create_parts(&t->model, &ms, tp, tr_ops_cpu(), t->mbs, t->pp.parts,
-                                     t->pp.vpp));
+        TR_TRY(
+            tr_model_create_parts_on(&t->model, t->dev, &ms, tp, t->mbs, t->pp.parts, t->pp.vpp));
         TR_TRY(tr_pp_exec_attach(&t->pp, &t->model, d));
         t->pp_idx = malloc((size_t)t->mbs * sizeof *t->pp_idx);
         if (!t->pp_idx) return TR_ERR_NOMEM;
     } else {
-        TR_TRY(tr_model_create(&t->model, &ms, tp, tr_ops_cpu(), t->mbs));
+        tr_model_part whole = {0, ms.num_layers, true, true, 1};
+        TR_TRY(tr_model_create_parts_on(&t->model, t->dev, &ms, tp, t->mbs, &whole, 1));
     }
     t->model.comm = t->o->comm;
     TR_TRY(tr_model_init_weights(&t->model, (uint64_t)c->rng.seed));
@@ -438,8 +445,8 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     if (t->distributed)
         TR_TRY(tr_train_dp_setup(&t->dp, c, t->o->comm, &t->model, &os, d));
     else
-        TR_TRY(tr_optimizer_create(&t->opt, &os, t->model.ops, t->model.info, t->model.n_info,
-                                   t->model.n_params));
+        TR_TRY(tr_optimizer_create_on(&t->opt, t->dev, &os, t->model.info, t->model.n_info,
+                                      t->model.n_params));
     int64_t bt = (int64_t)t->mbs * t->seq;
     t->sample = malloc((size_t)(t->seq + 1) * sizeof *t->sample);
     t->ids = malloc((size_t)bt * sizeof *t->ids);
@@ -514,7 +521,8 @@ static tr_stop_reason stop_reason(const trainer *t, int64_t it, int64_t iters, d
  * after the same one (else the others wait forever in the next collective). */
 static tr_status agree_on_stop(trainer *t, tr_stop_reason *stop, int *signal) {
     int32_t v[2] = {(int32_t)*stop, (int32_t)*signal};
-    TR_TRY(tr_comm_all_reduce_inplace(t->o->comm, TR_COMM_WORLD, v, 2, TR_COMM_I32, TR_COMM_MAX));
+    TR_TRY(tr_device_all_reduce_host(t->dev, t->o->comm, TR_COMM_WORLD, v, 2, TR_COMM_I32,
+                                     TR_COMM_MAX));
     *stop = (tr_stop_reason)v[0];
     *signal = v[1];
     return TR_OK;
@@ -528,7 +536,7 @@ static tr_status log_bubble(trainer *t, int64_t it, bool due) {
     double b[64], mine = tr_pp_exec_bubble(&t->pp);
     int pp = t->pp.pp;
     if (pp > 64) return TR_OK;
-    TR_TRY(tr_comm_all_gather(t->o->comm, TR_GROUP_PP, &mine, b, 1, TR_COMM_F64));
+    TR_TRY(tr_device_all_gather_host(t->dev, t->o->comm, TR_GROUP_PP, &mine, b, 1, TR_COMM_F64));
     if (!due || !t->o->log) return TR_OK;
     fprintf(t->o->log, "pipeline bubble (iteration %lld): measured", (long long)it);
     for (int i = 0; i < pp; i++) fprintf(t->o->log, " stage %d %.3f", i, b[i]);
@@ -601,7 +609,7 @@ static tr_status loop(trainer *t, tr_train_result *r) {
             if (t->distributed)
                 TR_TRY(tr_train_dp_params_norm(&t->dp, &pnorm));
             else
-                TR_TRY(tr_grad_norm(t->model.ops, t->model.params, t->model.n_params, &pnorm));
+                TR_TRY(tr_grad_norm_on(t->dev, t->model.params, t->model.n_params, &pnorm));
         }
         tr_train_log_iteration(&t->log, it, iters, stopping, consumed, so.loss, so.lr, so.grad_norm,
                                pnorm, so.skipped, seconds, flops_per_iter, (double)t->gbs * t->seq);
@@ -654,6 +662,7 @@ tr_status tr_train_run(const tr_config *c, const tr_train_opts *o, tr_train_resu
     t.c = c;
     t.o = o;
     t.d = d;
+    t.dev = o->device ? o->device : tr_device_host();
     tr_status s = setup(&t, c, d);
     if (s == TR_OK)
         s = tr_train_log_open(&t.log, o->log, o->metrics_path, c->logger.log_interval, d);
@@ -667,6 +676,8 @@ tr_status tr_train_run(const tr_config *c, const tr_train_opts *o, tr_train_resu
     if (s == TR_OK && o->handle_signals) tr_train_signals_install(&sig);
     if (s == TR_OK) s = loop(&t, r);
     if (s == TR_OK && t.distributed) s = tr_train_dp_params_ready(&t.dp);
+    if (s == TR_OK) s = tr_device_sync(t.dev);
+    if (s == TR_OK) tr_device_log_peaks(t.dev);
     if (s == TR_OK && o->on_finish) s = o->on_finish(o->on_finish_ctx, &t.model);
     tr_train_signals_restore(&sig);
     teardown(&t);

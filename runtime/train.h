@@ -14,6 +14,7 @@
 #include "runtime/comm.h"
 
 struct tr_model;
+struct tr_device;
 
 typedef struct tr_train_opts {
     FILE *log;                /* the log lines; NULL for silence */
@@ -25,6 +26,9 @@ typedef struct tr_train_opts {
      * the parallel path over it (runtime/distributed, runtime/pipeline_exec.h). NULL: one rank,
      * no comm. */
     tr_comm *comm;
+    /* Where the model runs (runtime/device.h; the comm must be this device's,
+     * tr_device_comm_create). NULL: the host. */
+    struct tr_device *device;
     /* Called once after the last iteration with the trained model (parameters final on every
      * rank), e.g. to compare layouts; a non-OK status ends the run with it. */
     tr_status (*on_finish)(void *ctx, const struct tr_model *m);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "runtime/checkpoint/reader.h"
+#include "runtime/device.h"
 #include "runtime/train_ckpt_tensors.h"
 
 #ifndef TRESTLE_VERSION
@@ -50,6 +51,10 @@ static int64_t *opt_step(tr_train_ckpt *k) {
     return k->env.opt ? &k->env.opt->step : &k->env.dp->opt.step;
 }
 
+static tr_device *dev_of(const tr_train_ckpt *k) {
+    return k->env.model->dev ? k->env.model->dev : tr_device_host();
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Collectives: the storage layer has none, so the ranks agree on every outcome here. */
 
@@ -57,8 +62,8 @@ static int64_t *opt_step(tr_train_ckpt *k) {
 static tr_status agree(tr_train_ckpt *k, tr_status s) {
     if (!k->env.comm) return s;
     int32_t bad = s != TR_OK;
-    TR_TRY(
-        tr_comm_all_reduce_inplace(k->env.comm, TR_COMM_WORLD, &bad, 1, TR_COMM_I32, TR_COMM_MAX));
+    TR_TRY(tr_device_all_reduce_host(dev_of(k), k->env.comm, TR_COMM_WORLD, &bad, 1, TR_COMM_I32,
+                                     TR_COMM_MAX));
     if (bad && s == TR_OK)
         return tr_diag_add(k->d, TR_SEV_ERROR, "checkpoint.other_rank", NULL, NULL,
                            "see the diagnostics of the other ranks",
@@ -68,8 +73,10 @@ static tr_status agree(tr_train_ckpt *k, tr_status s) {
 
 static tr_status bcast_u64(tr_train_ckpt *k, uint64_t *v) {
     if (!k->env.comm) return TR_OK;
-    int64_t x = (int64_t)*v;
-    TR_TRY(tr_comm_broadcast(k->env.comm, TR_COMM_WORLD, &x, 1, TR_COMM_I64, 0));
+    /* A sum with zeros elsewhere is rank 0's value, exactly, on any backend. */
+    int64_t x = k->rank == 0 ? (int64_t)*v : 0;
+    TR_TRY(tr_device_all_reduce_host(dev_of(k), k->env.comm, TR_COMM_WORLD, &x, 1, TR_COMM_I64,
+                                     TR_COMM_SUM));
     *v = (uint64_t)x;
     return TR_OK;
 }
@@ -80,67 +87,116 @@ static tr_status bcast_u64(tr_train_ckpt *k, uint64_t *v) {
  * assembles them over the DP group (each element is owned once, the others add zeros) and loading
  * takes the owned ranges back out. Any DP size and either optimizer can therefore load it. */
 
+/* Device buffers are staged through host memory when the host cannot read them (CUDA). */
+typedef struct host_view {
+    float *host; /* what the checkpoint layer reads or fills */
+    float *device;
+    size_t n;
+    bool staged; /* host is a copy allocated here */
+} host_view;
+
+static tr_status host_view_open(tr_train_ckpt *k, host_view *h, float *device, size_t n,
+                                bool fetch) {
+    tr_device *dev = dev_of(k);
+    *h = (host_view){device, device, n, false};
+    if (!device || tr_device_host_visible(dev)) return TR_OK;
+    h->host = calloc(n ? n : 1, sizeof(float));
+    if (!h->host) return TR_ERR_NOMEM;
+    h->staged = true;
+    return fetch ? tr_device_to_host(dev, h->host, device, n * sizeof(float)) : TR_OK;
+}
+
+/* Writes a staged copy back to the device (after a load). */
+static tr_status host_view_store(tr_train_ckpt *k, const host_view *h) {
+    if (!h->staged) return TR_OK;
+    return tr_device_to_device(dev_of(k), h->device, h->host, h->n * sizeof(float));
+}
+
+static void host_view_close(host_view *h) {
+    if (h->staged) free(h->host);
+    memset(h, 0, sizeof *h);
+}
+
 typedef struct opt_state {
-    float *m, *v; /* n_params each (v NULL for SGD) */
-    bool owned;   /* allocated here */
+    float *dm, *dv;   /* model-space moments in device memory (v NULL for SGD) */
+    bool dev_owned;   /* dm/dv allocated here (the data-parallel optimizer's assembly) */
+    host_view hm, hv; /* what the checkpoint layer sees */
 } opt_state;
 
-static void opt_state_free(opt_state *o) {
-    if (o->owned) {
-        free(o->m);
-        free(o->v);
+static void opt_state_free(tr_train_ckpt *k, opt_state *o) {
+    host_view_close(&o->hm);
+    host_view_close(&o->hv);
+    if (o->dev_owned) {
+        tr_device_free(dev_of(k), TR_MEM_OPTIMIZER, o->dv);
+        tr_device_free(dev_of(k), TR_MEM_OPTIMIZER, o->dm);
     }
     memset(o, 0, sizeof *o);
 }
 
+/* The single-rank optimizer keeps its moments in model space already; the data-parallel one
+ * gets zeroed model-space buffers to assemble into (save) or to scatter from (load). */
 static tr_status opt_state_alloc(tr_train_ckpt *k, opt_state *o) {
     memset(o, 0, sizeof *o);
     if (k->env.opt) {
-        o->m = k->env.opt->m;
-        o->v = k->env.opt->v;
+        o->dm = k->env.opt->m;
+        o->dv = k->env.opt->v;
         return TR_OK;
     }
+    size_t bytes = (size_t)k->env.model->n_params * sizeof(float);
+    o->dev_owned = true;
+    TR_TRY(tr_device_alloc(dev_of(k), TR_MEM_OPTIMIZER, bytes, (void **)&o->dm));
+    if (!sgd(k)) TR_TRY(tr_device_alloc(dev_of(k), TR_MEM_OPTIMIZER, bytes, (void **)&o->dv));
+    return TR_OK;
+}
+
+/* Host views of the moments: with their current values (save) or to be filled (load). */
+static tr_status opt_state_views(tr_train_ckpt *k, opt_state *o, bool fetch) {
     size_t n = (size_t)k->env.model->n_params;
-    o->owned = true;
-    o->m = calloc(n, sizeof(float));
-    if (!sgd(k)) o->v = calloc(n, sizeof(float));
-    return o->m && (sgd(k) || o->v) ? TR_OK : TR_ERR_NOMEM;
+    TR_TRY(host_view_open(k, &o->hm, o->dm, n, fetch));
+    return host_view_open(k, &o->hv, o->dv, n, fetch);
 }
 
 static tr_status opt_state_gather(tr_train_ckpt *k, opt_state *o) {
     if (k->env.opt) return TR_OK;
+    tr_device *dev = dev_of(k);
     const tr_dist_opt *d = &k->env.dp->opt;
     for (int r = 0; r < d->owned.n_ranges; r++) {
         const tr_grad_range *g = &d->owned.ranges[r];
-        memcpy(o->m + g->offset, d->m + g->state_offset, (size_t)g->numel * sizeof(float));
-        if (o->v)
-            memcpy(o->v + g->offset, d->v + g->state_offset, (size_t)g->numel * sizeof(float));
+        size_t bytes = (size_t)g->numel * sizeof(float);
+        TR_TRY(tr_device_copy(dev, o->dm + g->offset, d->m + g->state_offset, bytes));
+        if (o->dv) TR_TRY(tr_device_copy(dev, o->dv + g->offset, d->v + g->state_offset, bytes));
     }
     if (!k->env.dp->sharded) return TR_OK;
     size_t n = (size_t)k->env.model->n_params;
-    TR_TRY(tr_comm_all_reduce_inplace(k->env.comm, k->env.dp->group, o->m, n, TR_COMM_F32,
+    TR_TRY(tr_comm_all_reduce_inplace(k->env.comm, k->env.dp->group, o->dm, n, TR_COMM_F32,
                                       TR_COMM_SUM));
-    if (o->v)
-        TR_TRY(tr_comm_all_reduce_inplace(k->env.comm, k->env.dp->group, o->v, n, TR_COMM_F32,
+    if (o->dv)
+        TR_TRY(tr_comm_all_reduce_inplace(k->env.comm, k->env.dp->group, o->dv, n, TR_COMM_F32,
                                           TR_COMM_SUM));
     return TR_OK;
 }
 
-static void opt_state_scatter(tr_train_ckpt *k, const opt_state *o) {
-    if (k->env.opt) return;
+/* After a load into the host views: back into the optimizer's own buffers. */
+static tr_status opt_state_scatter(tr_train_ckpt *k, opt_state *o) {
+    TR_TRY(host_view_store(k, &o->hm));
+    TR_TRY(host_view_store(k, &o->hv));
+    if (k->env.opt) return TR_OK;
+    tr_device *dev = dev_of(k);
     tr_dist_opt *d = &k->env.dp->opt;
     for (int r = 0; r < d->owned.n_ranges; r++) {
         const tr_grad_range *g = &d->owned.ranges[r];
-        memcpy(d->m + g->state_offset, o->m + g->offset, (size_t)g->numel * sizeof(float));
-        if (o->v)
-            memcpy(d->v + g->state_offset, o->v + g->offset, (size_t)g->numel * sizeof(float));
+        size_t bytes = (size_t)g->numel * sizeof(float);
+        TR_TRY(tr_device_copy(dev, d->m + g->state_offset, o->dm + g->offset, bytes));
+        if (o->dv) TR_TRY(tr_device_copy(dev, d->v + g->state_offset, o->dv + g->offset, bytes));
     }
+    return TR_OK;
 }
 
 static tr_status add_opt_tensors(tr_ckpt_list *l, tr_train_ckpt *k, opt_state *o, bool for_save) {
-    if (sgd(k)) return tr_ckpt_list_add_params(l, k, "optimizer.momentum.", o->m, 1, for_save);
-    TR_TRY(tr_ckpt_list_add_params(l, k, "optimizer.exp_avg.", o->m, 1, for_save));
-    return tr_ckpt_list_add_params(l, k, "optimizer.exp_avg_sq.", o->v, 2, for_save);
+    if (sgd(k))
+        return tr_ckpt_list_add_params(l, k, "optimizer.momentum.", o->hm.host, 1, for_save);
+    TR_TRY(tr_ckpt_list_add_params(l, k, "optimizer.exp_avg.", o->hm.host, 1, for_save));
+    return tr_ckpt_list_add_params(l, k, "optimizer.exp_avg_sq.", o->hv.host, 2, for_save);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -193,13 +249,17 @@ static tr_status save(tr_train_ckpt *k, const tr_train_ckpt_pos *pos) {
                                 pos->scheduler_samples, pos->skipped_iterations,
                                 *opt_step(k),           (int64_t)k->env.model->dropout_seed};
     opt_state os = {0};
+    host_view params = {0};
     tr_ckpt_list l = {0};
     tr_status st = TR_OK;
     if (cc->save_optim) {
         st = opt_state_alloc(k, &os);
         if (st == TR_OK) st = opt_state_gather(k, &os);
+        if (st == TR_OK) st = opt_state_views(k, &os, true);
     }
-    if (st == TR_OK) st = tr_ckpt_list_add_params(&l, k, "", k->env.model->params, 0, true);
+    if (st == TR_OK)
+        st = host_view_open(k, &params, k->env.model->params, (size_t)k->env.model->n_params, true);
+    if (st == TR_OK) st = tr_ckpt_list_add_params(&l, k, "", params.host, 0, true);
     if (st == TR_OK && cc->save_optim) st = add_opt_tensors(&l, k, &os, true);
     for (int i = 0; i < S_COUNT && st == TR_OK; i++) {
         if ((i == S_OPT_STEP && !cc->save_optim) || (i == S_SEED && !cc->save_rng)) continue;
@@ -227,7 +287,8 @@ static tr_status save(tr_train_ckpt *k, const tr_train_ckpt_pos *pos) {
         /* The snapshot is taken before this returns: training may overwrite the buffers. */
         tr_ckpt_async *a = NULL;
         if (st == TR_OK) st = tr_ckpt_async_start(s, l.t, l.n, &a, k->d);
-        opt_state_free(&os);
+        opt_state_free(k, &os);
+        host_view_close(&params);
         tr_ckpt_list_free(&l);
         st = agree(k, st);
         if (st != TR_OK) {
@@ -241,7 +302,8 @@ static tr_status save(tr_train_ckpt *k, const tr_train_ckpt_pos *pos) {
         return TR_OK;
     }
     if (st == TR_OK) st = tr_ckpt_save_write_shards(s, l.t, l.n, k->d);
-    opt_state_free(&os);
+    opt_state_free(k, &os);
+    host_view_close(&params);
     tr_ckpt_list_free(&l);
     st = commit(k, s, st);
     tr_ckpt_save_free(s);
@@ -347,9 +409,14 @@ static tr_status load_from(tr_train_ckpt *k, const char *dir, source src, int64_
                     "starts fresh",
                     dir);
     opt_state os = {0};
+    host_view params = {0};
     tr_ckpt_list l = {0};
-    if (st == TR_OK) st = tr_ckpt_list_add_params(&l, k, "", k->env.model->params, 0, false);
+    /* Fetched first: the alignment padding between tensors goes back to the device unchanged. */
+    if (st == TR_OK)
+        st = host_view_open(k, &params, k->env.model->params, (size_t)k->env.model->n_params, true);
+    if (st == TR_OK) st = tr_ckpt_list_add_params(&l, k, "", params.host, 0, false);
     if (st == TR_OK && *with_opt) st = opt_state_alloc(k, &os);
+    if (st == TR_OK && *with_opt) st = opt_state_views(k, &os, k->env.opt != NULL);
     if (st == TR_OK && *with_opt) st = add_opt_tensors(&l, k, &os, false);
     if (st == TR_OK) st = tr_ckpt_load_tensors(r, l.t, l.n, k->d);
     if (st == TR_OK && resume) st = read_scalars(k, r, *with_opt, *with_rng, scalars);
@@ -360,8 +427,10 @@ static tr_status load_from(tr_train_ckpt *k, const char *dir, source src, int64_
         st = tr_ckpt_read(r, SCALER_TENSOR, TR_CKPT_F64, &whole, scaler, k->d);
     }
     if (st == TR_OK && with_scaler) scaler_unpack(k->env.scaler, scaler);
-    if (st == TR_OK && *with_opt) opt_state_scatter(k, &os);
-    opt_state_free(&os);
+    if (st == TR_OK) st = host_view_store(k, &params);
+    if (st == TR_OK && *with_opt) st = opt_state_scatter(k, &os);
+    host_view_close(&params);
+    opt_state_free(k, &os);
     tr_ckpt_list_free(&l);
     tr_ckpt_close(r);
     return st;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/device.h"
 #include "runtime/distributed/grad_clip.h"
 
 /* A sequence-parallel partial gradient (norms, position embedding) is summed over TP once its
@@ -72,6 +73,7 @@ tr_status tr_train_dp_setup(tr_train_dp *t, const tr_config *c, tr_comm *comm, t
     free(offsets);
     TR_TRY(s);
     TR_TRY(tr_ddp_create(&t->ddp, &t->layout, m->grads, comm, m->ops, &ddp_opt, d));
+    t->ddp.dev = m->dev;
     t->have_ddp = true;
     tr_dist_opt_options oo = {.kind = os->sgd ? TR_DIST_OPT_SGD : TR_DIST_OPT_ADAMW,
                               .beta1 = os->beta1,
@@ -82,6 +84,7 @@ tr_status tr_train_dp_setup(tr_train_dp *t, const tr_config *c, tr_comm *comm, t
                               .overlap_param_gather = t->overlap_param_gather};
     TR_TRY(tr_dist_opt_create(&t->opt, &t->layout, m->params, m->grads, comm, m->ops, &oo, d));
     t->have_opt = true;
+    if (!tr_device_host_visible(m->dev)) TR_TRY(tr_dist_opt_use_device(&t->opt, m->dev));
     t->counted = malloc((size_t)m->n_info);
     if (!t->counted) return TR_ERR_NOMEM;
     /* A TP-replicated parameter enters the global norm once, from TP rank 0; a tied copy not at
@@ -103,21 +106,28 @@ void tr_train_dp_free(tr_train_dp *t) {
 }
 
 tr_status tr_train_dp_sum(tr_train_dp *t, double *v, int n) {
-    return tr_comm_all_reduce_inplace(t->comm, t->group, v, (size_t)n, TR_COMM_F64, TR_COMM_SUM);
+    return tr_device_all_reduce_host(t->model->dev, t->comm, t->group, v, (size_t)n, TR_COMM_F64,
+                                     TR_COMM_SUM);
 }
 
 tr_status tr_train_dp_check_grads(tr_train_dp *t, const tr_train_precision *p, bool *found_inf) {
     *found_inf = false;
     if (!tr_train_precision_touches_grads(p)) return TR_OK;
-    float local = 0.0f;
     const tr_grad_owned *owned = &t->opt.owned;
-    for (int i = 0; i < owned->n_ranges; i++) {
-        const tr_grad_range *r = &owned->ranges[i];
-        TR_TRY(tr_train_precision_grads(p, t->ddp.ops, t->ddp.grads + r->offset, r->numel, &local));
+    int n = owned->n_ranges;
+    int64_t *off = malloc((size_t)(n ? n : 1) * 2 * sizeof *off), *len = off + (n ? n : 1);
+    if (!off) return TR_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        off[i] = owned->ranges[i].offset;
+        len[i] = owned->ranges[i].numel;
     }
-    int32_t flag = local != 0.0f;
-    TR_TRY(tr_comm_all_reduce_inplace(t->comm, tr_grad_norm_group(t->sharded), &flag, 1,
-                                      TR_COMM_I32, TR_COMM_MAX));
+    bool local = false;
+    tr_status st = tr_train_precision_grads(p, t->model->dev, t->ddp.grads, off, len, n, &local);
+    free(off);
+    TR_TRY(st);
+    int32_t flag = local;
+    TR_TRY(tr_device_all_reduce_host(t->model->dev, t->comm, tr_grad_norm_group(t->sharded), &flag,
+                                     1, TR_COMM_I32, TR_COMM_MAX));
     *found_inf = flag != 0;
     return TR_OK;
 }
@@ -125,8 +135,9 @@ tr_status tr_train_dp_check_grads(tr_train_dp *t, const tr_train_precision *p, b
 tr_status tr_train_dp_update(tr_train_dp *t, const tr_optimizer_spec *os, double lr, double wd,
                              double *grad_norm, bool *skipped) {
     bool clipped = false;
-    TR_TRY(tr_grad_clip(t->comm, tr_grad_norm_group(t->sharded), &t->layout, &t->opt.owned,
-                        t->ddp.grads, t->counted, t->ddp.ops, os->clip_grad, grad_norm, &clipped));
+    TR_TRY(tr_grad_clip_on(t->model->dev, t->comm, tr_grad_norm_group(t->sharded), &t->layout,
+                           &t->opt.owned, t->ddp.grads, t->counted, os->clip_grad, grad_norm,
+                           &clipped));
     *skipped = !isfinite(*grad_norm) || *grad_norm > os->grad_norm_skip_threshold;
     if (*skipped) return TR_OK;
     return tr_dist_opt_step(&t->opt, (float)lr, (float)wd);
@@ -145,12 +156,13 @@ tr_status tr_train_dp_params_norm(tr_train_dp *t, double *norm) {
         bool replicated_elsewhere = m->tp.size > 1 && p->split_dim < 0 && m->tp.rank != 0;
         if (p->tied_copy || replicated_elsewhere) continue;
         float part = 0.0f;
-        TR_TRY(m->ops->sum_squares(&part, m->params + p->offset, p->numel));
+        TR_TRY(tr_device_sum_squares(m->dev, m->params + p->offset, p->numel, &part));
         sq += (double)part;
     }
     /* Every DP rank holds the same parameters: the model-parallel ranks hold the disjoint
      * pieces. */
-    TR_TRY(tr_comm_all_reduce_inplace(t->comm, TR_GROUP_TP_PP, &sq, 1, TR_COMM_F64, TR_COMM_SUM));
+    TR_TRY(tr_device_all_reduce_host(m->dev, t->comm, TR_GROUP_TP_PP, &sq, 1, TR_COMM_F64,
+                                     TR_COMM_SUM));
     *norm = sqrt(sq);
     return TR_OK;
 }

@@ -1,6 +1,8 @@
 /* See runtime/train_precision.h. */
 #include "runtime/train_precision.h"
 
+#include "runtime/device.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -26,13 +28,28 @@ bool tr_train_precision_touches_grads(const tr_train_precision *p) {
     return p->grad_lowp || p->scaler.enabled;
 }
 
-tr_status tr_train_precision_grads(const tr_train_precision *p, const tr_ops *ops, float *g,
-                                   int64_t n, float *found_inf) {
-    if (p->grad_lowp) TR_TRY(ops->round_lowp((tr_lowp)p->grad_lowp, g, n));
-    if (!p->scaler.enabled) return TR_OK;
+tr_status tr_train_precision_grads(const tr_train_precision *p, tr_device *dev, float *grads,
+                                   const int64_t *offsets, const int64_t *numels, int n_ranges,
+                                   bool *found_inf) {
+    *found_inf = false;
+    if (!tr_train_precision_touches_grads(p)) return TR_OK;
+    const tr_ops *ops = tr_device_ops(dev);
+    float *flag = NULL, raised = 0.0f;
+    TR_TRY(tr_device_alloc(dev, TR_MEM_WORKSPACE, sizeof *flag, (void **)&flag));
+    tr_status st = TR_OK;
     /* A power-of-two scale unscales exactly; the reciprocal of any other is rounded once, as
      * Megatron's inv_scale is. */
-    return ops->unscale_check(g, n, (float)(1.0 / p->scaler.scale), found_inf);
+    float inv_scale = p->scaler.enabled ? (float)(1.0 / p->scaler.scale) : 1.0f;
+    for (int i = 0; i < n_ranges && st == TR_OK; i++) {
+        float *g = grads + offsets[i];
+        if (p->grad_lowp) st = ops->round_lowp((tr_lowp)p->grad_lowp, g, numels[i]);
+        if (st == TR_OK && p->scaler.enabled)
+            st = ops->unscale_check(g, numels[i], inv_scale, flag);
+    }
+    if (st == TR_OK) st = tr_device_to_host(dev, &raised, flag, sizeof raised);
+    tr_device_free(dev, TR_MEM_WORKSPACE, flag);
+    *found_inf = raised != 0.0f;
+    return st;
 }
 
 float tr_train_precision_grad_scale(const tr_train_precision *p) {

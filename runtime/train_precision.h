@@ -13,6 +13,8 @@
 #include "kernels/ops.h"
 #include "runtime/loss_scaler.h"
 
+struct tr_device;
+
 typedef struct tr_train_precision {
     tr_loss_scaler scaler;
     int grad_lowp; /* 0, or the tr_lowp the reduced gradients are rounded to */
@@ -23,10 +25,12 @@ tr_status tr_train_precision_from_config(const tr_config *c, tr_train_precision 
 /* Whether tr_train_precision_grads has anything to do. */
 bool tr_train_precision_touches_grads(const tr_train_precision *p);
 
-/* One range of reduced gradients: rounded (grad_lowp), then unscaled by the loss scale, with
- * *found_inf set to 1 when a value was inf or NaN (left alone otherwise). */
-tr_status tr_train_precision_grads(const tr_train_precision *p, const tr_ops *ops, float *g,
-                                   int64_t n, float *found_inf);
+/* The reduced gradients, as ranges [offset, offset + numel) of the device buffer grads: each
+ * rounded (grad_lowp), then unscaled by the loss scale; *found_inf tells whether any value was
+ * inf or NaN. The flag the ops raise lives in device memory and is read back once. */
+tr_status tr_train_precision_grads(const tr_train_precision *p, struct tr_device *dev, float *grads,
+                                   const int64_t *offsets, const int64_t *numels, int n_ranges,
+                                   bool *found_inf);
 
 /* The factor the model multiplies the loss gradient by (tr_model.grad_loss_scale; 0: none). */
 float tr_train_precision_grad_scale(const tr_train_precision *p);

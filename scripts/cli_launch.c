@@ -11,6 +11,7 @@
 
 #include "core/log.h"
 #include "runtime/comm.h"
+#include "runtime/device.h"
 #include "runtime/launch.h"
 #include "runtime/parallel_config.h"
 #include "runtime/parallel_state.h"
@@ -93,8 +94,8 @@ _Noreturn static void fail_all(const tr_cli *cli, int rank, tr_config *c, tr_dia
 }
 
 /* Runs the training loop; rank 0 logs and writes the metrics. Returns the exit code. */
-static int train(const tr_config *c, const char *dir, int rank, tr_comm *comm, FILE *report,
-                 tr_diags *d) {
+static int train(const tr_config *c, const char *dir, int rank, tr_comm *comm, tr_device *dev,
+                 FILE *report, tr_diags *d) {
     char metrics[4200];
     if (c->logger.metrics_path)
         snprintf(metrics, sizeof metrics, "%s", c->logger.metrics_path);
@@ -103,7 +104,8 @@ static int train(const tr_config *c, const char *dir, int rank, tr_comm *comm, F
     tr_train_opts o = {.log = rank == 0 ? report : NULL,
                        .metrics_path = rank == 0 ? metrics : NULL,
                        .handle_signals = 1,
-                       .comm = comm};
+                       .comm = comm,
+                       .device = dev};
     tr_train_result r;
     tr_status s = tr_train_run(c, &o, &r, d);
     if (s == TR_OK && rank == 0) fprintf(report, "metrics written to %s\n", metrics);
@@ -165,11 +167,17 @@ int tr_cli_launch(const tr_cli *cli, int *argc, char ***argv) {
     }
     /* Text mode already printed the resolve diagnostics; print only what training adds. */
     if (!json) tr_diags_clear(&d);
+    /* TRESTLE_DEVICE picks where the model runs; the communicator matches its memory. Every
+     * rank sees the same environment, so they fail (or not) together. */
+    tr_device *dev = NULL;
+    s = tr_device_open_from_env(ps.local_rank, ps.local_size, &d, &dev);
+    if (s != TR_OK) fail_all(cli, rank, &c, &d, tr_cli_exit_code(s, &d));
     tr_comm *comm = NULL;
     tr_comm_options co = {.timeout_s = tr_comm_timeout_from_config(&c)};
-    s = tr_comm_mpi_create(&ps, &co, &d, &comm);
+    s = tr_device_comm_create(dev, &ps, &co, c.dist.distributed_backend == TR_COMMBE_NCCL, &d,
+                              &comm);
     if (s != TR_OK) fail_all(cli, rank, &c, &d, tr_cli_exit_code(s, &d));
-    int code = train(&c, dir, rank, comm, report, &d);
+    int code = train(&c, dir, rank, comm, dev, report, &d);
     if (tr_diags_find(&d, "comm.timeout")) {
         /* Each rank saw its own silent peer, so each reports; a finalize would wait for the
          * stuck peer forever, so the job ends here (mpirun then stops the remaining ranks). */
@@ -178,6 +186,7 @@ int tr_cli_launch(const tr_cli *cli, int *argc, char ***argv) {
         _exit(code ? code : 1);
     }
     tr_comm_destroy(comm);
+    tr_device_close(dev);
     if (rank == 0) tr_cli_print_diags(cli, &d);
     tr_parallel_state_free(&ps);
     tr_config_free(&c);

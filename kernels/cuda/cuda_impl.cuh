@@ -14,6 +14,10 @@ tr_status tr_cuda_add(float *y, const float *x, int64_t n);
 tr_status tr_cuda_fill(float *x, int64_t n, float value);
 tr_status tr_cuda_scale(float *x, int64_t n, float s);
 tr_status tr_cuda_sum_squares(float *out, const float *x, int64_t n);
+tr_status tr_cuda_copy_2d(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                          int64_t cols);
+tr_status tr_cuda_fill_2d(float *x, int64_t ld, int64_t rows, int64_t cols, float value);
+tr_status tr_cuda_loss_mean(float *out, const float *losses, const int32_t *targets, int rows);
 
 tr_status tr_cuda_embedding_fwd(float *out, const int32_t *ids, const float *table, int n, int dim,
                                 int vocab_start, int vocab_end);

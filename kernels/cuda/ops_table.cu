@@ -13,6 +13,9 @@ static const tr_ops g_cuda_ops = {
     tr_cuda_sum_squares,
     tr_cuda_round_lowp,
     tr_cuda_unscale_check,
+    tr_cuda_copy_2d,
+    tr_cuda_fill_2d,
+    tr_cuda_loss_mean,
     tr_cuda_embedding_fwd,
     tr_cuda_embedding_bwd,
     tr_cuda_pos_embedding_fwd,
@@ -43,7 +46,7 @@ static const tr_ops g_cuda_ops = {
 
 /* C++ before C++20 has no designated initialisers, so the order above must follow tr_ops; this
  * catches a member added to ops.h without a CUDA entry. */
-static_assert(sizeof(tr_ops) == sizeof(void *) * 37, "tr_ops changed: update kernels/cuda");
+static_assert(sizeof(tr_ops) == sizeof(void *) * 40, "tr_ops changed: update kernels/cuda");
 
 extern "C" const tr_ops *tr_ops_cuda(void) {
     return &g_cuda_ops;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/device.h"
+
 tr_status tr_ddp_create(tr_ddp *d, const tr_grad_layout *layout, float *grads, tr_comm *comm,
                         const tr_ops *ops, const tr_ddp_options *opt, tr_diags *diags) {
     memset(d, 0, sizeof *d);
@@ -88,7 +90,9 @@ static void owned_region(const tr_ddp *d, int b, int64_t *off, int64_t *n) {
 static void note_nonfinite(tr_ddp *d, int b) {
     const tr_grad_bucket *bk = &d->layout->buckets[b];
     float ss = 0.0f;
-    if (d->ops->sum_squares(&ss, d->grads + bk->offset, bk->numel) == TR_OK && isfinite(ss)) return;
+    tr_status st = d->dev ? tr_device_sum_squares(d->dev, d->grads + bk->offset, bk->numel, &ss)
+                          : d->ops->sum_squares(&ss, d->grads + bk->offset, bk->numel);
+    if (st == TR_OK && isfinite(ss)) return;
     if (d->bad_bucket < 0) d->bad_bucket = b;
 }
 

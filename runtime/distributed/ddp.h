@@ -62,6 +62,8 @@ typedef struct tr_ddp {
     int started_early;          /* buckets started from grad_ready this iteration */
     int bad_bucket;             /* first bucket whose local gradient was not finite, or -1 */
     bool synced;                /* finish_grad_sync completed for this iteration */
+    /* Where grads live (runtime/device.h), for the scalars read back; NULL: host memory. */
+    struct tr_device *dev;
 } tr_ddp;
 
 /* grads must hold layout->numel floats and outlive d; so must layout, comm, ops and diags. The

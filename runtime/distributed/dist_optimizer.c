@@ -46,8 +46,12 @@ void tr_dist_opt_free(tr_dist_opt *o) {
     if (!o) return;
     if (o->gathers) tr_dist_opt_wait_all_params(o);
     tr_grad_owned_free(&o->owned);
-    free(o->m);
-    free(o->v);
+    if (o->dev) {
+        tr_dist_opt_free_state_on_device(o);
+    } else {
+        free(o->m);
+        free(o->v);
+    }
     free(o->gathers);
     memset(o, 0, sizeof *o);
 }

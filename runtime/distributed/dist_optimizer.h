@@ -43,6 +43,7 @@ typedef struct tr_dist_opt {
     float *m, *v;              /* owned.state_numel each (v unused by SGD) */
     int64_t step;              /* steps taken: drives Adam's bias correction */
     tr_comm_request **gathers; /* per bucket, in flight or NULL */
+    struct tr_device *dev;     /* where m and v live (tr_dist_opt_use_device); NULL: host */
 } tr_dist_opt;
 
 /* Layout, buffers, comm, ops and diags must outlive o. The comm group's size must equal the
@@ -52,6 +53,11 @@ tr_status tr_dist_opt_create(tr_dist_opt *o, const tr_grad_layout *layout, float
                              const tr_dist_opt_options *opt, tr_diags *diags);
 /* Frees o; all-gathers still in flight are waited for first. */
 void tr_dist_opt_free(tr_dist_opt *o);
+/* Moves the (still zero) state to dev's memory and the step to dev's ops; call right after
+ * tr_dist_opt_create, when params and grads are dev's buffers (runtime/distributed/
+ * dist_opt_device.c). */
+tr_status tr_dist_opt_use_device(tr_dist_opt *o, struct tr_device *dev);
+void tr_dist_opt_free_state_on_device(tr_dist_opt *o);
 
 /* One update of the owned elements with learning rate lr and weight decay wd, then the parameter
  * all-gather (sharded): blocking, or left in flight with overlap_param_gather. Waits first for

@@ -39,4 +39,11 @@ tr_status tr_grad_clip(tr_comm *comm, int group, const tr_grad_layout *layout,
                        const tr_grad_owned *owned, float *grads, const uint8_t *counted,
                        const tr_ops *ops, double max_norm, double *norm, bool *clipped);
 
+/* The same on gradients in dev's memory with dev's ops: the local sums come back as scalars
+ * and are reduced through device scratch (runtime/device.h). */
+struct tr_device;
+tr_status tr_grad_clip_on(struct tr_device *dev, tr_comm *comm, int group,
+                          const tr_grad_layout *layout, const tr_grad_owned *owned, float *grads,
+                          const uint8_t *counted, double max_norm, double *norm, bool *clipped);
+
 #endif

@@ -590,6 +590,35 @@ static void test_arenas(void) {
     CHECK(cudaGetLastError() == cudaSuccess); /* and no sticky error left behind */
 }
 
+/* The runtime's layout ops: strided copies of a sub-block (QKV split, sequence-parallel block
+ * order), a filled column band (padded vocabulary) and the masked loss mean (bitwise: both sum
+ * in double in row order). Outputs start poisoned, so only the copied / filled elements and
+ * the untouched ones that the CPU also left alone are compared. */
+static void test_layout(void) {
+    const int64_t rows = 301, lds = 97, ldd = 83, cols = 61;
+    float *src = rnd(rows * lds, -3, 3), *dst = rnd(rows * ldd, -3, 3);
+    float *dsrc = gt_dev(src, rows * lds), *ddst = gt_dev(dst, rows * ldd);
+    CHECK(cpu->copy_2d(dst + 5, ldd, src + 11, lds, rows, cols) == TR_OK);
+    CHECK(gpu->copy_2d(ddst + 5, ldd, dsrc + 11, lds, rows, cols) == TR_OK);
+    CHECK_DEV("copy_2d", ddst, dst, rows * ldd, 0.0);
+    CHECK(cpu->fill_2d(dst + 40, ldd, rows, ldd - 40, -1e30f) == TR_OK);
+    CHECK(gpu->fill_2d(ddst + 40, ldd, rows, ldd - 40, -1e30f) == TR_OK);
+    CHECK_DEV("fill_2d", ddst, dst, rows * ldd, 0.0);
+    CHECK(gpu->copy_2d(ddst, ldd, ddst + 1, ldd, 2, 4) == TR_ERR_INVALID); /* overlapping */
+
+    const int n = 4099;
+    float *losses = rnd(n, 0, 12);
+    int32_t *targets = malloc(n * sizeof *targets);
+    for (int i = 0; i < n; i++) targets[i] = gt_uniform(0, 1) < 0.2f ? -1 : i;
+    int32_t *dt = gt_dev_bytes(targets, n * sizeof *targets);
+    float *dl = gt_dev(losses, n), *dmean = gt_dev_poison(1), mean = 0.0f;
+    CHECK(cpu->loss_mean(&mean, losses, targets, n) == TR_OK);
+    CHECK(gpu->loss_mean(dmean, dl, dt, n) == TR_OK);
+    CHECK_DEV("loss_mean", dmean, &mean, 1, 0.0);
+    free(src), free(dst), free(losses), free(targets);
+    gt_free(dsrc), gt_free(ddst), gt_free(dt), gt_free(dl), gt_free(dmean);
+}
+
 static void setup(void) {
     cpu = tr_ops_cpu();
     gpu = tr_ops_cuda();
@@ -598,6 +627,7 @@ static void setup(void) {
 
 TR_GPU_TEST_MAIN(TR_TEST(setup), TR_TEST(test_gemm), TR_TEST(test_gemm_bf16),
                  TR_TEST(test_gemm_lowp), TR_TEST(test_casts), TR_TEST(test_flat),
-                 TR_TEST(test_embedding), TR_TEST(test_norms), TR_TEST(test_rope),
-                 TR_TEST(test_attention), TR_TEST(test_attention_bf16), TR_TEST(test_activations),
+                 TR_TEST(test_layout), TR_TEST(test_embedding), TR_TEST(test_norms),
+                 TR_TEST(test_rope), TR_TEST(test_attention), TR_TEST(test_attention_bf16),
+                 TR_TEST(test_activations),
                  TR_TEST(test_cross_entropy), TR_TEST(test_optimizers), TR_TEST(test_arenas))

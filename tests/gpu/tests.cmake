@@ -28,6 +28,14 @@ add_test(NAME gpu_cuda_ops COMMAND test_cuda_ops)
 set_tests_properties(gpu_cuda_ops PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${TR_GPU_ENV}")
 
+# The model and optimizer on the GPU against the host (the unit test test_model_device, which
+# runs on cpu-strict everywhere).
+if(TARGET test_model_device)
+  add_test(NAME gpu_model_device COMMAND test_model_device)
+  set_tests_properties(gpu_model_device PROPERTIES LABELS "gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "TR_TEST_DEVICE=cuda;${TR_GPU_ENV}")
+endif()
+
 add_executable(comm_gpu_check ${CMAKE_SOURCE_DIR}/tests/gpu/comm_gpu_check.c)
 target_link_libraries(comm_gpu_check PRIVATE tr_gpu_test_support)
 set(TR_GPU_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe ${MPIEXEC_NUMPROC_FLAG})

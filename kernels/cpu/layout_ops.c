@@ -1,0 +1,48 @@
+/* Strided copies and fills, and the masked loss mean: what the model used to do with host loops
+ * over its buffers, as ops so the same code runs on device memory. */
+#include <string.h>
+
+#include "kernels/cpu/cpu_ops.h"
+
+/* The span [first, last) of a strided view, for the overlap check. */
+static void span(const float *p, int64_t ld, int64_t rows, int64_t cols, const char **b,
+                 const char **e) {
+    *b = (const char *)p;
+    *e = (const char *)(p + (rows - 1) * ld + cols);
+}
+
+tr_status tr_cpu_copy_2d(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                         int64_t cols) {
+    if (rows < 0 || cols < 0 || ldd < cols || lds < cols) return TR_ERR_INVALID;
+    if (!rows || !cols) return TR_OK;
+    if (!dst || !src) return TR_ERR_INVALID;
+    const char *db, *de, *sb, *se;
+    span(dst, ldd, rows, cols, &db, &de);
+    span(src, lds, rows, cols, &sb, &se);
+    if (db < se && sb < de) return TR_ERR_INVALID;
+    size_t bytes = (size_t)cols * sizeof(float);
+    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * ldd, src + r * lds, bytes);
+    return TR_OK;
+}
+
+tr_status tr_cpu_fill_2d(float *x, int64_t ld, int64_t rows, int64_t cols, float value) {
+    if (rows < 0 || cols < 0 || ld < cols) return TR_ERR_INVALID;
+    if (!rows || !cols) return TR_OK;
+    if (!x) return TR_ERR_INVALID;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) x[r * ld + c] = value;
+    return TR_OK;
+}
+
+tr_status tr_cpu_loss_mean(float *out, const float *losses, const int32_t *targets, int rows) {
+    if (!out || rows < 0 || (rows && (!losses || !targets))) return TR_ERR_INVALID;
+    double sum = 0.0;
+    int64_t valid = 0;
+    for (int r = 0; r < rows; r++) {
+        if (targets[r] < 0) continue;
+        sum += losses[r];
+        valid++;
+    }
+    *out = valid ? (float)(sum / (double)valid) : 0.0f;
+    return TR_OK;
+}

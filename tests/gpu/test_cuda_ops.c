@@ -629,5 +629,5 @@ TR_GPU_TEST_MAIN(TR_TEST(setup), TR_TEST(test_gemm), TR_TEST(test_gemm_bf16),
                  TR_TEST(test_gemm_lowp), TR_TEST(test_casts), TR_TEST(test_flat),
                  TR_TEST(test_layout), TR_TEST(test_embedding), TR_TEST(test_norms),
                  TR_TEST(test_rope), TR_TEST(test_attention), TR_TEST(test_attention_bf16),
-                 TR_TEST(test_activations),
-                 TR_TEST(test_cross_entropy), TR_TEST(test_optimizers), TR_TEST(test_arenas))
+                 TR_TEST(test_activations), TR_TEST(test_cross_entropy), TR_TEST(test_optimizers),
+                 TR_TEST(test_arenas))

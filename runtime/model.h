@@ -47,7 +47,17 @@ typedef struct tr_model_spec {
     /* Mixed precision: 0 for fp32, else the tr_lowp the linear layers' GEMM operands are rounded
      * to (docs/runtime.md, "Mixed precision"). */
     int lowp;
+    /* LoRA (runtime/lora.h): 0, or the adapters' rank on the linear layers whose bit
+     * (1 << TR_LORA_*) is set in lora_targets; every other parameter is then frozen. */
+    int lora_rank;
+    unsigned lora_targets;
+    float lora_scale;             /* alpha / rank */
+    int lora_a_init, lora_b_init; /* TR_INIT_* of the adapters' A [rank, in] and B [out, rank] */
+    float lora_dropout;           /* dropout on the adapter's input (training only) */
 } tr_model_spec;
+
+/* The adaptable linear layers of a transformer layer (Megatron's module names). */
+enum { TR_LORA_QKV, TR_LORA_PROJ, TR_LORA_FC1, TR_LORA_FC2, TR_LORA_TARGETS };
 
 /* Which shard of the logical tensors this rank holds (tensor parallelism). */
 typedef struct tr_tp_shard {
@@ -72,14 +82,26 @@ typedef struct tr_param_info {
      * (the output layer's weight). The first stage's tensor is the one that counts once (grad
      * norm, checkpoint); the copy is kept equal by the embedding group's gradient all-reduce. */
     bool tied_copy;
+    /* LoRA: a base weight that is never trained (no gradient, no update, no weight decay). */
+    bool frozen;
     int full_rows, full_cols; /* the logical tensor */
 } tr_param_info;
 
-enum { TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_EMBEDDING, TR_INIT_ZERO, TR_INIT_ONE };
+enum {
+    TR_INIT_NORMAL,
+    TR_INIT_SCALED_NORMAL,
+    TR_INIT_EMBEDDING,
+    TR_INIT_ZERO,
+    TR_INIT_ONE,
+    TR_INIT_XAVIER,   /* normal, std sqrt(2 / (fan_in + fan_out)) (LoRA "xavier") */
+    TR_INIT_NORMAL02, /* normal, std 0.2 (LoRA "normal") */
+    TR_INIT_KAIMING   /* uniform in +-1/sqrt(fan_in) (LoRA "kaiming", a = sqrt(5)) */
+};
 
 typedef struct tr_layer_views {
     float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    float *lora_a[TR_LORA_TARGETS], *lora_b[TR_LORA_TARGETS]; /* NULL: no adapter */
 } tr_layer_views;
 
 /* Pointers into one flat buffer (parameters or their gradients); NULL where absent. */
@@ -113,6 +135,10 @@ typedef struct tr_slot_acts {
     int32_t *ids, *targets;
     int64_t n_valid;
     uint64_t dropout_round;
+    /* The microbatch's packed-sequence layout (tr_model_set_sequences), kept for its backward;
+     * unused (NULL in m->doc_start / m->pos_ids) when has_doc / has_pos is false. */
+    int32_t *doc_start, *pos_ids;
+    bool has_doc, has_pos;
 } tr_slot_acts;
 
 /* Per-parameter events for the training loop's communication (index = position in info, the
@@ -177,6 +203,15 @@ typedef struct tr_model {
      * every parameter gradient comes out scaled; 0 means no scaling. */
     float grad_loss_scale;
     tr_model_hooks hooks;
+    /* Packed fine-tuning sequences: the layout the next forwards take (tr_model_set_sequences),
+     * and the one of the (part, slot) in progress, else NULL: one document per row, positions
+     * 0..seq-1 (pretraining). */
+    const int32_t *next_doc_start, *next_pos_ids;
+    const int32_t *doc_start, *pos_ids;
+    float *pos_cos, *pos_sin; /* RoPE tables gathered per token by position id */
+    int32_t *pos_local;       /* the positions of the rows this rank holds */
+    float *lora_u, *lora_du;  /* LoRA scratch [batch * seq, rank]: x A^T and its gradient */
+    float *lora_x;            /* [batch * seq, widest input]: the adapter's dropped-out input */
 } tr_model;
 
 /* Reads the model section (and the derived padded vocab) into a spec; features the CPU runtime
@@ -231,6 +266,13 @@ tr_status tr_model_forward_part(tr_model *m, int part, int slot, const int32_t *
  * gradient of its input goes to dx_out. */
 tr_status tr_model_backward_part(tr_model *m, int part, int slot, float loss_scale, const float *dy,
                                  float *dx_out);
+
+/* The document layout of the microbatches forwarded from now on, each array [batch, seq]
+ * (tr_token_sequence): a token attends only within its document (doc_start, the attention op's
+ * document mask) and its position (RoPE, learned positions) is pos_ids. Both NULL restores
+ * pretraining. Each forward copies the layout into its activation slot, so the caller may reuse
+ * the arrays for the next microbatch before this one's backward (pipeline schedules). */
+tr_status tr_model_set_sequences(tr_model *m, const int32_t *doc_start, const int32_t *pos_ids);
 
 /* Activation sets this model keeps for global layer `layer` (0: a layer it does not hold). */
 int tr_model_layer_slots(const tr_model *m, int layer);

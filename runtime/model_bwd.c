@@ -51,11 +51,8 @@ static tr_status layer_bwd(tr_model *m, int i) {
     tr_attn_desc ad = tr_model_attn_desc(m);
     TR_TRY(ops->attention_bwd(m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse, &ad));
     if (s->rope) {
-        int rot = s->rope_p.rot_dim;
-        TR_TRY(ops->rope_bwd(m->dq, m->dq, m->rope_cos, m->rope_sin, m->batch, s->seq, s->heads,
-                             s->head_dim, rot));
-        TR_TRY(ops->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, m->batch, s->seq, s->groups,
-                             s->head_dim, rot));
+        TR_TRY(tr_model_rope(m, m->dq, s->heads, false));
+        TR_TRY(tr_model_rope(m, m->dk, s->groups, false));
     }
     TR_TRY(tr_model_qkv_merge(m, m->dbig, m->dq, m->dk, m->dv, rows));
     tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
@@ -89,14 +86,11 @@ static tr_status head_bwd(tr_model *m, float loss_scale) {
 static tr_status embed_bwd(tr_model *m) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
-    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    int rows = m->batch * s->seq;
     bool sp = s->sequence_parallel;
     int vocab_start = m->tp.rank * s->vocab;
     TR_TRY(tr_model_dropout(m, m->dx, m->dx, 0, false));
-    int chunk = lrows / m->batch;
-    if (s->learned_pos)
-        TR_TRY(ops->pos_embedding_bwd(m->g.pos_emb, m->dx, m->batch, chunk, s->hidden,
-                                      sp ? m->tp.rank * chunk : 0));
+    if (s->learned_pos) TR_TRY(tr_model_pos_embedding(m, m->dx, false));
     const float *demb = m->dx;
     if (sp) { /* the lookup's shard sees every token of the microbatch */
         TR_TRY(tr_tp_seq_gather(m, m->dx, m->sp_full, s->hidden));
@@ -110,6 +104,7 @@ static tr_status embed_bwd(tr_model *m) {
 tr_status tr_model_backward_part(tr_model *m, int part_index, int slot, float loss_scale,
                                  const float *dy, float *dx_out) {
     TR_TRY(tr_model_select_slot(m, part_index, slot));
+    TR_TRY(tr_model_slot_sequences(m, part_index, slot, false));
     const tr_model_part *part = &m->parts[part_index];
     int64_t n = (int64_t)tr_tp_local_rows(m) * m->spec.hidden;
     if ((!part->has_loss && !dy) || (!part->has_embedding && !dx_out)) return TR_ERR_INVALID;
@@ -125,8 +120,11 @@ tr_status tr_model_backward_part(tr_model *m, int part_index, int slot, float lo
         TR_TRY(layer_bwd(m, i));
         TR_TRY(tr_model_grads_done(m, i));
     }
-    if (part->has_embedding) return embed_bwd(m);
-    return tr_model_copy(m, dx_out, m->dx, n);
+    if (part->has_embedding)
+        TR_TRY(embed_bwd(m));
+    else
+        TR_TRY(tr_model_copy(m, dx_out, m->dx, n));
+    return m->spec.lora_rank ? tr_model_clear_frozen_grads(m) : TR_OK;
 }
 
 tr_status tr_model_backward(tr_model *m, float loss_scale) {

@@ -16,30 +16,51 @@ tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rst
     return m->ops->rmsnorm_fwd(y, rstd, x, w, rows, s->hidden, s->eps, s->zero_centered);
 }
 
-tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id) {
+/* A linear layer without adapter (LoRA fills its adapter fields). */
+static tr_linear base_linear(const float *w, const float *b, float *dw, float *db, int in, int out,
+                             tr_linear_kind kind, const tr_model *m) {
+    return (tr_linear){
+        .w = w, .b = b, .dw = dw, .db = db, .in = in, .out = out, .kind = kind, .model = m};
+}
+
+static tr_linear layer_linear(const tr_model *m, int layer, tr_model_linear_id id) {
     const tr_model_spec *s = &m->spec;
     const tr_layer_views *p = &m->p.layers[layer], *g = &m->g.layers[layer];
     int hd = s->heads * s->head_dim;
     switch (id) {
     case TR_LIN_QKV:
-        return (tr_linear){p->qkv_w,  p->qkv_b,   g->qkv_w,         g->qkv_b,
-                           s->hidden, m->qkv_dim, TR_LINEAR_COLUMN, m};
+        return base_linear(p->qkv_w, p->qkv_b, g->qkv_w, g->qkv_b, s->hidden, m->qkv_dim,
+                           TR_LINEAR_COLUMN, m);
     case TR_LIN_PROJ:
-        return (tr_linear){p->proj_w, p->proj_b, g->proj_w,     g->proj_b,
-                           hd,        s->hidden, TR_LINEAR_ROW, m};
+        return base_linear(p->proj_w, p->proj_b, g->proj_w, g->proj_b, hd, s->hidden, TR_LINEAR_ROW,
+                           m);
     case TR_LIN_FC1:
-        return (tr_linear){p->fc1_w,  p->fc1_b,   g->fc1_w,         g->fc1_b,
-                           s->hidden, m->fc1_dim, TR_LINEAR_COLUMN, m};
+        return base_linear(p->fc1_w, p->fc1_b, g->fc1_w, g->fc1_b, s->hidden, m->fc1_dim,
+                           TR_LINEAR_COLUMN, m);
     case TR_LIN_FC2:
     default:
-        return (tr_linear){p->fc2_w, p->fc2_b,  g->fc2_w,      g->fc2_b,
-                           s->ffn,   s->hidden, TR_LINEAR_ROW, m};
+        return base_linear(p->fc2_w, p->fc2_b, g->fc2_w, g->fc2_b, s->ffn, s->hidden, TR_LINEAR_ROW,
+                           m);
     }
 }
 
+/* With LoRA the base weights are frozen (no dW, no db) and targeted layers carry adapters. */
+tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id) {
+    tr_linear l = layer_linear(m, layer, id);
+    if (!m->spec.lora_rank) return l;
+    l.dw = l.db = NULL;
+    const tr_layer_views *p = &m->p.layers[layer], *g = &m->g.layers[layer];
+    l.lora_a = p->lora_a[id];
+    l.lora_b = p->lora_b[id];
+    l.lora_da = g->lora_a[id];
+    l.lora_db = g->lora_b[id];
+    l.lora_site = layer * TR_LORA_TARGETS + (int)id;
+    return l;
+}
+
 tr_linear tr_model_output_linear(const tr_model *m) {
-    return (tr_linear){m->p.out_w,     NULL,          m->g.out_w,       NULL,
-                       m->spec.hidden, m->spec.vocab, TR_LINEAR_COLUMN, m};
+    return base_linear(m->p.out_w, NULL, m->spec.lora_rank ? NULL : m->g.out_w, NULL,
+                       m->spec.hidden, m->spec.vocab, TR_LINEAR_COLUMN, m);
 }
 
 /* Megatron's fused QKV rows are grouped: per KV group, its (heads/groups) query heads, then
@@ -85,7 +106,8 @@ tr_attn_desc tr_model_attn_desc(const tr_model *m) {
                           .groups = s->groups,
                           .head_dim = s->head_dim,
                           .scale = 1.0f / sqrtf((float)s->head_dim),
-                          .causal = 1};
+                          .causal = 1,
+                          .doc_start = m->doc_start};
 }
 
 /* Dropout site `site` of the current microbatch: a disjoint Philox counter range per site and
@@ -148,11 +170,8 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
     TR_TRY(tr_linear_fwd(ops, &qkv, ln1, m->dbig, rows));
     TR_TRY(tr_model_qkv_split(m, m->dbig, a->q, a->k, a->v, rows));
     if (s->rope) {
-        int rot = s->rope_p.rot_dim;
-        TR_TRY(ops->rope_fwd(a->q, a->q, m->rope_cos, m->rope_sin, m->batch, s->seq, s->heads,
-                             s->head_dim, rot));
-        TR_TRY(ops->rope_fwd(a->k, a->k, m->rope_cos, m->rope_sin, m->batch, s->seq, s->groups,
-                             s->head_dim, rot));
+        TR_TRY(tr_model_rope(m, a->q, s->heads, true));
+        TR_TRY(tr_model_rope(m, a->k, s->groups, true));
     }
     tr_attn_desc ad = tr_model_attn_desc(m);
     TR_TRY(ops->attention_fwd(a->attn, a->lse, a->q, a->k, a->v, &ad));
@@ -208,10 +227,7 @@ static tr_status embed_fwd(tr_model *m, float *x0) {
                                   vocab_start + s->vocab));
         TR_TRY(tr_tp_all_reduce(m, x0, n));
     }
-    int chunk = lrows / m->batch; /* positions of this rank's chunk of each sequence */
-    if (s->learned_pos)
-        TR_TRY(ops->pos_embedding_fwd(x0, m->p.pos_emb, m->batch, chunk, s->hidden,
-                                      s->sequence_parallel ? m->tp.rank * chunk : 0));
+    if (s->learned_pos) TR_TRY(tr_model_pos_embedding(m, x0, true));
     return dropout_fwd(m, x0, 0);
 }
 
@@ -263,6 +279,7 @@ tr_status tr_model_forward_part(tr_model *m, int part_index, int slot, const int
                                 const int32_t *targets, const float *x_in, float *x_out,
                                 float *loss) {
     TR_TRY(tr_model_select_slot(m, part_index, slot));
+    TR_TRY(tr_model_slot_sequences(m, part_index, slot, true));
     const tr_model_part *part = &m->parts[part_index];
     const tr_model_spec *s = &m->spec;
     int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);

@@ -40,5 +40,23 @@ tr_attn_desc tr_model_attn_desc(const tr_model *m);
 tr_status tr_model_dropout(const tr_model *m, float *y, const float *x, int site, bool forward);
 /* Philox counter offset of dropout site `site` (0 embedding, 1 + 2i attention, 2 + 2i MLP). */
 uint64_t tr_model_dropout_offset(const tr_model *m, int site);
+/* Makes the packed-sequence layout of (part, slot) current: a forward first stores the layout
+ * set by tr_model_set_sequences into the slot, a backward takes the one its forward stored. */
+tr_status tr_model_slot_sequences(tr_model *m, int part, int slot, bool forward);
+/* RoPE on x [batch, seq, heads, head_dim] in place (the inverse rotation when !forward), at
+ * positions 0..seq-1 or at the tokens' position ids. */
+tr_status tr_model_rope(const tr_model *m, float *x, int heads, bool forward);
+/* Learned positions of this rank's rows: added to x0 (forward) or their gradient accumulated
+ * from dx (backward). */
+tr_status tr_model_pos_embedding(tr_model *m, float *x, bool forward);
+/* LoRA: zeroes the gradients the backward leaves in frozen tensors (norms, embeddings), so only
+ * adapters carry a gradient (runtime/lora.c). */
+tr_status tr_model_clear_frozen_grads(tr_model *m);
+/* true when the adapters' input dropout is active (peft.dropout > 0, training). */
+bool tr_lora_dropout_on(const tr_model *m);
+/* The adapter dropout of linear l on its input x [rows, in] (forward: y = the dropped-out input;
+ * backward: y = the gradient through the same mask), drawn per logical element, so a
+ * row-parallel shard draws its columns of the unsharded layer's mask. y == x allowed. */
+tr_status tr_lora_dropout(const tr_linear *l, float *y, const float *x, int rows, bool forward);
 
 #endif

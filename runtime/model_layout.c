@@ -17,6 +17,7 @@ typedef struct layout {
     tr_param_info *info;
     int n, cap;
     int64_t total;
+    bool freeze; /* LoRA: parameters added now are frozen base weights */
 } layout;
 
 /* How the next parameter added is split over TP (reset after each add). */
@@ -44,6 +45,7 @@ static tr_status add_param_split(layout *l, const char *name, int rows, int cols
     p->offset = l->total;
     p->no_decay = no_decay;
     p->init = init;
+    p->frozen = l->freeze;
     p->split_dim = sp.tp > 1 ? sp.dim : -1;
     p->swiglu_split = sp.swiglu && p->split_dim >= 0;
     p->full_rows = sp.dim == 0 ? rows * sp.tp : rows;
@@ -83,6 +85,27 @@ static tr_status add_linear(layout *l, const char *prefix, int out, int in, bool
                            (split){column ? 1 : -1, swiglu, tp});
 }
 
+/* LoRA's adapter of linear layer `prefix` (Megatron-Bridge's names): A = linear_in [rank, in],
+ * B = linear_out [out, rank]. Under TP the adapter follows its layer (Megatron's
+ * ParallelLinearAdapter): a column-parallel layer's B splits its rows (SwiGLU's fc1: the rank's
+ * slice of gate and of up, like the layer), a row-parallel layer's A its columns. */
+static tr_status add_adapter(layout *l, const tr_model_spec *s, const char *prefix, int target,
+                             int out, int in, bool column, bool swiglu, int tp) {
+    if (!s->lora_rank || !(s->lora_targets & (1u << target))) return TR_OK;
+    char name[80];
+    bool freeze = l->freeze;
+    l->freeze = false;
+    snprintf(name, sizeof name, "%s.adapter.linear_in.weight", prefix);
+    tr_status st = add_param_split(l, name, s->lora_rank, in, false, s->lora_a_init,
+                                   (split){column ? -1 : 1, false, tp});
+    snprintf(name, sizeof name, "%s.adapter.linear_out.weight", prefix);
+    if (st == TR_OK)
+        st = add_param_split(l, name, out, s->lora_rank, false, s->lora_b_init,
+                             (split){column ? 0 : -1, column && swiglu, tp});
+    l->freeze = freeze;
+    return st;
+}
+
 static bool holds_layer(const tr_model_part *parts, int n_parts, int layer) {
     for (int k = 0; k < n_parts; k++)
         if (layer >= parts[k].first_layer && layer < parts[k].first_layer + parts[k].num_layers)
@@ -108,6 +131,7 @@ static tr_status add_word_embedding(layout *l, const tr_model_spec *s, int tp, b
 static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, int fc1_dim, int tp,
                               const tr_model_part *parts, int n_parts) {
     bool has_embedding = any_part(parts, n_parts, false), has_loss = any_part(parts, n_parts, true);
+    l->freeze = s->lora_rank > 0;
     if (has_embedding) {
         TR_TRY(add_word_embedding(l, s, tp, false));
         if (s->learned_pos) {
@@ -124,17 +148,22 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
         snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_qkv", i);
         TR_TRY(
             add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL, true, false, tp));
+        TR_TRY(add_adapter(l, s, pre, TR_LORA_QKV, qkv_dim, s->hidden, true, false, tp));
         snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_proj", i);
         TR_TRY(add_linear(l, pre, s->hidden, s->heads * s->head_dim, s->bias_linear,
                           TR_INIT_SCALED_NORMAL, false, false, tp));
+        TR_TRY(add_adapter(l, s, pre, TR_LORA_PROJ, s->hidden, s->heads * s->head_dim, false, false,
+                           tp));
         snprintf(pre, sizeof pre, "decoder.layers.%d.pre_mlp_layernorm", i);
         TR_TRY(add_norm(l, s, pre));
         snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.linear_fc1", i);
         TR_TRY(add_linear(l, pre, fc1_dim, s->hidden, s->bias_linear, TR_INIT_NORMAL, true,
                           s->swiglu, tp));
+        TR_TRY(add_adapter(l, s, pre, TR_LORA_FC1, fc1_dim, s->hidden, true, s->swiglu, tp));
         snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.linear_fc2", i);
         TR_TRY(add_linear(l, pre, s->hidden, s->ffn, s->bias_linear, TR_INIT_SCALED_NORMAL, false,
                           false, tp));
+        TR_TRY(add_adapter(l, s, pre, TR_LORA_FC2, s->hidden, s->ffn, false, false, tp));
     }
     if (!has_loss) return TR_OK;
     TR_TRY(add_norm(l, s, "decoder.final_layernorm"));
@@ -186,6 +215,15 @@ tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
         BIND(fc1_b, "mlp.linear_fc1.bias");
         BIND(fc2_w, "mlp.linear_fc2.weight");
         BIND(fc2_b, "mlp.linear_fc2.bias");
+        static const char *const adapted[TR_LORA_TARGETS] = {"self_attention.linear_qkv",
+                                                             "self_attention.linear_proj",
+                                                             "mlp.linear_fc1", "mlp.linear_fc2"};
+        for (int t = 0; t < TR_LORA_TARGETS; t++) {
+            snprintf(n, sizeof n, "decoder.layers.%d.%s.adapter.linear_in.weight", i, adapted[t]);
+            L->lora_a[t] = view(m, base, n);
+            snprintf(n, sizeof n, "decoder.layers.%d.%s.adapter.linear_out.weight", i, adapted[t]);
+            L->lora_b[t] = view(m, base, n);
+        }
     }
 #undef BIND
     return TR_OK;
@@ -271,6 +309,11 @@ static void carve_acts(tr_model *m, carver *c) {
     m->dk = carve(c, bt * gd);
     m->dv = carve(c, bt * gd);
     m->loss_dev = carve(c, 1);
+    m->lora_u = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
+    m->lora_du = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
+    int64_t widest = C > s->ffn ? C : s->ffn;
+    if (hd > widest) widest = hd;
+    m->lora_x = s->lora_rank && s->lora_dropout > 0.0f ? carve(c, bt * widest) : NULL;
 }
 
 static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
@@ -361,8 +404,9 @@ static tr_status alloc_slots(tr_model *m) {
     m->slot_acts = calloc((size_t)n_slots, sizeof *m->slot_acts);
     int64_t bt = (int64_t)m->batch * m->spec.seq;
     if (!m->slot_acts) return TR_ERR_NOMEM;
+    /* Per slot: ids, targets, document starts, position ids. */
     TR_TRY(tr_device_alloc(m->dev, TR_MEM_ACTIVATIONS,
-                           (size_t)(2 * n_slots) * (size_t)bt * sizeof *m->tok_buf,
+                           (size_t)(4 * n_slots) * (size_t)bt * sizeof *m->tok_buf,
                            (void **)&m->tok_buf));
     for (int k = 0; k < m->n_parts; k++) {
         const tr_model_part *p = &m->parts[k];
@@ -371,8 +415,10 @@ static tr_status alloc_slots(tr_model *m) {
             tr_slot_acts *a = &m->slot_acts[at];
             a->layers = calloc((size_t)(p->num_layers > 0 ? p->num_layers : 1), sizeof *a->layers);
             if (!a->layers) return TR_ERR_NOMEM;
-            if (p->has_embedding) a->ids = m->tok_buf + (int64_t)(2 * at) * bt;
-            if (p->has_loss) a->targets = m->tok_buf + (int64_t)(2 * at + 1) * bt;
+            if (p->has_embedding) a->ids = m->tok_buf + (int64_t)(4 * at) * bt;
+            if (p->has_loss) a->targets = m->tok_buf + (int64_t)(4 * at + 1) * bt;
+            a->doc_start = m->tok_buf + (int64_t)(4 * at + 2) * bt;
+            a->pos_ids = m->tok_buf + (int64_t)(4 * at + 3) * bt;
         }
     }
     return TR_OK;
@@ -473,6 +519,9 @@ void tr_model_free(tr_model *m) {
     free(m->slot_start);
     tr_device_free(dev, TR_MEM_ACTIVATIONS, m->tok_buf);
     free(m->parts);
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->pos_local);
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->pos_sin);
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->pos_cos);
     memset(m, 0, sizeof *m);
 }
 
@@ -522,14 +571,23 @@ tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
         uint64_t key = name_key(p->name);
         double std = p->init == TR_INIT_SCALED_NORMAL ? scaled
                      : p->init == TR_INIT_EMBEDDING   ? s->embed_init_std
+                     : p->init == TR_INIT_XAVIER      ? sqrt(2.0 / (p->full_rows + p->full_cols))
+                     : p->init == TR_INIT_NORMAL02    ? 0.2
                                                       : s->init_std;
+        /* kaiming_uniform_(a = sqrt(5)) on [out, in]: bound sqrt(6 / ((1 + 5) fan_in)). */
+        double bound = 1.0 / sqrt((double)p->full_cols);
         for (int64_t e = 0; e < p->numel; e++) {
+            uint64_t at = (uint64_t)tr_model_logical_index(m, p, e);
             if (p->init == TR_INIT_ZERO)
                 w[e] = 0.0f;
             else if (p->init == TR_INIT_ONE)
                 w[e] = 1.0f;
+            else if (p->init == TR_INIT_KAIMING)
+                w[e] = (float)(bound *
+                               (2.0 * tr_philox_uniform(seed * 0x9E3779B97F4A7C15ull + key, at) -
+                                1.0));
             else
-                w[e] = (float)std * normal_at(seed, key, (uint64_t)tr_model_logical_index(m, p, e));
+                w[e] = (float)std * normal_at(seed, key, at);
         }
         if (direct) continue;
         tr_status st =

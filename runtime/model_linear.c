@@ -1,6 +1,7 @@
 /* See runtime/model_linear.h. */
 #include "runtime/model_linear.h"
 
+#include "runtime/model_internal.h"
 #include "runtime/tensor_parallel.h"
 
 static bool seq_split(const tr_linear *l) {
@@ -18,6 +19,65 @@ static tr_status lin_gemm(const tr_ops *ops, const tr_linear *l, tr_transpose ta
     return ops->gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
+/* LoRA's low-rank path, in fp32 (the adapters are small), as Megatron's ParallelLinearAdapter
+ * splits it under TP: a column-parallel layer's adapter holds all of A and its rows of B, a
+ * row-parallel layer's its columns of A (summed over TP into u) and all of B. No sequence
+ * parallelism (runtime/lora.c refuses it). u = x A^T [rows, rank]. */
+static tr_status lora_down(const tr_ops *ops, const tr_linear *l, const float *x, int rows) {
+    int r = l->model->spec.lora_rank;
+    TR_TRY(ops->gemm(TR_NOTRANS, TR_TRANS, rows, r, l->in, 1.0f, x, l->in, l->lora_a, l->in, 0.0f,
+                     l->model->lora_u, r));
+    if (l->kind != TR_LINEAR_ROW) return TR_OK;
+    return tr_tp_all_reduce(l->model, l->model->lora_u, (int64_t)rows * r);
+}
+
+/* The adapter's input: x, or x through the adapter dropout (peft.dropout, position "pre"). */
+static tr_status lora_input(const tr_linear *l, const float *x, int rows, const float **xa) {
+    *xa = x;
+    if (!tr_lora_dropout_on(l->model)) return TR_OK;
+    *xa = l->model->lora_x;
+    return tr_lora_dropout(l, l->model->lora_x, x, rows, true);
+}
+
+/* y += scale * u B^T; B = 0 (its initial value) adds exact zeros, so the output is bitwise the
+ * base layer's. */
+static tr_status lora_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y,
+                          int rows) {
+    int r = l->model->spec.lora_rank;
+    TR_TRY(lora_input(l, x, rows, &x));
+    TR_TRY(lora_down(ops, l, x, rows));
+    return ops->gemm(TR_NOTRANS, TR_TRANS, rows, l->out, r, l->model->spec.lora_scale,
+                     l->model->lora_u, r, l->lora_b, r, 1.0f, y, l->out);
+}
+
+/* dB += scale dy^T u, du = scale dy B (summed over a column layer's output shards), dA += du^T x,
+ * and dx += du A when dx is wanted: a column layer's dx is then already complete (the caller
+ * adds it after the base layer's all-reduce), a row layer's is its own input shard. */
+static tr_status lora_bwd(const tr_ops *ops, const tr_linear *l, const float *x, const float *dy,
+                          float *dx, int rows) {
+    const tr_model *m = l->model;
+    int r = m->spec.lora_rank;
+    float scale = m->spec.lora_scale;
+    TR_TRY(lora_input(l, x, rows, &x));
+    TR_TRY(lora_down(ops, l, x, rows));
+    TR_TRY(ops->gemm(TR_TRANS, TR_NOTRANS, l->out, r, rows, scale, dy, l->out, m->lora_u, r, 1.0f,
+                     l->lora_db, r));
+    TR_TRY(ops->gemm(TR_NOTRANS, TR_NOTRANS, rows, r, l->out, scale, dy, l->out, l->lora_b, r, 0.0f,
+                     m->lora_du, r));
+    if (l->kind == TR_LINEAR_COLUMN) TR_TRY(tr_tp_all_reduce(m, m->lora_du, (int64_t)rows * r));
+    TR_TRY(ops->gemm(TR_TRANS, TR_NOTRANS, r, l->in, rows, 1.0f, m->lora_du, r, x, l->in, 1.0f,
+                     l->lora_da, l->in));
+    if (!dx) return TR_OK;
+    if (!tr_lora_dropout_on(m))
+        return ops->gemm(TR_NOTRANS, TR_NOTRANS, rows, l->in, r, 1.0f, m->lora_du, r, l->lora_a,
+                         l->in, 1.0f, dx, l->in);
+    /* Through the dropout mask: du A into the (no longer needed) dropped-out input, then back. */
+    TR_TRY(ops->gemm(TR_NOTRANS, TR_NOTRANS, rows, l->in, r, 1.0f, m->lora_du, r, l->lora_a, l->in,
+                     0.0f, m->lora_x, l->in));
+    TR_TRY(tr_lora_dropout(l, m->lora_x, m->lora_x, rows, false));
+    return ops->add(dx, m->lora_x, (int64_t)rows * l->in);
+}
+
 tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y, int rows) {
     bool sp_out = l->kind == TR_LINEAR_ROW && seq_split(l);
     float *out = sp_out ? l->model->sp_full : y;
@@ -30,6 +90,7 @@ tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, f
         TR_TRY(tr_tp_all_reduce(l->model, y, (int64_t)rows * l->out));
     }
     if (l->b) TR_TRY(ops->bias_add(y, l->b, rows, l->out));
+    if (l->lora_a) TR_TRY(lora_fwd(ops, l, x, y, rows));
     return TR_OK;
 }
 
@@ -40,15 +101,16 @@ tr_status tr_linear_bwd(const tr_ops *ops, const tr_linear *l, const float *x, c
         TR_TRY(tr_tp_seq_gather(l->model, dy, l->model->sp_full, l->out));
         dy = l->model->sp_full;
     }
-    TR_TRY(lin_gemm(ops, l, TR_TRANS, TR_NOTRANS, l->out, l->in, rows, dy, l->out, x, l->in, 1.0f,
-                    l->dw, l->in));
+    if (l->dw)
+        TR_TRY(lin_gemm(ops, l, TR_TRANS, TR_NOTRANS, l->out, l->in, rows, dy, l->out, x, l->in,
+                        1.0f, l->dw, l->in));
     if (l->db) TR_TRY(ops->bias_grad(l->db, dy, rows, l->out));
-    if (!dx) return TR_OK;
+    if (!dx) return l->lora_a ? lora_bwd(ops, l, x, dy, NULL, rows) : TR_OK;
     bool sp_dx = l->kind == TR_LINEAR_COLUMN && seq_split(l);
     float *out = sp_dx ? l->model->sp_full : dx;
     TR_TRY(lin_gemm(ops, l, TR_NOTRANS, TR_NOTRANS, rows, l->in, l->out, dy, l->out, l->w, l->in,
                     0.0f, out, l->in));
     if (sp_dx) return tr_tp_seq_reduce_scatter(l->model, out, dx, l->in);
-    if (l->kind == TR_LINEAR_COLUMN) return tr_tp_all_reduce(l->model, dx, (int64_t)rows * l->in);
-    return TR_OK;
+    if (l->kind == TR_LINEAR_COLUMN) TR_TRY(tr_tp_all_reduce(l->model, dx, (int64_t)rows * l->in));
+    return l->lora_a ? lora_bwd(ops, l, x, dy, dx, rows) : TR_OK;
 }

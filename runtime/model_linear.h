@@ -19,12 +19,18 @@ typedef struct tr_linear {
     int in, out;        /* local (shard) sizes */
     tr_linear_kind kind;
     const tr_model *model; /* its TP group and shard */
+    /* LoRA (runtime/lora.h): y += scale * (x A^T) B^T with A [rank, in], B [out, rank]; a NULL
+     * lora_a means no adapter. A frozen layer has dw (and db) NULL: no weight gradient. */
+    const float *lora_a, *lora_b;
+    float *lora_da, *lora_db;
+    int lora_site; /* layer * TR_LORA_TARGETS + target: the adapter's dropout stream */
 } tr_linear;
 
 /* y [rows, out] = x [rows, in] W^T + b (overwrites y). rows counts whole sequences; with sequence
  * parallelism a row-parallel layer's y holds this rank's sequence chunk only (rows/tp). */
 tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y, int rows);
-/* dW += dy^T x, db += column sums of dy, and dx = dy W (overwritten; skipped when dx is NULL).
+/* dW += dy^T x, db += column sums of dy (each skipped when NULL), and dx = dy W (overwritten;
+ * skipped when dx is NULL); with an adapter also its gradients and its part of dx.
  * With sequence parallelism a column-parallel layer's dx and a row-parallel layer's dy are this
  * rank's sequence chunk (rows/tp). */
 tr_status tr_linear_bwd(const tr_ops *ops, const tr_linear *l, const float *x, const float *dy,

@@ -98,6 +98,7 @@ tr_status tr_optimizer_step(tr_optimizer *o, float *params, const float *grads, 
     o->step++;
     for (int i = 0; i < o->n_info; i++) {
         const tr_param_info *p = &o->info[i];
+        if (p->frozen) continue; /* LoRA's base weights: no update, no weight decay */
         float decay = p->no_decay ? 0.0f : (float)wd;
         int64_t off = p->offset;
         if (o->spec.sgd) {

@@ -11,6 +11,7 @@
 
 #include "runtime/data/sampler.h"
 #include "runtime/device.h"
+#include "runtime/lora.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
 #include "runtime/pipeline_exec.h"
@@ -45,6 +46,7 @@ typedef struct trainer {
     tr_train_log log;
     int mbs, nmb, gbs, seq;
     int32_t *sample, *ids, *tgt;
+    int32_t *doc_start, *pos; /* fine-tuning data: the microbatch's documents and positions */
     int eod_mask;
     int per_token_loss; /* model.calculate_per_token_loss */
     int64_t buckets_started_early;
@@ -58,11 +60,23 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Fine-tuning data: targets come masked from the dataset, and the model learns where each
+ * packed document starts and the positions inside it. */
+static tr_status load_sequences(trainer *t, int split, int64_t first, const int64_t *index) {
+    for (int b = 0; b < t->mbs; b++) {
+        int64_t at = (int64_t)b * t->seq;
+        tr_token_sequence seq = {t->ids + at, t->tgt + at, t->doc_start + at, t->pos + at};
+        TR_TRY(t->data.sequence(&t->data, split, index ? index[b] : first + b, &seq));
+    }
+    return tr_model_set_sequences(&t->model, t->doc_start, t->pos);
+}
+
 /* Microbatch of the mbs samples index[0..mbs) of `split` (consecutive from index[0] when index
  * is NULL): inputs are tokens [0, seq), labels tokens [1, seq]. With dataset.eod_mask_loss the
  * loss is masked where the INPUT token is end-of-document, as Megatron's GPTDataset does (and as
  * runtime/data/gpt_dataset.c, checked against megatron-core, does). */
 static tr_status load_microbatch(trainer *t, int split, int64_t first, const int64_t *index) {
+    if (t->data.sequence) return load_sequences(t, split, first, index);
     for (int b = 0; b < t->mbs; b++) {
         TR_TRY(t->data.sample(&t->data, split, index ? index[b] : first + b, t->sample));
         int32_t *ids = t->ids + (int64_t)b * t->seq, *tgt = t->tgt + (int64_t)b * t->seq;
@@ -376,6 +390,7 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     tr_model_spec ms;
     tr_optimizer_spec os;
     int bad = tr_model_spec_from_config(c, &ms, d) != TR_OK;
+    bad |= tr_lora_spec_from_config(c, &ms, d) != TR_OK;
     bad |= tr_optimizer_spec_from_config(c, &os, d) != TR_OK;
     bad |= tr_lr_schedule_from_config(c, &t->sched, d) != TR_OK;
     bad |= tr_train_check_features(c, d);
@@ -451,7 +466,9 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     t->sample = malloc((size_t)(t->seq + 1) * sizeof *t->sample);
     t->ids = malloc((size_t)bt * sizeof *t->ids);
     t->tgt = malloc((size_t)bt * sizeof *t->tgt);
-    if (!t->sample || !t->ids || !t->tgt) return TR_ERR_NOMEM;
+    t->doc_start = malloc((size_t)bt * sizeof *t->doc_start);
+    t->pos = malloc((size_t)bt * sizeof *t->pos);
+    if (!t->sample || !t->ids || !t->tgt || !t->doc_start || !t->pos) return TR_ERR_NOMEM;
     /* checkpoint: load into the model and optimizer, and where the loop resumes */
     tr_train_ckpt_env ce = {.c = c,
                             .comm = t->distributed ? t->o->comm : NULL,
@@ -476,6 +493,8 @@ static void teardown(trainer *t) {
     free(t->sample);
     free(t->ids);
     free(t->tgt);
+    free(t->doc_start);
+    free(t->pos);
 }
 
 static tr_status nan_loss(tr_diags *d, int64_t iteration, double loss) {
@@ -641,7 +660,7 @@ static tr_status loop(trainer *t, tr_train_result *r) {
 }
 
 /* The logical model's parameters (whole tensors, not this rank's TP shards or stages). */
-static int64_t count_params(const tr_model *m) {
+static int64_t count_params(const tr_model *m, bool trainable_only) {
     tr_model_part whole = {0, m->full.num_layers, true, true, 1};
     tr_param_info *info = NULL;
     int n_info = 0;
@@ -649,7 +668,7 @@ static int64_t count_params(const tr_model *m) {
     if (tr_model_param_list(&m->full, (tr_tp_shard){0, 1}, &whole, 1, &info, &n_info, &numel) !=
         TR_OK)
         return -1;
-    for (int i = 0; i < n_info; i++) n += info[i].numel;
+    for (int i = 0; i < n_info; i++) n += trainable_only && info[i].frozen ? 0 : info[i].numel;
     free(info);
     return n;
 }
@@ -670,8 +689,14 @@ tr_status tr_train_run(const tr_config *c, const tr_train_opts *o, tr_train_resu
         fprintf(o->log,
                 "model: %lld parameters (%d layers, hidden %d); %d microbatch(es) of %d x %d "
                 "tokens per iteration; %lld training samples per epoch\n",
-                (long long)count_params(&t.model), t.model.full.num_layers, t.model.full.hidden,
-                t.nmb, t.mbs, t.seq, (long long)t.data.n_samples[TR_SPLIT_TRAIN]);
+                (long long)count_params(&t.model, false), t.model.full.num_layers,
+                t.model.full.hidden, t.nmb, t.mbs, t.seq,
+                (long long)t.data.n_samples[TR_SPLIT_TRAIN]);
+    if (s == TR_OK && o->log && t.model.spec.lora_rank)
+        fprintf(o->log,
+                "LoRA: rank %d, scale %g; %lld adapter parameters train, the rest is frozen\n",
+                t.model.spec.lora_rank, (double)t.model.spec.lora_scale,
+                (long long)count_params(&t.model, true));
     tr_train_signals sig = {0};
     if (s == TR_OK && o->handle_signals) tr_train_signals_install(&sig);
     if (s == TR_OK) s = loop(&t, r);

@@ -7,6 +7,7 @@
 
 #include "runtime/checkpoint/reader.h"
 #include "runtime/device.h"
+#include "runtime/lora.h"
 #include "runtime/train_ckpt_tensors.h"
 
 #ifndef TRESTLE_VERSION
@@ -390,6 +391,21 @@ static tr_status read_scalars(tr_train_ckpt *k, tr_ckpt_reader *r, bool with_opt
     return TR_OK;
 }
 
+/* LoRA from pretrained weights: the base checkpoint has no adapters, which keep their initial
+ * values (B = 0: the model starts as the base model). */
+static void skip_new_adapters(tr_ckpt_list *l, tr_ckpt_reader *r) {
+    int kept = 0;
+    for (int i = 0; i < l->n; i++) {
+        if (tr_lora_is_adapter(l->names[i]) && !has_tensor(r, l->names[i])) {
+            free(l->names[i]);
+            continue;
+        }
+        l->t[kept] = l->t[i];
+        l->names[kept++] = l->names[i];
+    }
+    l->n = kept;
+}
+
 /* Reads everything this rank needs; nothing is applied to the loop position unless the whole
  * load succeeded on every rank (the caller agrees first). */
 static tr_status load_from(tr_train_ckpt *k, const char *dir, source src, int64_t *scalars,
@@ -400,6 +416,8 @@ static tr_status load_from(tr_train_ckpt *k, const char *dir, source src, int64_
     tr_status st = TR_OK;
     if (cc->verify_integrity && k->rank == 0) st = tr_ckpt_verify(r, NULL, k->d);
     bool resume = src == SRC_RESUME;
+    /* Pretrained weights are the whole base model; anything else holds what a save wrote. */
+    k->trainable_only = resume && k->env.model->spec.lora_rank > 0;
     *with_opt = resume && cc->load_optim && has_tensor(r, "optimizer.step");
     *with_rng = resume && cc->load_rng && has_tensor(r, "rng.dropout_seed");
     if (resume && cc->load_optim && !*with_opt)
@@ -415,6 +433,7 @@ static tr_status load_from(tr_train_ckpt *k, const char *dir, source src, int64_
     if (st == TR_OK)
         st = host_view_open(k, &params, k->env.model->params, (size_t)k->env.model->n_params, true);
     if (st == TR_OK) st = tr_ckpt_list_add_params(&l, k, "", params.host, 0, false);
+    if (st == TR_OK && !resume) skip_new_adapters(&l, r);
     if (st == TR_OK && *with_opt) st = opt_state_alloc(k, &os);
     if (st == TR_OK && *with_opt) st = opt_state_views(k, &os, k->env.opt != NULL);
     if (st == TR_OK && *with_opt) st = add_opt_tensors(&l, k, &os, false);
@@ -433,6 +452,27 @@ static tr_status load_from(tr_train_ckpt *k, const char *dir, source src, int64_
     opt_state_free(k, &os);
     tr_ckpt_list_free(&l);
     tr_ckpt_close(r);
+    return st;
+}
+
+/* Resuming LoRA: the checkpoint holds the adapters only, so the frozen base is read first from
+ * checkpoint.pretrained_checkpoint (which validation requires for PEFT). */
+static tr_status load_lora_base(tr_train_ckpt *k) {
+    const char *base = k->env.c->checkpoint.pretrained_checkpoint;
+    if (!base)
+        return tr_diag_add(k->d, TR_SEV_ERROR, "checkpoint.peft_needs_pretrained", NULL,
+                           "checkpoint.pretrained_checkpoint",
+                           "set checkpoint.pretrained_checkpoint to the base model's checkpoint",
+                           "a LoRA checkpoint holds only the adapters: resuming needs the base");
+    char *dir = NULL;
+    int64_t iteration = 0, scalars[S_COUNT] = {0};
+    bool with_opt = false, with_rng = false;
+    tr_status st = tr_ckpt_find(base, -1, &dir, &iteration, k->d);
+    if (st == TR_OK) st = load_from(k, dir, SRC_WEIGHTS, scalars, &with_opt, &with_rng);
+    if (st == TR_OK && k->rank == 0 && k->env.log)
+        fprintf(k->env.log, "checkpoint: loaded base weights from %s (iteration %lld)\n", dir,
+                (long long)iteration);
+    free(dir);
     return st;
 }
 
@@ -481,7 +521,9 @@ tr_status tr_train_ckpt_setup(tr_train_ckpt *k, const tr_train_ckpt_env *env, tr
     }
     int64_t scalars[S_COUNT] = {0};
     bool with_opt = false, with_rng = false;
-    st = agree(k, load_from(k, dir, src, scalars, &with_opt, &with_rng));
+    if (src == SRC_RESUME && env->model->spec.lora_rank > 0) st = agree(k, load_lora_base(k));
+    if (st == TR_OK) st = agree(k, load_from(k, dir, src, scalars, &with_opt, &with_rng));
+    k->trainable_only = env->model->spec.lora_rank > 0;
     if (st == TR_OK && src == SRC_RESUME) {
         k->resume = (tr_train_ckpt_pos){.iteration = scalars[S_ITERATION],
                                         .consumed_samples = scalars[S_CONSUMED],

@@ -52,6 +52,9 @@ typedef struct tr_train_ckpt {
     tr_ckpt_save *pending_save;
     tr_ckpt_async *pending_write;
     int64_t pending_iteration;
+    /* LoRA: saves and resumes list only the trainable tensors (the adapters and their optimizer
+     * state); the frozen base comes from checkpoint.pretrained_checkpoint. */
+    bool trainable_only;
 } tr_train_ckpt;
 
 /* Loads the checkpoint the config asks for into the model, optimizer and k->resume (all ranks

@@ -116,6 +116,7 @@ tr_status tr_ckpt_list_add_params(tr_ckpt_list *l, const tr_train_ckpt *k, const
     const tr_model *m = k->env.model;
     for (int i = 0; i < m->n_info; i++) {
         const tr_param_info *p = &m->info[i];
+        if (k->trainable_only && p->frozen) continue;
         tr_ckpt_param_role role = tr_train_ckpt_param_role(k, i);
         block b = {.kind = p->name,
                    .layer = -1,
@@ -140,7 +141,11 @@ tr_status tr_ckpt_list_add_params(tr_ckpt_list *l, const tr_train_ckpt *k, const
             if (b.row0 + b.rows > b.full_rows) b.rows = b.full_rows - b.row0;
             if (b.rows <= 0) continue;
         }
-        if (!(m->full.swiglu && b.layer >= 0 && strncmp(b.kind, "mlp.linear_fc1.", 15) == 0)) {
+        /* LoRA's fc1 adapter: B's rows are [gate; up] like the layer's, A is one tensor. */
+        bool gate_up = m->full.swiglu && b.layer >= 0 &&
+                       strncmp(b.kind, "mlp.linear_fc1.", 15) == 0 &&
+                       !strstr(b.kind, "adapter.linear_in");
+        if (!gate_up) {
             TR_TRY(
                 add_block(l, k, prefix, &b, role, p->split_dim, turn0 + i + layer_turn, for_save));
             continue;

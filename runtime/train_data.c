@@ -7,6 +7,7 @@
 #include "kernels/common/philox.h"
 #include "runtime/dataset_indexed.h"
 #include "runtime/dataset_mock.h"
+#include "runtime/dataset_sft.h"
 #include "runtime/dataset_text.h"
 
 static int64_t gcd64(int64_t a, int64_t b) {
@@ -67,6 +68,7 @@ tr_status tr_train_data_open(const tr_config *c, tr_token_dataset *ds, tr_diags 
         return tr_dataset_text_open(ds, dc->data_path.v[0], seq, (uint64_t)dc->random_seed, split,
                                     d);
     }
+    if (dc->type == TR_DS_SFT) return tr_dataset_sft_open(c, ds, d);
     /* Megatron-prepared data: indexed .bin/.idx files, a blend, or per-split blends. */
     if (dc->type == TR_DS_GPT && (!dc->data_path.null || !dc->train_data_path.null ||
                                   !dc->valid_data_path.null || !dc->test_data_path.null))
@@ -81,12 +83,12 @@ tr_status tr_train_data_open(const tr_config *c, tr_token_dataset *ds, tr_diags 
         return tr_dataset_mock_open(ds, seq, (int)vocab, (int32_t)(vocab - 1),
                                     (uint64_t)dc->random_seed, split);
     }
-    return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL,
-                       "dataset.type,dataset.data_path",
-                       "train on mock data (dataset.type=gpt without data_path) or a text file "
-                       "(dataset.type=text dataset.data_path=FILE); indexed and SFT data arrive "
-                       "with the data pipeline",
-                       "the CPU training runtime reads only mock and plain-text data so far");
+    return tr_diag_add(
+        d, TR_SEV_ERROR, "runtime.unsupported", NULL, "dataset.type,dataset.data_path",
+        "train on mock data (dataset.type=gpt without data_path) or a text file "
+        "(dataset.type=text dataset.data_path=FILE), indexed data (dataset.data_path) "
+        "or JSONL fine-tuning data (dataset.type=sft dataset.dataset_root=DIR)",
+        "the training runtime does not read this kind of dataset");
 }
 
 void tr_train_data_close(tr_token_dataset *ds) {

@@ -12,6 +12,14 @@
 
 #include "runtime/data/gpt_dataset.h" /* TR_SPLIT_TRAIN / _VALID / _TEST, shared with the data library */
 
+/* One training sequence of fine-tuning data, every array [seq]: input ids, targets (-1 where the
+ * loss mask is 0: prompt, padding), the first position of each token's document (packed
+ * sequences attend within their document) and the token's position in its document (RoPE and
+ * learned positions restart there, as in Megatron's packed THD format). */
+typedef struct tr_token_sequence {
+    int32_t *ids, *targets, *doc_start, *pos;
+} tr_token_sequence;
+
 typedef struct tr_token_dataset tr_token_dataset;
 struct tr_token_dataset {
     int seq;
@@ -20,12 +28,17 @@ struct tr_token_dataset {
     uint64_t seed;
     /* Writes seq + 1 tokens of sample `index` (any index >= 0 for a non-empty split). */
     tr_status (*sample)(const tr_token_dataset *ds, int split, int64_t index, int32_t *out);
+    /* Fine-tuning data fills this instead (sample is then NULL); NULL for pretraining data. */
+    tr_status (*sequence)(const tr_token_dataset *ds, int split, int64_t index,
+                          const tr_token_sequence *out);
     void (*destroy)(tr_token_dataset *ds);
     void *impl;
 };
 
 /* Opens the dataset the config names: dataset.type gpt without data files is the mock dataset,
- * dataset.type text is a byte-level text file; anything else is a diagnostic. */
+ * with data files Megatron's indexed data, dataset.type text is a byte-level text file,
+ * dataset.type sft JSONL under dataset.dataset_root (runtime/dataset_sft.h); anything else is a
+ * diagnostic. */
 tr_status tr_train_data_open(const tr_config *c, tr_token_dataset *ds, tr_diags *d);
 void tr_train_data_close(tr_token_dataset *ds);
 

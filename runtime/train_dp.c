@@ -37,6 +37,7 @@ static tr_status build_layout(tr_train_dp *t, const tr_config *c, const tr_model
         snprintf(gp[i].name, sizeof gp[i].name, "%s", m->info[i].name);
         gp[i].numel = m->info[i].numel;
         gp[i].no_weight_decay = m->info[i].no_decay;
+        gp[i].frozen = m->info[i].frozen;
         gp[i].tp_replicated = m->tp.size > 1 && m->info[i].split_dim < 0;
         /* As Megatron: a tied embedding split over the pipeline has a bucket of its own on both
          * stages, so the distributed optimizer's shards of the two copies cover the same rows

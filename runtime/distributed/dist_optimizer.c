@@ -59,6 +59,7 @@ void tr_dist_opt_free(tr_dist_opt *o) {
 static tr_status step_range(tr_dist_opt *o, const tr_grad_range *r, float lr, float wd,
                             int64_t step) {
     const tr_grad_slot *s = &o->layout->params[r->param];
+    if (s->param.frozen) return TR_OK;
     float decay = s->param.no_weight_decay ? 0.0f : wd;
     float *p = o->params + r->offset, *m = o->m + r->state_offset, *v = o->v + r->state_offset;
     const float *g = o->grads + r->offset;

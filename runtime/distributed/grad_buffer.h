@@ -22,6 +22,7 @@ typedef struct tr_grad_param {
     char name[96];
     int64_t numel;
     bool no_weight_decay; /* biases and norm weights */
+    bool frozen;          /* LoRA's base weights: never updated */
     /* The same values on every TP rank (e.g. norm weights): its gradient norm is counted on TP
      * rank 0 only. Layout ignores it; tr_grad_counted_mask reads it. */
     bool tp_replicated;

@@ -47,6 +47,19 @@ same 2 dp2_distopt --recipe llama_tiny_pretrain ddp.use_distributed_optimizer=tr
     ddp.overlap_grad_reduce=true ddp.overlap_param_gather=true ddp.check_for_nan_in_grad=true \
     logger.log_params_norm=true
 
+# Fine-tuning: packed SFT sequences (document starts and position ids staged into the activation
+# slots, per-rank position rows gathered on the device) under PP 2 and under TP 2 with sequence
+# parallelism, and LoRA adapters under TP 2 loading their base weights from a checkpoint.
+same 2 sft_pp2 --recipe llama_tiny_sft dataset.dataset_root="$SRC/data/sft_tiny" -pp 2
+same 2 sft_tp2_sp --recipe llama_tiny_sft dataset.dataset_root="$SRC/data/sft_tiny" -tp 2 \
+    dataset.pad_seq_to_mult=2 \
+    model.sequence_parallel=true
+rr --recipe llama_tiny_pretrain train.train_iters=2 checkpoint.save="$TMP/pt" \
+    checkpoint.save_interval=2 validation.eval_iters=0 logger.output_dir="$TMP/o_pt"
+expect_rc 0 "pretraining for the LoRA base"
+same 2 lora_tp2 --recipe llama_tiny_lora dataset.dataset_root="$SRC/data/sft_tiny" -tp 2 \
+    checkpoint.pretrained_checkpoint="$TMP/pt"
+
 # Checkpoints through the device layer: DP 2 with the distributed optimizer (moments assembled
 # on the device, then staged to the host) and fp16 (the loss scaler's state). Saved and resumed
 # under cpu-strict, the resumed iterations equal the uninterrupted cpu run's.

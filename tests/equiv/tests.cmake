@@ -161,3 +161,46 @@ tr_equiv_lowp_test(gpt_dp2_distopt_fp16_static 2 gpt_tiny_pretrain ${TR_EQUIV_CO
                    mixed_precision.loss_scale=1024 -- ${TR_DISTOPT})
 tr_equiv_lowp_test(bf16_detects_fp32 2 --expect-differ llama_tiny_pretrain ${TR_EQUIV_COMMON}
                    mixed_precision.preset=fp32 -- ${TR_BF16} ${TR_TP2})
+
+# Fine-tuning (SFT) on the shipped JSONL set, packed: document masks, per-document positions and
+# loss masks under TP, DP, TP + sequence parallel + DP (learned positions gathered per rank's
+# sequence chunk) and PP (each stage keeps every in-flight microbatch's layout in its slot;
+# interleaved with TP, and the forward-only evaluation).
+set(TR_SFT_COMMON dataset.dataset_root=${CMAKE_SOURCE_DIR}/data/sft_tiny dataset.pad_seq_to_mult=2
+                  train.train_iters=5 train.global_batch_size=8 train.micro_batch_size=1
+                  validation.eval_iters=0 logger.log_interval=1000 scheduler.lr_warmup_iters=2
+                  optimizer.lr=3e-3)
+tr_equiv_test(llama_sft_tp2 2 llama_tiny_sft ${TR_SFT_COMMON} -- ${TR_TP2})
+tr_equiv_test(llama_sft_dp2 2 llama_tiny_sft ${TR_SFT_COMMON} --)
+set(TR_SFT_GPT dataset.type=sft dataset.enable_offline_packing=true dataset.packed_sequence_size=64
+               dataset.pad_to_max_length=true)
+tr_equiv_test(gpt_sft_tp2_sp_dp2 4 gpt_tiny_pretrain ${TR_SFT_COMMON} ${TR_SFT_GPT} -- ${TR_TP2} ${TR_SP})
+tr_equiv_test(llama_sft_pp2_eval 2 llama_tiny_sft ${TR_SFT_COMMON} model.num_layers=4
+              validation.eval_iters=1 validation.eval_interval=5 -- ${TR_PP2})
+tr_equiv_test(gpt_sft_tp2_pp2_vpp2 4 gpt_tiny_pretrain ${TR_SFT_COMMON} ${TR_SFT_GPT} model.num_layers=4
+              -- ${TR_TP2} ${TR_PP2} ${TR_VPP2})
+
+# LoRA (frozen base, adapters trained) from a pretrained checkpoint that a setup test writes:
+# DP, TP x DP with the adapters split as Megatron's ParallelLinearAdapter, and TP x PP. The TP
+# runs have adapter collectives the analytic volume does not count, so they skip --check-volume.
+set(TR_LORA_BASE ${CMAKE_BINARY_DIR}/equiv_lora_base)
+add_test(NAME mpi_equiv_lora_base
+         COMMAND $<TARGET_FILE:run_recipe> --recipe llama_tiny_pretrain train.train_iters=5
+                 validation.eval_iters=0 checkpoint.save=${TR_LORA_BASE} checkpoint.save_interval=5
+                 logger.output_dir=${TR_LORA_BASE}/log)
+set_tests_properties(mpi_equiv_lora_base PROPERTIES LABELS "mpi" FIXTURES_SETUP lora_base
+                     ENVIRONMENT "${TR_EQUIV_ENV};OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+set(TR_LORA_COMMON ${TR_SFT_COMMON} checkpoint.pretrained_checkpoint=${TR_LORA_BASE} optimizer.lr=1e-2)
+tr_equiv_test(llama_lora_dp2 2 llama_tiny_lora ${TR_LORA_COMMON} --)
+function(tr_equiv_lora_tp_test name)
+  add_test(NAME mpi_equiv_${name}
+           COMMAND ${TR_EQUIV_MPIRUN} 4 ${MPIEXEC_PREFLAGS} $<TARGET_FILE:equiv_check>
+                   ${MPIEXEC_POSTFLAGS} llama_tiny_lora ${TR_LORA_COMMON} ${ARGN})
+  set_tests_properties(mpi_equiv_${name} PROPERTIES LABELS "mpi" TIMEOUT 120 RUN_SERIAL TRUE
+                       ENVIRONMENT "${TR_EQUIV_ENV}" FIXTURES_REQUIRED lora_base)
+endfunction()
+tr_equiv_lora_tp_test(llama_lora_tp2_dp2 -- ${TR_TP2})
+tr_equiv_lora_tp_test(llama_lora_tp2_pp2 -- ${TR_TP2} ${TR_PP2})
+# Adapter dropout: masks keyed by the global microbatch and the logical input element.
+tr_equiv_lora_tp_test(llama_lora_dropout_tp2_dp2 peft.dropout=0.1 optimizer.lr=3e-3 -- ${TR_TP2})
+set_tests_properties(mpi_equiv_llama_lora_dp2 PROPERTIES FIXTURES_REQUIRED lora_base)

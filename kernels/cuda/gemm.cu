@@ -139,13 +139,15 @@ static cublasOperation_t op_of(tr_transpose t) {
     return t == TR_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
 
-tr_status tr_cuda_gemm(tr_transpose ta, tr_transpose tb, int m, int n, int k, float alpha,
-                       const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                       int ldc) {
+/* An fp32 C from A and B of type ab (fp32, or fp16 for the loss-scaled path), fp32
+ * accumulation. */
+static tr_status gemm_f32_out(const char *what, cudaDataType_t ab, tr_transpose ta, tr_transpose tb,
+                              int m, int n, int k, float alpha, const void *a, int lda,
+                              const void *b, int ldb, float beta, float *c, int ldc) {
     TR_TRY(check_gemm(ta, tb, m, n, k, lda, ldb, ldc));
     if (m == 0 || n == 0) return TR_OK;
     if (!c || (k > 0 && (!a || !b))) return TR_ERR_INVALID;
-    TR_CUDA_CTX("gemm");
+    TR_CUDA_CTX(what);
     if (k == 0) {
         scale_c_kernel<float>
             <<<tr_cuda_blocks((int64_t)m * n, TR_CUDA_THREADS), TR_CUDA_THREADS, 0, ctx->stream>>>(
@@ -155,10 +157,15 @@ tr_status tr_cuda_gemm(tr_transpose ta, tr_transpose tb, int m, int n, int k, fl
     }
     /* CUBLAS_COMPUTE_32F keeps full fp32 products (no TF32), the CPU table's precision; the
      * fast path for training is tr_cuda_gemm_bf16. */
-    lt_gemm g = {op_of(tb), op_of(ta), n,          m, k,   b,          a,
-                 ldb,       lda,       CUDA_R_32F, c, ldc, CUDA_R_32F, CUBLAS_COMPUTE_32F,
-                 alpha,     beta,      NULL};
+    lt_gemm g = {op_of(tb),  op_of(ta),          n,     m,    k,   b, a, ldb, lda, ab, c, ldc,
+                 CUDA_R_32F, CUBLAS_COMPUTE_32F, alpha, beta, NULL};
     return lt_matmul(ctx, &g);
+}
+
+tr_status tr_cuda_gemm(tr_transpose ta, tr_transpose tb, int m, int n, int k, float alpha,
+                       const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                       int ldc) {
+    return gemm_f32_out("gemm", CUDA_R_32F, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 extern "C" tr_status tr_cuda_gemm_bf16(tr_transpose ta, tr_transpose tb, int m, int n, int k,
@@ -224,21 +231,8 @@ extern "C" tr_status tr_cuda_gemm_bf16(tr_transpose ta, tr_transpose tb, int m, 
 extern "C" tr_status tr_cuda_gemm_f16(tr_transpose ta, tr_transpose tb, int m, int n, int k,
                                       float alpha, const uint16_t *a, int lda, const uint16_t *b,
                                       int ldb, float beta, float *c, int ldc) {
-    TR_TRY(check_gemm(ta, tb, m, n, k, lda, ldb, ldc));
-    if (m == 0 || n == 0) return TR_OK;
-    if (!c || (k > 0 && (!a || !b))) return TR_ERR_INVALID;
-    TR_CUDA_CTX("gemm_f16");
-    if (k == 0) {
-        scale_c_kernel<float>
-            <<<tr_cuda_blocks((int64_t)m * n, TR_CUDA_THREADS), TR_CUDA_THREADS, 0, ctx->stream>>>(
-                c, m, n, ldc, beta);
-        TR_CUDA_LAUNCHED();
-        return TR_OK;
-    }
-    lt_gemm g = {op_of(tb), op_of(ta), n,          m, k,   b,          a,
-                 ldb,       lda,       CUDA_R_16F, c, ldc, CUDA_R_32F, CUBLAS_COMPUTE_32F,
-                 alpha,     beta,      NULL};
-    return lt_matmul(ctx, &g);
+    return gemm_f32_out("gemm_f16", CUDA_R_16F, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                        ldc);
 }
 
 __global__ void bias_add_kernel(float *y, const float *bias, int rows, int cols) {

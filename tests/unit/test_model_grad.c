@@ -7,42 +7,17 @@
 
 #include "harness.h"
 #include "runtime/model.h"
+#include "tiny_models.h"
 
 static tr_model_spec gpt_spec(void) {
-    return (tr_model_spec){.num_layers = 2,
-                           .hidden = 16,
-                           .heads = 4,
-                           .groups = 4,
-                           .head_dim = 4,
-                           .ffn = 24,
-                           .vocab = 29,
-                           .seq = 8,
-                           .layernorm = 1,
-                           .gelu_tanh = 1,
-                           .learned_pos = 1,
-                           .bias_linear = 1,
-                           .bias_qkv = 1,
-                           .tied = 1,
-                           .eps = 1e-5f,
-                           .init_std = 0.3,
-                           .embed_init_std = 0.5,
-                           .hidden_dropout = 0.1f};
+    tr_model_spec s = tr_test_gpt_spec(8);
+    s.hidden_dropout = 0.1f;
+    return s;
 }
 
+/* Llama 3's frequency scaling on RoPE, with a short original context so it bends. */
 static tr_model_spec llama_spec(void) {
-    tr_model_spec s = {.num_layers = 2,
-                       .hidden = 16,
-                       .heads = 4,
-                       .groups = 2,
-                       .head_dim = 6,
-                       .ffn = 20,
-                       .vocab = 31,
-                       .seq = 8,
-                       .swiglu = 1,
-                       .rope = 1,
-                       .eps = 1e-6f,
-                       .init_std = 0.3,
-                       .embed_init_std = 0.5};
+    tr_model_spec s = tr_test_llama_spec(8);
     s.rope_p = (tr_rope_params){.rot_dim = 6,
                                 .base = 10000.0,
                                 .llama3 = 1,

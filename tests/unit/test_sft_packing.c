@@ -14,47 +14,18 @@
 #include "runtime/data/tokenizer.h"
 #include "runtime/dataset_sft.h"
 #include "runtime/model.h"
+#include "tiny_models.h"
 
 enum { SEQ = 32, NDOC = 3 };
 static const int doc_len[NDOC] = {9, 12, 7}; /* 28 tokens, then 4 of padding */
 static const int prompt_len = 3;             /* untrained tokens at the start of each document */
 
 static tr_model_spec gpt_spec(void) {
-    return (tr_model_spec){.num_layers = 2,
-                           .hidden = 16,
-                           .heads = 4,
-                           .groups = 4,
-                           .head_dim = 4,
-                           .ffn = 24,
-                           .vocab = 29,
-                           .seq = SEQ,
-                           .layernorm = 1,
-                           .gelu_tanh = 1,
-                           .learned_pos = 1,
-                           .bias_linear = 1,
-                           .bias_qkv = 1,
-                           .tied = 1,
-                           .eps = 1e-5f,
-                           .init_std = 0.3,
-                           .embed_init_std = 0.5};
+    return tr_test_gpt_spec(SEQ);
 }
 
 static tr_model_spec llama_spec(void) {
-    tr_model_spec s = {.num_layers = 2,
-                       .hidden = 16,
-                       .heads = 4,
-                       .groups = 2,
-                       .head_dim = 6,
-                       .ffn = 20,
-                       .vocab = 31,
-                       .seq = SEQ,
-                       .swiglu = 1,
-                       .rope = 1,
-                       .eps = 1e-6f,
-                       .init_std = 0.3,
-                       .embed_init_std = 0.5};
-    s.rope_p = (tr_rope_params){.rot_dim = 6, .base = 10000.0};
-    return s;
+    return tr_test_llama_spec(SEQ);
 }
 
 /* The pack: documents back to back, each token's target its successor inside the document (the

@@ -37,8 +37,9 @@ typedef struct trainer {
     bool have_pp;
     int64_t cur_iteration, cur_consumed; /* the iteration the executor's loads belong to */
     int64_t *pp_idx;                     /* [mbs]: the executor's sample indices */
-    int eval_split;                      /* evaluation under PP: the split and first sample */
-    int64_t eval_first;                  /* of the microbatches the executor loads */
+    int eval_split;                      /* evaluation under PP: the split, the first global */
+    int64_t eval_first;                  /* microbatch of the batch, and this rank's share of */
+    int64_t eval_stride, eval_offset;    /* it (global microbatch first + mb*stride + offset) */
     bool distributed;                    /* the parallel path is in use */
     int dp_size, dp_rank;
     tr_lr_schedule sched;
@@ -303,14 +304,16 @@ static tr_status train_step(trainer *t, int64_t iteration, int64_t consumed, int
 
 static tr_status pp_eval_load(void *ctx, int mb, const int32_t **ids, const int32_t **targets) {
     trainer *t = ctx;
-    TR_TRY(load_microbatch(t, t->eval_split, t->eval_first + (int64_t)mb * t->mbs, NULL));
+    int64_t global_mb = t->eval_first + (int64_t)mb * t->eval_stride + t->eval_offset;
+    TR_TRY(load_microbatch(t, t->eval_split, global_mb * t->mbs, NULL));
     *ids = t->ids;
     *targets = t->tgt;
     return TR_OK;
 }
 
-/* Pipeline parallel: the batch's forward through the stages; the last stage's loss sum is
- * shared with the whole pipeline group. */
+/* Pipeline parallel: this DP rank's nmb microbatches of the batch starting at global microbatch
+ * `first`, forward through the stages; the last stage's loss sum is shared with the whole
+ * pipeline group. */
 static tr_status evaluate_pp(trainer *t, int split, int64_t first, int nmb, double *sum) {
     t->eval_split = split;
     t->eval_first = first;
@@ -333,20 +336,28 @@ static tr_status evaluate(trainer *t, int split, int64_t eval_iters, double *los
     }
     double sum = 0.0;
     m->training = 0;
-    /* Every DP rank evaluates the same batches (replicated work, identical results). */
+    /* Data parallel: DP rank r evaluates global microbatches r, r + dp, ... of each batch (the
+     * pretraining sampler's order) and the loss sums meet over DP; a batch that does not split
+     * evenly is evaluated whole by every rank (identical results, replicated work). */
+    int64_t shards = t->distributed && t->dp_size > 1 && nmb % t->dp_size == 0 ? t->dp_size : 1;
+    t->eval_stride = shards;
+    t->eval_offset = shards > 1 ? t->dp_rank : 0;
+    int64_t local = nmb / shards;
     tr_status s = t->distributed ? tr_train_dp_params_ready(&t->dp) : TR_OK;
     for (int64_t it = 0; it < eval_iters && s == TR_OK && t->have_pp; it++) {
         double batch = 0.0;
-        s = evaluate_pp(t, split, it * nmb * t->mbs, (int)nmb, &batch);
+        s = evaluate_pp(t, split, it * nmb, (int)local, &batch);
         sum += batch;
     }
     for (int64_t it = 0; it < eval_iters && s == TR_OK && !t->have_pp; it++)
-        for (int64_t mb = 0; mb < nmb && s == TR_OK; mb++) {
+        for (int64_t mb = 0; mb < local && s == TR_OK; mb++) {
             float l = 0.0f;
-            s = load_microbatch(t, split, (it * nmb + mb) * t->mbs, NULL);
+            int64_t global_mb = it * nmb + mb * t->eval_stride + t->eval_offset;
+            s = load_microbatch(t, split, global_mb * t->mbs, NULL);
             if (s == TR_OK) s = tr_model_forward(m, t->ids, t->tgt, &l);
             sum += l;
         }
+    if (s == TR_OK && shards > 1) s = tr_train_dp_sum(&t->dp, &sum, 1);
     m->training = 1;
     *loss = sum / (double)(eval_iters * nmb);
     return s;

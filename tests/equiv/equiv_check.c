@@ -328,7 +328,8 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  *   holds; the cross entropy's max (r) and sum (2r) all-reduces on the last stage.
  * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
- * (two doubles). Returns the number of mismatches (printed). */
+ * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
+ * sum (one double). Returns the number of mismatches (printed). */
 static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *run) {
     const tr_model_config *m = &c->model;
     int64_t iters = run->iters, nmb = c->derived.num_microbatches;
@@ -343,6 +344,16 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t tp_ar = tp > 1 ? iters * (nmb * (ce + (sp ? 0 : exchanges)) + sp_grads) : 0;
     int64_t tp_rs = sp ? iters * nmb * exchanges : 0;
     int64_t tp_ag = sp ? iters * nmb * exchanges / tp : 0;
+    const tr_validation_config *v = &c->validation;
+    int64_t eval_gbs = v->eval_global_batch_size != TR_NULL_INT ? v->eval_global_batch_size
+                                                                : c->train.global_batch_size;
+    int64_t eval_nmb = eval_gbs / c->train.micro_batch_size;
+    bool eval_split = dp > 1 && eval_nmb % dp == 0;
+    /* Every eval_interval, and once more after the last iteration unless it just evaluated. */
+    int64_t evals = v->eval_iters > 0 && v->eval_interval != TR_NULL_INT
+                        ? iters / v->eval_interval + (iters % v->eval_interval != 0)
+                        : 0;
+    int64_t eval_bytes = eval_split ? 8 * evals : 0;
     struct {
         const char *what;
         int group;
@@ -352,7 +363,8 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"TP all-reduce", TR_GROUP_TP, TR_COMM_ALL_REDUCE, 4 * tp_ar},
         {"TP reduce-scatter", TR_GROUP_TP, TR_COMM_REDUCE_SCATTER, 4 * tp_rs},
         {"TP all-gather", TR_GROUP_TP, TR_COMM_ALL_GATHER, 4 * tp_ag},
-        {"DP all-reduce", TR_GROUP_DP_CP, TR_COMM_ALL_REDUCE, iters * (sharded ? 16 : 4 * B + 16)},
+        {"DP all-reduce", TR_GROUP_DP_CP, TR_COMM_ALL_REDUCE,
+         iters * (sharded ? 16 : 4 * B + 16) + eval_bytes},
         {"DP reduce-scatter", TR_GROUP_DP_CP, TR_COMM_REDUCE_SCATTER, sharded ? iters * 4 * B : 0},
         {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER, sharded ? iters * 4 * B / dp : 0}};
     int bad = 0, rank;

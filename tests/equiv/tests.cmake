@@ -99,6 +99,12 @@ endfunction()
 set(TR_PP2 model.pipeline_model_parallel_size=2)
 set(TR_PP4 model.pipeline_model_parallel_size=4)
 set(TR_VPP2 model.virtual_pipeline_model_parallel_size=2)
+# Evaluation split over DP: each DP rank evaluates its share of the batch's microbatches and the
+# loss sums meet over DP (the validation loss still equals the single rank's).
+tr_equiv_test(gpt_dp2_eval 2 gpt_tiny_pretrain ${TR_EQUIV_COMMON} validation.eval_iters=2
+              validation.eval_interval=5 --)
+tr_equiv_pp_test(gpt_pp2_dp2_eval 4 gpt_tiny_pretrain ${TR_PP_COMMON} validation.eval_iters=2
+                 validation.eval_interval=3 -- ${TR_PP2} ${TR_DISTOPT})
 # 1F1B (tied embedding: the last stage's copy of the word embedding), interleaved, both p2p modes.
 tr_equiv_pp_test(gpt_pp2 2 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2})
 tr_equiv_pp_test(llama_pp4 4 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP4})

@@ -2,6 +2,7 @@
  * over its buffers, as ops so the same code runs on device memory. */
 #include <string.h>
 
+#include "kernels/common/loss_mean.h"
 #include "kernels/cpu/cpu_ops.h"
 
 /* The span [first, last) of a strided view, for the overlap check. */
@@ -36,13 +37,6 @@ tr_status tr_cpu_fill_2d(float *x, int64_t ld, int64_t rows, int64_t cols, float
 
 tr_status tr_cpu_loss_mean(float *out, const float *losses, const int32_t *targets, int rows) {
     if (!out || rows < 0 || (rows && (!losses || !targets))) return TR_ERR_INVALID;
-    double sum = 0.0;
-    int64_t valid = 0;
-    for (int r = 0; r < rows; r++) {
-        if (targets[r] < 0) continue;
-        sum += losses[r];
-        valid++;
-    }
-    *out = valid ? (float)(sum / (double)valid) : 0.0f;
+    *out = tr_masked_loss_mean(losses, targets, rows);
     return TR_OK;
 }

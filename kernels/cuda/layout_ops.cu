@@ -1,6 +1,7 @@
 /* Strided copies and fills and the masked loss mean (kernels/cpu/layout_ops.c on device
  * pointers): the same element mapping, and the loss summed in double in row order by one
  * thread, so the mean is bitwise the CPU's. */
+#include "kernels/common/loss_mean.h"
 #include "kernels/cuda/cuda_impl.cuh"
 
 #define GRID_STRIDE(i, n)                                                                          \
@@ -25,14 +26,7 @@ __global__ void fill_2d_kernel(float *x, int64_t ld, int64_t total, int64_t cols
 /* Rows are at most a microbatch's tokens: one thread keeps the CPU's summation order. */
 __global__ void loss_mean_kernel(float *out, const float *losses, const int32_t *targets,
                                  int rows) {
-    double sum = 0.0;
-    int64_t valid = 0;
-    for (int r = 0; r < rows; r++) {
-        if (targets[r] < 0) continue;
-        sum += losses[r];
-        valid++;
-    }
-    *out = valid ? (float)(sum / (double)valid) : 0.0f;
+    *out = tr_masked_loss_mean(losses, targets, rows);
 }
 
 static bool overlaps(const float *a, int64_t lda, const float *b, int64_t ldb, int64_t rows,

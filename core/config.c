@@ -158,8 +158,10 @@ static tr_status type_error(tr_diags *d, const tr_field *f, const tr_value *v, c
     char got[256];
     tr_value_format(v, got, sizeof got);
     char hint[600];
-    snprintf(hint, sizeof hint, "give %s a value of type %s (see `run_recipe --help-config %.*s`)",
-             f->path, expected, (int)(strchr(f->path, '.') - f->path), f->path);
+    /* The expected-type text is at most a few enum names; bounded so the hint always fits. */
+    snprintf(hint, sizeof hint,
+             "give %s a value of type %.300s (see `run_recipe --help-config %.*s`)", f->path,
+             expected, (int)(strchr(f->path, '.') - f->path), f->path);
     tr_diag_add(d, TR_SEV_ERROR, "override.type", o, f->path, hint, "%s expects %s, got %s",
                 f->path, expected, got);
     return TR_ERR_INVALID;

@@ -27,6 +27,13 @@ typedef struct split {
     int tp;
 } split;
 
+/* prefix + suffix into a parameter name; a name that would not fit tr_param_info.name is an
+ * error rather than a silently shortened (and then ambiguous) name. */
+static tr_status param_name(char *out, size_t n, const char *prefix, const char *suffix) {
+    int len = snprintf(out, n, "%s%s", prefix, suffix);
+    return len >= 0 && (size_t)len < n ? TR_OK : TR_ERR_INVALID;
+}
+
 static tr_status add_param_split(layout *l, const char *name, int rows, int cols, bool no_decay,
                                  int init, split sp) {
     if (l->n == l->cap) {
@@ -62,11 +69,11 @@ static tr_status add_param(layout *l, const char *name, int rows, int cols, bool
 static tr_status add_norm(layout *l, const tr_model_spec *s, const char *prefix) {
     char name[80];
     int init = s->zero_centered ? TR_INIT_ZERO : TR_INIT_ONE;
-    snprintf(name, sizeof name, "%s.weight", prefix);
+    TR_TRY(param_name(name, sizeof name, prefix, ".weight"));
     TR_TRY(add_param(l, name, 1, s->hidden, true, init));
     l->info[l->n - 1].sp_partial = s->sequence_parallel;
     if (!s->layernorm) return TR_OK;
-    snprintf(name, sizeof name, "%s.bias", prefix);
+    TR_TRY(param_name(name, sizeof name, prefix, ".bias"));
     TR_TRY(add_param(l, name, 1, s->hidden, true, TR_INIT_ZERO));
     l->info[l->n - 1].sp_partial = s->sequence_parallel;
     return TR_OK;
@@ -77,10 +84,10 @@ static tr_status add_norm(layout *l, const tr_model_spec *s, const char *prefix)
 static tr_status add_linear(layout *l, const char *prefix, int out, int in, bool bias, int init,
                             bool column, bool swiglu, int tp) {
     char name[80];
-    snprintf(name, sizeof name, "%s.weight", prefix);
+    TR_TRY(param_name(name, sizeof name, prefix, ".weight"));
     TR_TRY(add_param_split(l, name, out, in, false, init, (split){column ? 0 : 1, swiglu, tp}));
     if (!bias) return TR_OK;
-    snprintf(name, sizeof name, "%s.bias", prefix);
+    TR_TRY(param_name(name, sizeof name, prefix, ".bias"));
     return add_param_split(l, name, 1, out, true, TR_INIT_ZERO,
                            (split){column ? 1 : -1, swiglu, tp});
 }
@@ -95,10 +102,10 @@ static tr_status add_adapter(layout *l, const tr_model_spec *s, const char *pref
     char name[80];
     bool freeze = l->freeze;
     l->freeze = false;
-    snprintf(name, sizeof name, "%s.adapter.linear_in.weight", prefix);
+    TR_TRY(param_name(name, sizeof name, prefix, ".adapter.linear_in.weight"));
     tr_status st = add_param_split(l, name, s->lora_rank, in, false, s->lora_a_init,
                                    (split){column ? -1 : 1, false, tp});
-    snprintf(name, sizeof name, "%s.adapter.linear_out.weight", prefix);
+    TR_TRY(param_name(name, sizeof name, prefix, ".adapter.linear_out.weight"));
     if (st == TR_OK)
         st = add_param_split(l, name, out, s->lora_rank, false, s->lora_b_init,
                              (split){column ? 0 : -1, column && swiglu, tp});

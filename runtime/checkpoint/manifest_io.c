@@ -160,7 +160,7 @@ static tr_status get_dims(const ctx *c, const tr_json *obj, const char *key, int
 static const int64_t BIG = INT64_C(1) << 52; /* exact in a JSON double */
 
 static tr_status parse_layout(const ctx *c, const tr_json *root, tr_ckpt_manifest *m) {
-    const tr_json *l;
+    const tr_json *l = NULL;
     TR_TRY(get(c, root, "layout", TR_JSON_OBJECT, &l));
     static const char *const keys[] = {"tp", "pp", "vpp", "dp", "cp", "ep", "dist_opt", NULL};
     TR_TRY(only_keys(c, l, keys));
@@ -175,11 +175,11 @@ static tr_status parse_layout(const ctx *c, const tr_json *root, tr_ckpt_manifes
 }
 
 static tr_status parse_files(const ctx *c, const tr_json *root, tr_ckpt_manifest *m) {
-    const tr_json *files;
+    const tr_json *files = NULL;
     TR_TRY(get(c, root, "files", TR_JSON_ARRAY, &files));
     static const char *const keys[] = {"name", "bytes", NULL};
     for (size_t i = 0; i < files->n; i++) {
-        const tr_json *f = &files->items[i], *name;
+        const tr_json *f = &files->items[i], *name = NULL;
         if (f->type != TR_JSON_OBJECT) return fail(c, f, "a file entry is not an object%s", "");
         TR_TRY(only_keys(c, f, keys));
         TR_TRY(get(c, f, "name", TR_JSON_STRING, &name));
@@ -219,7 +219,7 @@ static tr_status parse_tensor(const ctx *c, const tr_json *t, tr_ckpt_manifest *
                                        "pp_axis", "dp_axis", "shards", NULL};
     if (t->type != TR_JSON_OBJECT) return fail(c, t, "a tensor entry is not an object%s", "");
     TR_TRY(only_keys(c, t, keys));
-    const tr_json *name, *dtype, *shards;
+    const tr_json *name = NULL, *dtype = NULL, *shards = NULL;
     TR_TRY(get(c, t, "name", TR_JSON_STRING, &name));
     if (!name->len || strlen(name->str) != name->len)
         return fail(c, name, "a tensor name is empty or holds a NUL%s", "");
@@ -250,7 +250,7 @@ static tr_status parse_tensor(const ctx *c, const tr_json *t, tr_ckpt_manifest *
 
 static tr_status parse_root(const ctx *c, const tr_json *root, tr_ckpt_manifest *m) {
     if (root->type != TR_JSON_OBJECT) return fail(c, root, "the manifest is not an object%s", "");
-    const tr_json *format, *code;
+    const tr_json *format = NULL, *code = NULL;
     TR_TRY(get(c, root, "format", TR_JSON_STRING, &format));
     if (strcmp(format->str, FORMAT_NAME) == 0)
         m->is_rank_index = false;
@@ -287,7 +287,7 @@ static tr_status parse_root(const ctx *c, const tr_json *root, tr_ckpt_manifest 
         TR_TRY(parse_layout(c, root, m));
     }
     TR_TRY(parse_files(c, root, m));
-    const tr_json *tensors;
+    const tr_json *tensors = NULL;
     TR_TRY(get(c, root, "tensors", TR_JSON_ARRAY, &tensors));
     for (size_t i = 0; i < tensors->n; i++) TR_TRY(parse_tensor(c, &tensors->items[i], m));
     return TR_OK;

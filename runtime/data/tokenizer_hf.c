@@ -40,7 +40,7 @@ static tr_status byte_level(const tr_json *pt, const char *name, bool *regex, tr
 
 static tr_status pre_tokenizer(tr_tokenizer *t, const tr_json *pt, const char *name,
                                tr_diags *diags) {
-    bool regex;
+    bool regex = false;
     if (!pt || pt->type == TR_JSON_NULL)
         return unsupported(name, "a byte-level BPE needs a ByteLevel pre_tokenizer", diags);
     if (is_type(pt, "ByteLevel")) {

@@ -9,6 +9,7 @@
  * open_memstream: gcc 12 takes the memstream's buffer pointer for a dangling local. */
 static char *explain(const tr_config *c, const char *key, tr_diags *d, tr_status *s) {
     FILE *out = tmpfile();
+    *s = TR_ERR_INVALID; /* no temporary file: the checks on s fail */
     if (!out) return NULL;
     *s = tr_config_explain(c, key, out, d);
     long len = ftell(out);

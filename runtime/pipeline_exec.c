@@ -322,14 +322,10 @@ static tr_status run_backward(tr_pp_exec *e, const tr_pp_exec_hooks *h, const tr
 /* Megatron's _allreduce_word_embedding_grads: the first stage's embedding and the last stage's
  * copy sum their (data-parallel reduced) gradients, so both step identically. */
 static tr_status embed_grad_allreduce(tr_pp_exec *e) {
-    const tr_model *m = e->m;
-    for (int i = 0; i < m->n_info; i++) {
-        const tr_param_info *p = &m->info[i];
-        if (strcmp(p->name, "embedding.word_embeddings.weight") != 0) continue;
-        return tr_comm_all_reduce_inplace(e->comm, TR_GROUP_EMBEDDING, m->grads + p->offset,
-                                          (size_t)p->numel, TR_COMM_F32, TR_COMM_SUM);
-    }
-    return TR_ERR_INVALID; /* the schedule puts the all-reduce only on stages holding it */
+    const tr_param_info *p = tr_model_find_param(e->m, "embedding.word_embeddings.weight");
+    if (!p) return TR_ERR_INVALID; /* the schedule puts the all-reduce only on stages holding it */
+    return tr_comm_all_reduce_inplace(e->comm, TR_GROUP_EMBEDDING, e->m->grads + p->offset,
+                                      (size_t)p->numel, TR_COMM_F32, TR_COMM_SUM);
 }
 
 tr_status tr_pp_exec_iteration(tr_pp_exec *e, const tr_pp_exec_hooks *h, double *loss_sum,

@@ -185,10 +185,9 @@ static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consum
     }
     out->lr = tr_lr_at(&t->sched, sched_samples);
     out->wd = tr_wd_at(&t->sched, sched_samples);
-    int64_t whole_off = 0, whole_len = m->n_params;
+    tr_grad_range whole = {.offset = 0, .numel = m->n_params};
     bool found_inf = false;
-    TR_TRY(tr_train_precision_grads(&t->prec, t->dev, m->grads, &whole_off, &whole_len, 1,
-                                    &found_inf));
+    TR_TRY(tr_train_precision_grads(&t->prec, t->dev, m->grads, &whole, 1, &found_inf));
     if (found_inf) {
         out->overflow = out->skipped = true;
         out->grad_norm = NAN;

@@ -115,17 +115,9 @@ tr_status tr_train_dp_check_grads(tr_train_dp *t, const tr_train_precision *p, b
     *found_inf = false;
     if (!tr_train_precision_touches_grads(p)) return TR_OK;
     const tr_grad_owned *owned = &t->opt.owned;
-    int n = owned->n_ranges;
-    int64_t *off = malloc((size_t)(n ? n : 1) * 2 * sizeof *off), *len = off + (n ? n : 1);
-    if (!off) return TR_ERR_NOMEM;
-    for (int i = 0; i < n; i++) {
-        off[i] = owned->ranges[i].offset;
-        len[i] = owned->ranges[i].numel;
-    }
     bool local = false;
-    tr_status st = tr_train_precision_grads(p, t->model->dev, t->ddp.grads, off, len, n, &local);
-    free(off);
-    TR_TRY(st);
+    TR_TRY(tr_train_precision_grads(p, t->model->dev, t->ddp.grads, owned->ranges, owned->n_ranges,
+                                    &local));
     int32_t flag = local;
     TR_TRY(tr_device_all_reduce_host(t->model->dev, t->comm, tr_grad_norm_group(t->sharded), &flag,
                                      1, TR_COMM_I32, TR_COMM_MAX));

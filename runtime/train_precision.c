@@ -29,8 +29,7 @@ bool tr_train_precision_touches_grads(const tr_train_precision *p) {
 }
 
 tr_status tr_train_precision_grads(const tr_train_precision *p, tr_device *dev, float *grads,
-                                   const int64_t *offsets, const int64_t *numels, int n_ranges,
-                                   bool *found_inf) {
+                                   const tr_grad_range *ranges, int n_ranges, bool *found_inf) {
     *found_inf = false;
     if (!tr_train_precision_touches_grads(p)) return TR_OK;
     const tr_ops *ops = tr_device_ops(dev);
@@ -41,10 +40,10 @@ tr_status tr_train_precision_grads(const tr_train_precision *p, tr_device *dev, 
      * Megatron's inv_scale is. */
     float inv_scale = p->scaler.enabled ? (float)(1.0 / p->scaler.scale) : 1.0f;
     for (int i = 0; i < n_ranges && st == TR_OK; i++) {
-        float *g = grads + offsets[i];
-        if (p->grad_lowp) st = ops->round_lowp((tr_lowp)p->grad_lowp, g, numels[i]);
+        float *g = grads + ranges[i].offset;
+        if (p->grad_lowp) st = ops->round_lowp((tr_lowp)p->grad_lowp, g, ranges[i].numel);
         if (st == TR_OK && p->scaler.enabled)
-            st = ops->unscale_check(g, numels[i], inv_scale, flag);
+            st = ops->unscale_check(g, ranges[i].numel, inv_scale, flag);
     }
     if (st == TR_OK) st = tr_device_to_host(dev, &raised, flag, sizeof raised);
     tr_device_free(dev, TR_MEM_WORKSPACE, flag);

@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "core/diag.h"
 #include "kernels/ops.h"
+#include "runtime/distributed/grad_buffer.h"
 #include "runtime/loss_scaler.h"
 
 struct tr_device;
@@ -25,12 +26,11 @@ tr_status tr_train_precision_from_config(const tr_config *c, tr_train_precision 
 /* Whether tr_train_precision_grads has anything to do. */
 bool tr_train_precision_touches_grads(const tr_train_precision *p);
 
-/* The reduced gradients, as ranges [offset, offset + numel) of the device buffer grads: each
- * rounded (grad_lowp), then unscaled by the loss scale; *found_inf tells whether any value was
- * inf or NaN. The flag the ops raise lives in device memory and is read back once. */
+/* The reduced gradients, as ranges of the device buffer grads (offset and numel of each are
+ * read): each rounded (grad_lowp), then unscaled by the loss scale; *found_inf tells whether any
+ * value was inf or NaN. The flag the ops raise lives in device memory and is read back once. */
 tr_status tr_train_precision_grads(const tr_train_precision *p, struct tr_device *dev, float *grads,
-                                   const int64_t *offsets, const int64_t *numels, int n_ranges,
-                                   bool *found_inf);
+                                   const tr_grad_range *ranges, int n_ranges, bool *found_inf);
 
 /* The factor the model multiplies the loss gradient by (tr_model.grad_loss_scale; 0: none). */
 float tr_train_precision_grad_scale(const tr_train_precision *p);

@@ -65,7 +65,7 @@ static const tr_device_backend host_backend = {host_alloc,   host_free,      hos
                                                host_peak,    host_log_peaks, host_close};
 
 /* Stateless: the op table is looked up on use (tr_device_ops), so nothing here changes. */
-static tr_device host_device = {TR_DEVICE_CPU, "cpu", NULL, &host_backend, NULL, NULL};
+static tr_device host_device = {TR_DEVICE_CPU, "cpu", NULL, &host_backend, NULL, 0, NULL};
 
 tr_device *tr_device_host(void) {
     return &host_device;
@@ -160,7 +160,12 @@ tr_status tr_device_to_device(tr_device *dev, void *dst, const void *host_src, s
 tr_status tr_device_to_host(tr_device *dev, void *host_dst, const void *src, size_t bytes) {
     if (!bytes) return TR_OK;
     if (!host_dst || !src) return TR_ERR_INVALID;
+    if (dev != &host_device) dev->host_reads++;
     return dev->be->copy(dev, host_dst, src, bytes, TR_COPY_TO_HOST);
+}
+
+int64_t tr_device_host_reads(const tr_device *dev) {
+    return dev->host_reads;
 }
 
 tr_status tr_device_copy(tr_device *dev, void *dst, const void *src, size_t bytes) {

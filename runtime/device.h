@@ -84,6 +84,9 @@ tr_status tr_device_copy(tr_device *dev, void *dst, const void *src, size_t byte
 tr_status tr_device_memset0(tr_device *dev, void *p, size_t bytes);
 /* Waits for every op queued on the device. */
 tr_status tr_device_sync(tr_device *dev);
+/* Device-to-host copies made so far (0 on the host device, where reads are no copies): each is a
+ * point where the host waits for the device, so tests count them per step. */
+int64_t tr_device_host_reads(const tr_device *dev);
 
 /* *host_out = sum of squares of the device buffer x (ops->sum_squares into a device scalar, then
  * one small copy back). */

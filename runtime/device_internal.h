@@ -27,7 +27,8 @@ struct tr_device {
     const char *name;
     const tr_ops *ops;
     const tr_device_backend *be;
-    void *scratch; /* TR_DEVICE_SCRATCH_BYTES of device memory (not on the host device) */
+    void *scratch;      /* TR_DEVICE_SCRATCH_BYTES of device memory (not on the host device) */
+    int64_t host_reads; /* tr_device_to_host calls (not counted on the shared host device) */
     void *impl;
 };
 

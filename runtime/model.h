@@ -190,7 +190,7 @@ typedef struct tr_model {
     tr_layer_acts *acts;
     float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *ce_stats, *losses, *dloss;
     float *rope_cos, *rope_sin;
-    float *loss_dev; /* the microbatch loss as the op writes it, before its copy to the host */
+    float *loss_dev; /* tr_model_forward's microbatch loss, before its copy to the host */
     float *lnf_full, *sp_full, *sp_perm; /* sequence parallel: gathered rows and scratch */
     int32_t *ids, *targets;
     /* Backward scratch. */
@@ -246,7 +246,8 @@ tr_status tr_model_init_weights(tr_model *m, uint64_t seed);
 
 /* Forward of one microbatch through a whole model: ids and targets are [batch, seq] (targets < 0
  * are not trained on). Writes the mean loss over the trained tokens to *loss (0 when there are
- * none). */
+ * none), a host float: on a device this waits for the forward (the training loop uses
+ * tr_model_forward_part, which leaves the loss in device memory). */
 tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targets, float *loss);
 
 /* Backward of the last forward, ACCUMULATING into m->grads; loss_scale multiplies the
@@ -255,7 +256,9 @@ tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targe
 tr_status tr_model_backward(tr_model *m, float loss_scale);
 
 /* Forward of m->parts[part] for one microbatch into activation set `slot`: ids are read with the
- * embedding, targets with the loss (*loss as tr_model_forward); otherwise the part starts from
+ * embedding, targets with the loss (written to *loss, one float in the model device's memory,
+ * as tr_model_forward's value but not read back: NULL keeps it in the model's own scratch;
+ * host memory on the cpu device); otherwise the part starts from
  * x_in and leaves its output in x_out, both [batch, seq (/ tp with sequence parallelism),
  * hidden]. The slot keeps what the backward needs (and m->dropout_round) until then. */
 tr_status tr_model_forward_part(tr_model *m, int part, int slot, const int32_t *ids,

@@ -231,6 +231,8 @@ static tr_status embed_fwd(tr_model *m, float *x0) {
     return dropout_fwd(m, x0, 0);
 }
 
+/* loss: one float in the device's memory; the host reads it when it needs it (a step's losses
+ * together, runtime/loss_buffer.h), so the forward queues without waiting for the device. */
 static tr_status head_fwd(tr_model *m, float *loss) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
@@ -248,11 +250,9 @@ static tr_status head_fwd(tr_model *m, float *loss) {
     TR_TRY(ops->ce_stats(m->ce_stats, m->logits, m->targets, rows, s->vocab, vocab_start));
     TR_TRY(tr_tp_ce_combine(m, m->ce_stats, m->ce_stats + 3 * rows, rows));
     TR_TRY(ops->ce_loss(m->losses, m->ce_stats, m->targets, rows));
-    /* The one value of the forward the host reads: a scalar copy (m->n_valid was counted from
-     * the host's targets). */
-    if (tr_device_host_visible(m->dev)) return ops->loss_mean(loss, m->losses, m->targets, rows);
-    TR_TRY(ops->loss_mean(m->loss_dev, m->losses, m->targets, rows));
-    return tr_device_to_host(m->dev, loss, m->loss_dev, sizeof *loss);
+    /* m->n_valid, the other per-microbatch number the loop needs, was counted from the host's
+     * targets. */
+    return ops->loss_mean(loss ? loss : m->loss_dev, m->losses, m->targets, rows);
 }
 
 tr_status tr_model_select_slot(tr_model *m, int part, int slot) {
@@ -325,7 +325,10 @@ tr_status tr_model_forward_part(tr_model *m, int part_index, int slot, const int
 }
 
 tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targets, float *loss) {
-    if (m->n_parts != 1 || !m->parts[0].has_embedding || !m->parts[0].has_loss)
+    if (m->n_parts != 1 || !m->parts[0].has_embedding || !m->parts[0].has_loss || !loss)
         return TR_ERR_INVALID;
-    return tr_model_forward_part(m, 0, 0, ids, targets, NULL, NULL, loss);
+    if (!m->dev || tr_device_host_visible(m->dev))
+        return tr_model_forward_part(m, 0, 0, ids, targets, NULL, NULL, loss);
+    TR_TRY(tr_model_forward_part(m, 0, 0, ids, targets, NULL, NULL, m->loss_dev));
+    return tr_device_to_host(m->dev, loss, m->loss_dev, sizeof *loss);
 }

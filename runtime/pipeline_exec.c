@@ -88,7 +88,7 @@ tr_status tr_pp_exec_attach(tr_pp_exec *e, tr_model *m, tr_diags *d) {
                            e->layout.pp, (long long)e->sched.message_bytes, e->pp,
                            (long long)(e->act_numel * (int64_t)sizeof(float)),
                            same_parts ? "the same" : "different");
-    return TR_OK;
+    return tr_loss_buffer_create(&e->losses, m->dev, e->nmb > 0 ? e->nmb : 1);
 }
 
 /* Transfer buffers live where the model's activations do; a given-back buffer goes to the
@@ -134,6 +134,7 @@ void tr_pp_exec_free(tr_pp_exec *e) {
     free(e->pool);
     free(e->parts);
     free(e->slot_mb);
+    tr_loss_buffer_free(&e->losses);
     tr_pp_schedule_free(&e->sched);
     tr_pp_layout_free(&e->layout);
     memset(e, 0, sizeof *e);
@@ -270,8 +271,7 @@ static int *slot_of(tr_pp_exec *e, int mb, int chunk, int *slot) {
     return &e->slot_mb[chunk * e->max_slots + *slot];
 }
 
-static tr_status run_forward(tr_pp_exec *e, const tr_pp_exec_hooks *h, const tr_pp_action *a,
-                             double *loss_sum, int64_t *tokens) {
+static tr_status run_forward(tr_pp_exec *e, const tr_pp_exec_hooks *h, const tr_pp_action *a) {
     size_t at = (size_t)a->mb * (size_t)e->vpp + (size_t)a->chunk;
     const tr_model_part *p = &e->parts[a->chunk];
     int slot, *holder = slot_of(e, a->mb, a->chunk, &slot);
@@ -284,18 +284,16 @@ static tr_status run_forward(tr_pp_exec *e, const tr_pp_exec_hooks *h, const tr_
         e->output[at] = alloc_act(e);
         if (!e->output[at]) return TR_ERR_NOMEM;
     }
-    float loss = 0.0f;
+    float *loss = NULL;
+    if (p->has_loss) TR_TRY(tr_loss_buffer_slot(&e->losses, &loss));
     TR_TRY(
-        tr_model_forward_part(e->m, a->chunk, slot, ids, tgt, e->input[at], e->output[at], &loss));
+        tr_model_forward_part(e->m, a->chunk, slot, ids, tgt, e->input[at], e->output[at], loss));
     *holder = a->mb;
     /* The layers keep their own copy of the input. */
     free_act(e, e->input[at]);
     e->input[at] = NULL;
     if (h->after_forward) h->after_forward(h->ctx, a->mb);
-    if (p->has_loss) {
-        *loss_sum += e->per_token_loss ? (double)loss * (double)e->m->n_valid : loss;
-        *tokens += e->m->n_valid;
-    }
+    if (p->has_loss) tr_loss_buffer_commit(&e->losses, e->m->n_valid);
     return TR_OK;
 }
 
@@ -334,12 +332,13 @@ tr_status tr_pp_exec_iteration(tr_pp_exec *e, const tr_pp_exec_hooks *h, double 
     *loss_sum = 0.0;
     *tokens = 0;
     e->wait_s = 0.0;
+    tr_loss_buffer_begin(&e->losses, e->per_token_loss);
     for (int i = 0; i < e->sched.n;) {
         const tr_pp_action *a = &e->sched.actions[i];
         int step = 1;
         switch (a->op) {
         case TR_PP_FWD:
-            TR_TRY(run_forward(e, h, a, loss_sum, tokens));
+            TR_TRY(run_forward(e, h, a));
             break;
         case TR_PP_BWD:
             TR_TRY(run_backward(e, h, a));
@@ -365,6 +364,10 @@ tr_status tr_pp_exec_iteration(tr_pp_exec *e, const tr_pp_exec_hooks *h, double 
         i += step;
     }
     if (e->n_pending) return TR_ERR_INVALID; /* a transfer without its WAIT */
+    /* The iteration's one read of the losses (microbatch order, as they were queued). */
+    TR_TRY(tr_loss_buffer_flush(&e->losses));
+    *loss_sum = e->losses.sum;
+    *tokens = e->losses.n_tokens;
     e->iter_s = now_s() - t0;
     return TR_OK;
 }
@@ -372,6 +375,7 @@ tr_status tr_pp_exec_iteration(tr_pp_exec *e, const tr_pp_exec_hooks *h, double 
 tr_status tr_pp_exec_forward_only(tr_pp_exec *e, const tr_pp_exec_hooks *h, int nmb,
                                   double *loss_sum) {
     *loss_sum = 0.0;
+    tr_loss_buffer_begin(&e->losses, false);
     int stages = e->pp * e->vpp;
     float *in = alloc_act(e), *out = alloc_act(e);
     tr_status st = in && out ? TR_OK : TR_ERR_NOMEM;
@@ -385,16 +389,17 @@ tr_status tr_pp_exec_forward_only(tr_pp_exec *e, const tr_pp_exec_hooks *h, int 
             int chunk = s / e->pp, prev = (s - 1) % e->pp, next = (s + 1) % e->pp;
             const tr_model_part *p = &e->parts[chunk];
             const int32_t *ids = NULL, *tgt = NULL;
-            float loss = 0.0f;
+            float *loss = NULL;
             if (s > 0)
                 st = tr_comm_recv(e->comm, TR_GROUP_PP, in, (size_t)e->act_numel, TR_COMM_F32, prev,
                                   TAG_EVAL);
             if (st == TR_OK) st = h->load(h->ctx, mb, &ids, &tgt);
             /* Slot 0: no training microbatch is in flight between iterations. */
+            if (st == TR_OK && p->has_loss) st = tr_loss_buffer_slot(&e->losses, &loss);
             if (st == TR_OK)
                 st = tr_model_forward_part(e->m, chunk, 0, ids, tgt, s > 0 ? in : NULL,
-                                           p->has_loss ? NULL : out, &loss);
-            if (st == TR_OK && p->has_loss) *loss_sum += loss;
+                                           p->has_loss ? NULL : out, loss);
+            if (st == TR_OK && p->has_loss) tr_loss_buffer_commit(&e->losses, 0);
             if (st == TR_OK && s + 1 < stages)
                 st = tr_comm_send(e->comm, TR_GROUP_PP, out, (size_t)e->act_numel, TR_COMM_F32,
                                   next, TAG_EVAL);
@@ -403,6 +408,8 @@ tr_status tr_pp_exec_forward_only(tr_pp_exec *e, const tr_pp_exec_hooks *h, int 
     if (st == TR_OK) {
         free_act(e, out);
         free_act(e, in);
+        st = tr_loss_buffer_flush(&e->losses);
+        *loss_sum = e->losses.sum;
     }
     return st;
 }

@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/diag.h"
 #include "runtime/comm.h"
+#include "runtime/loss_buffer.h"
 #include "runtime/model.h"
 #include "runtime/pipeline/pipeline.h"
 
@@ -54,6 +55,7 @@ typedef struct tr_pp_exec {
     float **pool;
     int n_pool, cap_pool;
     bool per_token_loss;
+    tr_loss_buffer losses; /* the last stage's microbatch losses, on the device until read */
     /* Per (mb, chunk), index mb * vpp + chunk: the received stage input (until its forward),
      * the output to send, the received output gradient, the input gradient to send. */
     float **input, **output, **grad_in, **grad_out;
@@ -69,7 +71,8 @@ typedef struct tr_pp_exec {
 /* Builds the layout and this rank's schedule for c (PP > 1), refusing a config whose schedules
  * fail the static check, and this rank's parts (with their activation slots). */
 tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr_diags *d);
-/* The model built from e->parts; checks that its activations match the schedule's messages. */
+/* The model built from e->parts; checks that its activations match the schedule's messages, and
+ * allocates the loss buffer on the model's device. */
 tr_status tr_pp_exec_attach(tr_pp_exec *e, tr_model *m, tr_diags *d);
 void tr_pp_exec_free(tr_pp_exec *e);
 

@@ -11,6 +11,7 @@
 
 #include "runtime/data/sampler.h"
 #include "runtime/device.h"
+#include "runtime/loss_buffer.h"
 #include "runtime/lora.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
@@ -53,6 +54,7 @@ typedef struct trainer {
     int64_t buckets_started_early;
     tr_train_ckpt ckpt;      /* checkpoint load (setup) and saves (iteration boundaries) */
     tr_train_precision prec; /* loss scaling and half-precision gradient rounding */
+    tr_loss_buffer losses;   /* the step's microbatch losses on the device, read once */
 } trainer;
 
 static double now_s(void) {
@@ -143,8 +145,7 @@ static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, dou
     int64_t *idx = t->mbs <= 64 ? index : malloc((size_t)t->mbs * sizeof *idx);
     if (!idx) return TR_ERR_NOMEM;
     tr_status st = TR_OK;
-    *sum = 0.0;
-    *tokens = 0;
+    tr_loss_buffer_begin(&t->losses, t->per_token_loss);
     for (int mb = 0; mb < t->nmb && st == TR_OK; mb++) {
         if (t->distributed) tr_ddp_set_last_microbatch(&t->dp.ddp, mb == t->nmb - 1);
         st = microbatch_index(t, consumed, mb, idx);
@@ -154,17 +155,21 @@ static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, dou
         int64_t global_mb = (int64_t)mb * t->dp_size + t->dp_rank;
         m->dropout_round =
             (uint64_t)(iteration - 1) * (uint64_t)(t->nmb * t->dp_size) + (uint64_t)global_mb;
-        float loss = 0.0f;
-        if (st == TR_OK) st = tr_model_forward(m, t->ids, t->tgt, &loss);
+        float *loss = NULL;
+        if (st == TR_OK) st = tr_loss_buffer_slot(&t->losses, &loss);
+        if (st == TR_OK) st = tr_model_forward_part(m, 0, 0, t->ids, t->tgt, NULL, NULL, loss);
         if (st == TR_OK) test_stall_hook(t, iteration, mb);
         /* Per-token loss: gradients of the token SUM now, divided by the global token count
          * after the reduction; otherwise the mean of the microbatch means (Megatron divides by
          * the local microbatch count here and averages over DP in the reduction). */
         float scale = t->per_token_loss ? (float)m->n_valid : 1.0f / (float)t->nmb;
         if (st == TR_OK) st = tr_model_backward(m, scale);
-        *sum += t->per_token_loss ? (double)loss * (double)m->n_valid : loss;
-        *tokens += m->n_valid;
+        if (st == TR_OK) tr_loss_buffer_commit(&t->losses, m->n_valid);
     }
+    /* The step's one read of the losses. */
+    if (st == TR_OK) st = tr_loss_buffer_flush(&t->losses);
+    *sum = t->losses.sum;
+    *tokens = t->losses.n_tokens;
     if (idx != index) free(idx);
     return st;
 }
@@ -348,14 +353,22 @@ static tr_status evaluate(trainer *t, int split, int64_t eval_iters, double *los
         s = evaluate_pp(t, split, it * nmb, (int)local, &batch);
         sum += batch;
     }
+    /* The losses stay on the device until the buffer fills or the evaluation ends; read in
+     * order, they add up as one read per microbatch would. */
+    tr_loss_buffer_begin(&t->losses, false);
     for (int64_t it = 0; it < eval_iters && s == TR_OK && !t->have_pp; it++)
         for (int64_t mb = 0; mb < local && s == TR_OK; mb++) {
-            float l = 0.0f;
+            float *l = NULL;
             int64_t global_mb = it * nmb + mb * t->eval_stride + t->eval_offset;
             s = load_microbatch(t, split, global_mb * t->mbs, NULL);
-            if (s == TR_OK) s = tr_model_forward(m, t->ids, t->tgt, &l);
-            sum += l;
+            if (s == TR_OK) s = tr_loss_buffer_slot(&t->losses, &l);
+            if (s == TR_OK) s = tr_model_forward_part(m, 0, 0, t->ids, t->tgt, NULL, NULL, l);
+            if (s == TR_OK) tr_loss_buffer_commit(&t->losses, 0);
         }
+    if (s == TR_OK && !t->have_pp) {
+        s = tr_loss_buffer_flush(&t->losses);
+        sum = t->losses.sum;
+    }
     if (s == TR_OK && shards > 1) s = tr_train_dp_sum(&t->dp, &sum, 1);
     m->training = 1;
     *loss = sum / (double)(eval_iters * nmb);
@@ -465,6 +478,7 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
         TR_TRY(tr_model_create_parts_on(&t->model, t->dev, &ms, tp, t->mbs, &whole, 1));
     }
     t->model.comm = t->o->comm;
+    TR_TRY(tr_loss_buffer_create(&t->losses, t->dev, t->nmb > 0 ? t->nmb : 1));
     TR_TRY(tr_model_init_weights(&t->model, (uint64_t)c->rng.seed));
     t->model.dropout_seed = (uint64_t)c->rng.seed * 0x9E3779B97F4A7C15ull + 1;
     if (t->distributed)
@@ -496,6 +510,7 @@ static void teardown(trainer *t) {
     tr_train_log_close(&t->log);
     tr_optimizer_free(&t->opt);
     if (t->have_pp) tr_pp_exec_free(&t->pp);
+    tr_loss_buffer_free(&t->losses);
     tr_train_dp_free(&t->dp);
     tr_model_free(&t->model);
     tr_train_data_close(&t->data);

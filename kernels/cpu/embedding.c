@@ -27,6 +27,7 @@ tr_status tr_cpu_embedding_fwd(float *out, const int32_t *ids, const float *tabl
                                int vocab_start, int vocab_end) {
     if (n < 0 || dim < 0 || vocab_end < vocab_start) return TR_ERR_INVALID;
     if (n && dim && (!out || !ids || (vocab_end > vocab_start && !table))) return TR_ERR_INVALID;
+    if (!n || !dim) return TR_OK; /* empty rows: ids (maybe NULL) are never needed */
     emb_ctx c = {.out = out,
                  .in = table,
                  .ids = ids,

@@ -9,14 +9,16 @@ __global__ void ce_stats_kernel(float *stats, const float *logits, const int32_t
                                 int vlocal, int vstart) {
     int64_t r = blockIdx.x;
     const float *x = logits + r * vlocal;
-    float m = -INFINITY, s = 0.0f;
+    /* The running sum in double, like the CPU's (a thread sums ~500 terms of a 128k vocab). */
+    float m = -INFINITY;
+    double s = 0.0;
     for (int j = threadIdx.x; j < vlocal; j += blockDim.x) {
         float v = x[j];
         if (v > m) {
-            s = (m == -INFINITY ? 0.0f : s * expf(m - v)) + 1.0f;
+            s = (m == -INFINITY ? 0.0 : s * (double)expf(m - v)) + 1.0;
             m = v;
-        } else {
-            s += expf(v - m);
+        } else if (v != -INFINITY) { /* a -inf logit adds 0, also before any finite one */
+            s += (double)expf(v - m);
         }
     }
     float gm = tr_block_max(m);

@@ -79,10 +79,26 @@ extern "C" tr_status tr_cuda_ctx_create(void *stream, tr_cuda_ctx **out) {
     return TR_OK;
 }
 
+extern "C" tr_status tr_cuda_ctx_create_check_only(tr_cuda_ctx **out) {
+    if (!out) return TR_ERR_INVALID;
+    *out = (tr_cuda_ctx *)calloc(1, sizeof **out);
+    if (!*out) return TR_ERR_NOMEM;
+    (*out)->check_only = 1;
+    return TR_OK;
+}
+
 extern "C" void tr_cuda_ctx_destroy(tr_cuda_ctx *c) {
     if (!c) return;
     if (g_bound == c) g_bound = NULL;
-    if (c->stream) cudaStreamSynchronize(c->stream);
+    if (c->check_only) {
+        free(c);
+        return;
+    }
+    if (c->stream) {
+        if (c->scratch && c->scratch_pooled && cudaFreeAsync(c->scratch, c->stream) == cudaSuccess)
+            c->scratch = NULL;
+        cudaStreamSynchronize(c->stream);
+    }
     if (c->lt) cublasLtDestroy(c->lt);
     cudaFree(c->lt_workspace);
     cudaFree(c->scratch);
@@ -119,15 +135,31 @@ extern "C" tr_status tr_cuda_sync(void) {
     return TR_OK;
 }
 
+/* Growth is stream-ordered: the old block is released after the launches queued before it
+ * that may still read it, and the host never waits. A plain cudaFree would wait for the whole
+ * device, NCCL kernels on the comm streams included, which can deadlock a rank whose NCCL peer
+ * waits for a collective this rank has not issued yet. */
 tr_status tr_cuda_scratch(tr_cuda_ctx *c, size_t bytes, void **out) {
     if (bytes > c->scratch_size) {
-        /* Earlier launches on the stream may still read the old block. */
-        TR_CUDA_TRY(cudaStreamSynchronize(c->stream));
-        cudaFree(c->scratch);
+        if (c->scratch && c->scratch_pooled) {
+            TR_CUDA_TRY(cudaFreeAsync(c->scratch, c->stream));
+        } else if (c->scratch) { /* a GPU without memory pools: the old, waiting way */
+            TR_CUDA_TRY(cudaStreamSynchronize(c->stream));
+            cudaFree(c->scratch);
+        }
         c->scratch = NULL;
         c->scratch_size = 0;
         size_t want = bytes < (1u << 20) ? (1u << 20) : bytes + bytes / 2;
-        TR_CUDA_TRY(cudaMalloc(&c->scratch, want));
+        void *p = NULL;
+        cudaError_t e = cudaMallocAsync(&p, want, c->stream);
+        c->scratch_pooled = e == cudaSuccess;
+        if (e == cudaErrorNotSupported) {
+            cudaGetLastError();
+            p = NULL;
+            e = cudaMalloc(&p, want);
+        }
+        TR_CUDA_TRY(e);
+        c->scratch = p;
         c->scratch_size = want;
     }
     *out = c->scratch;

@@ -23,7 +23,9 @@ struct tr_cuda_ctx {
     size_t lt_workspace_size;
     void *scratch; /* per-op temporaries (reduction partials, flags); grows, never shrinks */
     size_t scratch_size;
-    int *host_flag; /* pinned: device-side validation results read back by a few ops */
+    int scratch_pooled; /* from cudaMallocAsync (else cudaMalloc: no memory pools on the GPU) */
+    int *host_flag;     /* pinned: device-side validation results read back by a few ops */
+    int check_only;     /* tr_cuda_ctx_create_check_only: ops stop after their argument checks */
 };
 
 #define TR_CUDA_LT_WORKSPACE (32u << 20)
@@ -49,11 +51,13 @@ tr_status tr_cublas_status_of(cublasStatus_t s, const char *what, const char *fi
 /* After a <<<...>>> launch: configuration errors show up here, faults only at a later sync. */
 #define TR_CUDA_LAUNCHED() TR_CUDA_TRY(cudaGetLastError())
 
-/* The context bound to this thread; NULL (and an error logged) when none is. */
+/* The context bound to this thread; NULL (and an error logged) when none is. Every op names it
+ * after its argument checks and before any device work, which a check-only context skips. */
 tr_cuda_ctx *tr_cuda_need_ctx(const char *op);
 #define TR_CUDA_CTX(op)                                                                            \
     tr_cuda_ctx *ctx = tr_cuda_need_ctx(op);                                                       \
-    if (!ctx) return TR_ERR_INVALID
+    if (!ctx) return TR_ERR_INVALID;                                                               \
+    if (ctx->check_only) return TR_OK
 
 /* Scratch of at least `bytes`, stream-ordered: valid until the next call that asks for scratch. */
 tr_status tr_cuda_scratch(tr_cuda_ctx *ctx, size_t bytes, void **out);

@@ -30,6 +30,10 @@ int tr_cuda_device_count(void);
 tr_status tr_cuda_ctx_create(void *stream, tr_cuda_ctx **out);
 void tr_cuda_ctx_destroy(tr_cuda_ctx *ctx); /* safe on NULL; unbinds it if bound */
 void *tr_cuda_ctx_stream(const tr_cuda_ctx *ctx);
+/* A context that launches nothing: bound, every op checks its arguments as always and then
+ * returns TR_OK without touching memory or the device. It needs no GPU, so the argument checks
+ * can be compared with the CPU table's on any machine (tests/gpu/test_cuda_host.c). */
+tr_status tr_cuda_ctx_create_check_only(tr_cuda_ctx **out);
 
 /* Binds ctx to the calling thread for tr_ops_cuda(); NULL unbinds. */
 void tr_cuda_bind(tr_cuda_ctx *ctx);

@@ -2,7 +2,9 @@
  * arena accounting over caller memory, and the argument checks every op makes before it
  * touches the device (the same TR_ERR_INVALID cases as the CPU table). */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/arena.h"
 #include "kernels/cuda/cuda_mixed.h"
@@ -100,11 +102,279 @@ static void test_unbound_context(void) {
     CHECK(tr_cuda_sync() == TR_ERR_INVALID);
 }
 
+/* ---- The argument checks against the CPU table's, case by case, on any machine ---------------
+ * A check-only context makes every CUDA op stop after its argument checks (TR_OK) or refuse
+ * (TR_ERR_INVALID) without touching memory; the CPU op gets the same arguments over host buffers
+ * large enough for every valid call. Each op's sizes range over negative, zero and small values,
+ * and each pointer over a buffer and NULL (and aliasing where an op refuses it). */
+#define BUF_FLOATS 4096
+#define NBUF       8
+static float g_buf[NBUF][BUF_FLOATS];
+static int32_t g_ids[BUF_FLOATS]; /* token ids / targets: -1 (ignored) or small valid ids */
+static const tr_ops *cpu_ops, *cuda_ops;
+static int g_cases, g_mismatches;
+
+static void same_rc(const char *op, tr_status c, tr_status g, const char *args) {
+    g_cases++;
+    if (c == g) return;
+    if (g_mismatches++ < 20)
+        fprintf(stderr, "  %s(%s): cpu %d, cuda %d\n", op, args, (int)c, (int)g);
+}
+
+/* Pointer argument i of a call: buffer i, or NULL when bit i of mask is set. */
+static float *P(unsigned mask, int i) {
+    return mask >> i & 1u ? NULL : g_buf[i];
+}
+static const int32_t *IDS(unsigned mask, int i) {
+    return mask >> i & 1u ? NULL : g_ids;
+}
+
+static const int SZ[] = {-1, 0, 1, 3};
+#define NSZ 4
+
+/* The k-th size of combination i (i enumerates NSZ^k combinations). */
+static int sz(int i, int k) {
+    while (k--) i /= NSZ;
+    return SZ[i % NSZ];
+}
+
+#define CMP(op, fmt, ...)                                                                          \
+    do {                                                                                           \
+        char a_[160];                                                                              \
+        snprintf(a_, sizeof a_, fmt, __VA_ARGS__);                                                 \
+        same_rc(#op, cpu_ops->op(ARGS), cuda_ops->op(ARGS), a_);                                   \
+    } while (0)
+
+static void flat_cases(void) {
+    const float ps[] = {-0.1f, 0.0f, 0.5f, 1.0f};
+    for (unsigned m = 0; m < 4; m++)
+        for (int i = 0; i < NSZ; i++) {
+            int n = sz(i, 0);
+#define ARGS P(m, 0), P(m, 1), n
+            CMP(add, "mask %u n %d", m, n);
+            CMP(sum_squares, "mask %u n %d", m, n);
+#undef ARGS
+#define ARGS P(m, 0), n, 0.5f
+            CMP(fill, "mask %u n %d", m, n);
+            CMP(scale, "mask %u n %d", m, n);
+#undef ARGS
+#define ARGS P(m, 0), n, 0.5f, P(m, 1)
+            CMP(unscale_check, "mask %u n %d", m, n);
+#undef ARGS
+            for (int t = 0; t < 2; t++) {
+#define ARGS P(m, 0), P(m, 1), n, t
+                CMP(gelu_fwd, "mask %u n %d", m, n);
+#undef ARGS
+#define ARGS P(m, 0), P(m, 1), P(m, 2), n, t
+                CMP(gelu_bwd, "mask %u n %d", m, n);
+#undef ARGS
+            }
+            for (int k = 0; k < 4; k++) {
+#define ARGS P(m, 0), P(m, 1), n, ps[k], 7, 3
+                CMP(dropout_fwd, "mask %u n %d p %g", m, n, ps[k]);
+                CMP(dropout_bwd, "mask %u n %d p %g", m, n, ps[k]);
+#undef ARGS
+            }
+        }
+}
+
+static void layout_cases(void) {
+    const int64_t ld[] = {-1, 0, 2, 5};
+    for (unsigned m = 0; m < 4; m++)
+        for (int i = 0; i < NSZ * NSZ * 16; i++) {
+            int rows = sz(i, 0), cols = sz(i, 1), a = i / (NSZ * NSZ) % 4, b = i / (NSZ * NSZ * 4);
+#define ARGS P(m, 0), ld[a], P(m, 1), ld[b], rows, cols
+            CMP(copy_2d, "mask %u ldd %lld lds %lld rows %d cols %d", m, (long long)ld[a],
+                (long long)ld[b], rows, cols);
+#undef ARGS
+#define ARGS P(m, 0), ld[a], rows, cols, 1.0f
+            CMP(fill_2d, "mask %u ld %lld rows %d cols %d", m, (long long)ld[a], rows, cols);
+#undef ARGS
+#define ARGS g_buf[0] + b, ld[a], g_buf[0], 5, rows, cols /* overlapping views of one buffer */
+            CMP(copy_2d, "overlap +%d ldd %lld rows %d cols %d", b, (long long)ld[a], rows, cols);
+#undef ARGS
+        }
+    for (unsigned m = 0; m < 8; m++)
+        for (int i = 0; i < NSZ; i++) {
+            int rows = sz(i, 0);
+#define ARGS P(m, 0), P(m, 1), IDS(m, 2), rows
+            CMP(loss_mean, "mask %u rows %d", m, rows);
+#undef ARGS
+        }
+}
+
+static void embedding_cases(void) {
+    const int vs[] = {-1, 0, 2, 4};
+    for (unsigned m = 0; m < 8; m++)
+        for (int i = 0; i < NSZ * NSZ * 16; i++) {
+            int n = sz(i, 0), dim = sz(i, 1), a = i / (NSZ * NSZ) % 4, b = i / (NSZ * NSZ * 4);
+#define ARGS P(m, 0), IDS(m, 1), P(m, 2), n, dim, vs[a], vs[b]
+            CMP(embedding_fwd, "mask %u n %d dim %d vocab [%d, %d)", m, n, dim, vs[a], vs[b]);
+            CMP(embedding_bwd, "mask %u n %d dim %d vocab [%d, %d)", m, n, dim, vs[a], vs[b]);
+#undef ARGS
+        }
+    for (unsigned m = 0; m < 4; m++)
+        for (int i = 0; i < NSZ * NSZ * NSZ * 3; i++) {
+            int batch = sz(i, 0), seq = sz(i, 1), dim = sz(i, 2), off = i / (NSZ * NSZ * NSZ) - 1;
+#define ARGS P(m, 0), P(m, 1), batch, seq, dim, off
+            CMP(pos_embedding_fwd, "mask %u b %d s %d dim %d off %d", m, batch, seq, dim, off);
+            CMP(pos_embedding_bwd, "mask %u b %d s %d dim %d off %d", m, batch, seq, dim, off);
+#undef ARGS
+        }
+}
+
+static void norm_cases(void) {
+    for (unsigned m = 0; m < 64; m++)
+        for (int i = 0; i < NSZ * NSZ * 2; i++) {
+            int rows = sz(i, 0), dim = sz(i, 1), zc = i / (NSZ * NSZ);
+#define ARGS P(m, 0), P(m, 1), P(m, 2), P(m, 3), P(m, 4), P(m, 5), rows, dim, 1e-5f, zc
+            CMP(layernorm_fwd, "mask %u rows %d dim %d", m, rows, dim);
+#undef ARGS
+#define ARGS P(m, 0), P(m, 1), P(m, 2), P(m, 3), rows, dim, 1e-5f, zc
+            CMP(rmsnorm_fwd, "mask %u rows %d dim %d", m, rows, dim);
+#undef ARGS
+#define ARGS P(m, 0), P(m, 1), P(m, 2), P(m, 3), P(m, 4), P(m, 5), rows, dim, zc
+            CMP(rmsnorm_bwd, "mask %u rows %d dim %d", m, rows, dim);
+#undef ARGS
+        }
+    for (unsigned m = 0; m < 256; m++)
+        for (int i = 0; i < NSZ * NSZ; i++) {
+            int rows = sz(i, 0), dim = sz(i, 1);
+#define ARGS P(m, 0), P(m, 1), P(m, 2), P(m, 3), P(m, 4), P(m, 5), P(m, 6), P(m, 7), rows, dim, 1
+            CMP(layernorm_bwd, "mask %u rows %d dim %d", m, rows, dim);
+#undef ARGS
+        }
+}
+
+static void rope_cases(void) {
+    tr_rope_params ok = {.rot_dim = 4, .base = 10000.0};
+    tr_rope_params l3 = {.rot_dim = 4,
+                         .base = 500000.0,
+                         .llama3 = 1,
+                         .factor = 8,
+                         .low_freq_factor = 1,
+                         .high_freq_factor = 4,
+                         .original_max_position = 64};
+    tr_rope_params par[] = {ok, ok, ok, l3, l3, l3};
+    par[1].rot_dim = 3, par[2].base = 1.0, par[4].high_freq_factor = 1, par[5].factor = 0;
+    for (unsigned m = 0; m < 4; m++)
+        for (int i = 0; i < NSZ * 3 * 6; i++) {
+            int seq = sz(i, 0), off = i / NSZ % 3 - 1, k = i / (NSZ * 3);
+#define ARGS P(m, 0), P(m, 1), &par[k], seq, off
+            CMP(rope_table, "params %d mask %u seq %d off %d", k, m, seq, off);
+#undef ARGS
+        }
+    const int rots[] = {-2, 0, 1, 2, 4, 6};
+    for (unsigned m = 0; m < 16; m++)
+        for (int i = 0; i < NSZ * NSZ * NSZ * 6 * 6; i++) {
+            int batch = sz(i, 0), seq = sz(i, 1), heads = sz(i, 2);
+            int hd = i / (NSZ * NSZ * NSZ) % 6 - 1, rot = rots[i / (NSZ * NSZ * NSZ * 6)];
+#define ARGS P(m, 0), P(m, 1), P(m, 2), P(m, 3), batch, seq, heads, hd, rot
+            CMP(rope_fwd, "mask %u b %d s %d h %d hd %d rot %d", m, batch, seq, heads, hd, rot);
+            CMP(rope_bwd, "mask %u b %d s %d h %d hd %d rot %d", m, batch, seq, heads, hd, rot);
+#undef ARGS
+        }
+}
+
+static void activation_cases(void) {
+    for (unsigned m = 0; m < 8; m++)
+        for (int i = 0; i < NSZ * NSZ; i++) {
+            int rows = sz(i, 0), ffn = sz(i, 1);
+#define ARGS P(m, 0), P(m, 1), rows, ffn
+            CMP(swiglu_fwd, "mask %u rows %d ffn %d", m, rows, ffn);
+#undef ARGS
+#define ARGS P(m, 0), P(m, 1), P(m, 2), rows, ffn
+            CMP(swiglu_bwd, "mask %u rows %d ffn %d", m, rows, ffn);
+#undef ARGS
+#define ARGS g_buf[0], g_buf[1], g_buf[0], rows, ffn /* dx aliases x */
+            CMP(swiglu_bwd, "dx == x rows %d ffn %d", rows, ffn);
+#undef ARGS
+#define ARGS g_buf[0], g_buf[0], g_buf[1], rows, ffn /* dx aliases dy */
+            CMP(swiglu_bwd, "dx == dy rows %d ffn %d", rows, ffn);
+#undef ARGS
+        }
+}
+
+static void cross_entropy_cases(void) {
+    const int vs[] = {-1, 0, 2};
+    memset(g_buf, 0, sizeof g_buf);
+    for (unsigned m = 0; m < 16; m++)
+        for (int i = 0; i < NSZ * NSZ * 3; i++) {
+            int rows = sz(i, 0), vl = sz(i, 1), a = i / (NSZ * NSZ);
+#define ARGS P(m, 0), P(m, 1), IDS(m, 2), rows, vl, vs[a]
+            CMP(ce_stats, "mask %u rows %d vocab %d start %d", m, rows, vl, vs[a]);
+#undef ARGS
+#define ARGS P(m, 0), P(m, 1), IDS(m, 2), P(m, 3), rows, vl, vs[a]
+            CMP(ce_bwd, "mask %u rows %d vocab %d start %d", m, rows, vl, vs[a]);
+#undef ARGS
+        }
+    /* stats whose max (0, or -inf after ce_loss) never exceeds the "global" max 0: every
+     * ce_rebase is valid, so only the argument checks decide */
+    memset(g_buf, 0, sizeof g_buf);
+    for (unsigned m = 0; m < 8; m++)
+        for (int i = 0; i < NSZ; i++) {
+            int rows = sz(i, 0);
+#define ARGS P(m, 0), P(m, 1), rows
+            CMP(ce_merge, "mask %u rows %d", m, rows);
+            CMP(ce_rebase, "mask %u rows %d", m, rows);
+#undef ARGS
+#define ARGS P(m, 0), P(m, 1), IDS(m, 2), rows
+            CMP(ce_loss, "mask %u rows %d", m, rows);
+#undef ARGS
+        }
+}
+
+static void optimizer_cases(void) {
+    const float moms[] = {0.0f, 0.9f};
+    for (unsigned m = 0; m < 16; m++)
+        for (int i = 0; i < NSZ * 3; i++) {
+            int n = sz(i, 0), step = i / NSZ - 1;
+            tr_adamw_params a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step};
+#define ARGS P(m, 0), P(m, 1), P(m, 2), P(m, 3), n, &a
+            CMP(adamw, "mask %u n %d step %d", m, n, step);
+#undef ARGS
+            for (int k = 0; k < 2; k++) {
+                tr_sgd_params s = {0.1f, moms[k], 0.0f, 1};
+#define ARGS P(m, 0), P(m, 1), P(m, 2), n, &s
+                CMP(sgd, "mask %u n %d momentum %g", m, n, moms[k]);
+#undef ARGS
+            }
+        }
+#define ARGS g_buf[0], g_buf[1], g_buf[2], g_buf[3], 4, NULL
+    CMP(adamw, "%s", "no params");
+#undef ARGS
+#define ARGS g_buf[0], g_buf[1], g_buf[2], 4, NULL
+    CMP(sgd, "%s", "no params");
+#undef ARGS
+}
+
+static void test_checks_match_cpu(void) {
+    cpu_ops = tr_ops_cpu();
+    cuda_ops = tr_ops_cuda();
+    for (int i = 0; i < BUF_FLOATS; i++) g_ids[i] = i % 3 == 2 ? -1 : i % 2;
+    tr_cuda_ctx *ctx = NULL;
+    CHECK(tr_cuda_ctx_create_check_only(&ctx) == TR_OK);
+    tr_cuda_bind(ctx);
+    flat_cases();
+    layout_cases();
+    embedding_cases();
+    norm_cases();
+    rope_cases();
+    activation_cases();
+    cross_entropy_cases();
+    optimizer_cases();
+    tr_cuda_ctx_destroy(ctx);
+    CHECK(tr_cuda_bound() == NULL);
+    printf("argument checks: %d calls, %d differ from the CPU's\n", g_cases, g_mismatches);
+    CHECK(g_cases > 10000);
+    CHECK_INT_EQ(g_mismatches, 0);
+}
+
 static void test_backends_built(void) {
     CHECK(tr_comm_staged_built()); /* this test only exists in CUDA builds */
     printf("NCCL backend built: %s\n", tr_comm_nccl_built() ? "yes" : "no");
 }
 
 TR_TEST_MAIN(TR_TEST(test_arena_accounting), TR_TEST(test_arenas_peak_total),
-             TR_TEST(test_argument_checks), TR_TEST(test_unbound_context),
-             TR_TEST(test_backends_built))
+             TR_TEST(test_argument_checks), TR_TEST(test_checks_match_cpu),
+             TR_TEST(test_unbound_context), TR_TEST(test_backends_built))

@@ -2,7 +2,8 @@
  * semantics, so the model and training loop are written once against these pointers.
  *
  * Conventions (see docs/kernels.md for layouts):
- *  - all tensors are fp32 and row-major; on CPU they are host pointers, on CUDA device pointers;
+ *  - all tensors are fp32 and row-major (except the bf16/fp16 bit patterns cast_lowp writes and
+ *    gemm_lowp_ex may read); on CPU they are host pointers, on CUDA device pointers;
  *  - activations are [B, T, ...] with the token index t fastest after the batch index;
  *  - parameter gradients always ACCUMULATE (+=), so micro-batches can be summed into one flat
  *    gradient buffer; activation gradients are OVERWRITTEN, except the norms' dx, which
@@ -13,6 +14,7 @@
 #ifndef TR_KERNELS_OPS_H
 #define TR_KERNELS_OPS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -22,6 +24,15 @@ typedef enum tr_transpose { TR_NOTRANS = 0, TR_TRANS = 1 } tr_transpose;
 
 /* The half-precision formats of mixed-precision training (docs/runtime.md, "Mixed precision"). */
 typedef enum tr_lowp { TR_LOWP_BF16 = 1, TR_LOWP_F16 = 2 } tr_lowp;
+
+/* A GEMM operand that may already be half precision: p is an fp32 buffer (lowp false) or a
+ * buffer of bf16/fp16 bit patterns (uint16_t, lowp true) of the GEMM's dtype, as cast_lowp
+ * writes them; ld is its leading dimension in elements. */
+typedef struct tr_gemm_operand {
+    const void *p;
+    int ld;
+    bool lowp;
+} tr_gemm_operand;
 
 typedef struct tr_attn_desc {
     int batch, seq, heads, groups, head_dim; /* heads % groups == 0 (GQA; groups == heads is MHA) */
@@ -60,6 +71,19 @@ typedef struct tr_ops {
     tr_status (*gemm_lowp)(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
                            float alpha, const float *a, int lda, const float *b, int ldb,
                            float beta, float *c, int ldc);
+    /* gemm_lowp whose operands may already be half precision (the model's weight copy, made
+     * once per optimizer step): fp32 operands are rounded as gemm_lowp rounds them, half ones
+     * are used as they are, so for equal rounded values the products are gemm_lowp's. bias
+     * (fp32 [n], or NULL) is then added to every row of C, fused into the GEMM where the
+     * backend can (CUDA bf16: cuBLASLt's BIAS epilogue), else as bias_add adds it; it requires
+     * beta == 0 (TR_ERR_INVALID otherwise). k == 0 clears or scales C as gemm does, then adds
+     * the bias. */
+    tr_status (*gemm_lowp_ex)(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                              float alpha, tr_gemm_operand a, tr_gemm_operand b, float beta,
+                              float *c, int ldc, const float *bias);
+    /* dst[i] = the bf16/fp16 bit pattern of src[i] rounded to nearest even (fp16 overflows to
+     * inf; NaN becomes 0x7fff); dst and src must not overlap. */
+    tr_status (*cast_lowp)(tr_lowp dtype, uint16_t *dst, const float *src, int64_t n);
     /* y[r,:] += bias  /  dbias += sum_r dy[r,:] */
     tr_status (*bias_add)(float *y, const float *bias, int rows, int cols);
     tr_status (*bias_grad)(float *dbias, const float *dy, int rows, int cols);

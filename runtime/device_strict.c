@@ -110,6 +110,16 @@ static tr_status g_gemm_lowp(tr_lowp dtype, tr_transpose ta, tr_transpose tb, in
     ENTER("gemm_lowp", a, b, c);
     LEAVE(CPU->gemm_lowp(dtype, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
 }
+static tr_status g_gemm_lowp_ex(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n,
+                                int k, float alpha, tr_gemm_operand a, tr_gemm_operand b,
+                                float beta, float *c, int ldc, const float *bias) {
+    ENTER("gemm_lowp_ex", a.p, b.p, c, bias);
+    LEAVE(CPU->gemm_lowp_ex(dtype, ta, tb, m, n, k, alpha, a, b, beta, c, ldc, bias));
+}
+static tr_status g_cast_lowp(tr_lowp dtype, uint16_t *dst, const float *src, int64_t n) {
+    ENTER("cast_lowp", dst, src);
+    LEAVE(CPU->cast_lowp(dtype, dst, src, n));
+}
 static tr_status g_round_lowp(tr_lowp dtype, float *x, int64_t n) {
     ENTER("round_lowp", x);
     LEAVE(CPU->round_lowp(dtype, x, n));
@@ -285,6 +295,8 @@ static const tr_ops strict_ops = {
     .name = "cpu-strict",
     .gemm = g_gemm,
     .gemm_lowp = g_gemm_lowp,
+    .gemm_lowp_ex = g_gemm_lowp_ex,
+    .cast_lowp = g_cast_lowp,
     .round_lowp = g_round_lowp,
     .unscale_check = g_unscale_check,
     .bias_add = g_bias_add,

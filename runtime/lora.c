@@ -157,5 +157,6 @@ tr_status tr_lora_merge(const tr_model *lora, tr_model *base) {
             TR_TRY(lora->ops->gemm(TR_NOTRANS, TR_NOTRANS, w.out, w.in, r, lora->spec.lora_scale,
                                    v->lora_b[t], r, v->lora_a[t], w.in, 1.0f, (float *)w.w, w.in));
         }
+    tr_model_params_changed(base);
     return TR_OK;
 }

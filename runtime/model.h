@@ -47,6 +47,10 @@ typedef struct tr_model_spec {
     /* Mixed precision: 0 for fp32, else the tr_lowp the linear layers' GEMM operands are rounded
      * to (docs/runtime.md, "Mixed precision"). */
     int lowp;
+    /* Mixed precision without the half-precision weight copy: every linear-layer GEMM rounds the
+     * fp32 weights itself (gemm_lowp), as before the copy existed. Bitwise the same results; for
+     * tests that prove it (tr_train_opts.no_weight_copy sets it). */
+    int no_weight_copy;
     /* LoRA (runtime/lora.h): 0, or the adapters' rank on the linear layers whose bit
      * (1 << TR_LORA_*) is set in lora_targets; every other parameter is then frozen. */
     int lora_rank;
@@ -203,6 +207,22 @@ typedef struct tr_model {
      * every parameter gradient comes out scaled; 0 means no scaling. */
     float grad_loss_scale;
     tr_model_hooks hooks;
+    /* Mixed precision: the linear layers' weights rounded to spec.lowp (bf16/fp16 bit patterns),
+     * what their forward and input-gradient GEMMs read (docs/runtime.md, "Mixed precision").
+     * NULL in fp32 or with spec.no_weight_copy. Tensor i's copy starts at wcopy_off[i] (-1: none;
+     * own aligned offsets, independent of the fp32 layout) and was made from the parameters of
+     * version wcopy_version[i]; params_version counts the changes of the fp32 parameters
+     * (tr_model_params_changed / _stepped), frozen_version is the last change that may have
+     * touched frozen tensors (LoRA's base). A tensor is re-cast when the forward is about to
+     * read it (tr_model_before_params, after any pending parameter all-gather) if its copy is
+     * older than that; a GEMM that finds a stale copy fails. wcopy_verify (host-visible
+     * devices): a copy found current is compared with a fresh cast, so a parameter write that
+     * forgot to report itself is an error, not a silent use of old weights. */
+    uint16_t *wcopy;
+    int64_t *wcopy_off;
+    uint64_t *wcopy_version;
+    uint64_t params_version, frozen_version;
+    bool wcopy_verify;
     /* Packed fine-tuning sequences: the layout the next forwards take (tr_model_set_sequences),
      * and the one of the (part, slot) in progress, else NULL: one document per row, positions
      * 0..seq-1 (pretraining). */
@@ -243,6 +263,14 @@ void tr_model_free(tr_model *m);
  * norm weights 1 (0 with zero-centred gamma). Each element is drawn from a counter-based stream
  * keyed by (seed, tensor, logical element), so the values do not depend on the layout. */
 tr_status tr_model_init_weights(tr_model *m, uint64_t seed);
+
+/* Every write of m->params outside the model's own functions (optimizer steps, checkpoint
+ * loads, tests) must be followed by this before the next forward: the half-precision weight copy
+ * is re-cast from the new values when the forward reaches each tensor. Cheap (a counter). */
+void tr_model_params_changed(tr_model *m);
+/* The same for an optimizer step, which leaves frozen tensors (tr_param_info.frozen) as they
+ * are: LoRA's frozen base keeps its copy instead of being re-cast every step. */
+void tr_model_params_stepped(tr_model *m);
 
 /* Forward of one microbatch through a whole model: ids and targets are [batch, seq] (targets < 0
  * are not trained on). Writes the mean loss over the trained tokens to *loss (0 when there are

@@ -11,6 +11,9 @@ tr_status tr_model_relayout(tr_model *m, const int64_t *offsets, int64_t numel) 
         if (offsets[i] < 0 || offsets[i] + m->info[i].numel > numel) return TR_ERR_INVALID;
     size_t bytes = (size_t)numel * sizeof(float);
     float *params = NULL, *grads = NULL;
+    /* The weight copy is the newest parameter allocation: freed first so the device arena takes
+     * it back, and laid out again below (its versions restart: every tensor is re-cast). */
+    tr_model_wcopy_free(m);
     tr_status st = tr_device_alloc(m->dev, TR_MEM_PARAMS, bytes, (void **)&params);
     if (st == TR_OK) st = tr_device_alloc(m->dev, TR_MEM_GRADS, bytes, (void **)&grads);
     for (int i = 0; i < m->n_info && st == TR_OK; i++)
@@ -32,7 +35,8 @@ tr_status tr_model_relayout(tr_model *m, const int64_t *offsets, int64_t numel) 
     free(m->g.layers);
     m->p.layers = m->g.layers = NULL;
     TR_TRY(tr_model_bind_views(m, m->params, &m->p));
-    return tr_model_bind_views(m, m->grads, &m->g);
+    TR_TRY(tr_model_bind_views(m, m->grads, &m->g));
+    return tr_model_wcopy_create(m);
 }
 
 /* The index of the parameter whose first element is `at` inside `base`, or -1. */
@@ -78,7 +82,15 @@ tr_status tr_model_before_params(const tr_model *m, int where) {
     } else {
         n = layer_list(&m->p.layers[where], v);
     }
-    return notify(m, m->params, v, n, m->hooks.before_param);
+    TR_TRY(notify(m, m->params, v, n, m->hooks.before_param));
+    /* The parameters are complete now (a pending all-gather has landed): bring the weight copy
+     * of the linear layers about to run up to date. */
+    if (where == TR_MODEL_AT_EMBEDDING) return TR_OK;
+    if (where == TR_MODEL_AT_HEAD) return tr_model_wcopy_refresh(m, m->p.out_w);
+    const tr_layer_views *L = &m->p.layers[where];
+    const float *w[4] = {L->qkv_w, L->proj_w, L->fc1_w, L->fc2_w};
+    for (int i = 0; i < 4; i++) TR_TRY(tr_model_wcopy_refresh(m, w[i]));
+    return TR_OK;
 }
 
 tr_status tr_model_grads_done(const tr_model *m, int where) {

@@ -15,10 +15,20 @@ typedef enum tr_model_linear_id {
 } tr_model_linear_id;
 
 /* Where the forward is about to read parameters / the backward has finished gradients: a layer
- * index, or one of these. */
+ * index, or one of these. before_params also brings those linear weights' half-precision copy
+ * up to date, after the hook (a pending parameter all-gather) has returned. */
 enum { TR_MODEL_AT_EMBEDDING = -1, TR_MODEL_AT_HEAD = -2 };
 tr_status tr_model_before_params(const tr_model *m, int where);
 tr_status tr_model_grads_done(const tr_model *m, int where);
+/* The half-precision weight copy (runtime/model_wcopy.c): laid out and allocated after the
+ * parameters' views are bound (nothing without spec.lowp or with spec.no_weight_copy), freed;
+ * the copy of the linear weight w refreshed when stale (the model is const because the forward
+ * holds it so; only the copy and its versions change); and the copy the GEMMs read, NULL when
+ * the model keeps none, TR_ERR_INTERNAL when it is stale. */
+tr_status tr_model_wcopy_create(tr_model *m);
+void tr_model_wcopy_free(tr_model *m);
+tr_status tr_model_wcopy_refresh(const tr_model *m, const float *w);
+tr_status tr_model_wcopy_of(const tr_model *m, const float *w, const uint16_t **out);
 /* Points the current activation fields (acts of the part's layers, head, ids, targets) at the
  * storage of (part, slot). */
 tr_status tr_model_select_slot(tr_model *m, int part, int slot);

@@ -481,6 +481,7 @@ static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *
     carve_acts(m, &c);
     if ((st = tr_model_bind_views(m, m->params, &m->p)) != TR_OK) goto fail;
     if ((st = tr_model_bind_views(m, m->grads, &m->g)) != TR_OK) goto fail;
+    if ((st = tr_model_wcopy_create(m)) != TR_OK) goto fail;
     if (s->rope) {
         st = ops->rope_table(m->rope_cos, m->rope_sin, &s->rope_p, s->seq, 0);
         if (st != TR_OK) goto fail;
@@ -511,6 +512,7 @@ tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, c
 
 void tr_model_free(tr_model *m) {
     tr_device *dev = m->dev ? m->dev : tr_device_host();
+    tr_model_wcopy_free(m); /* the newest parameter allocation: freed first */
     tr_device_free(dev, TR_MEM_PARAMS, m->params);
     tr_device_free(dev, TR_MEM_GRADS, m->grads);
     free(m->info);
@@ -602,6 +604,7 @@ tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
         free(w);
         TR_TRY(st);
     }
+    tr_model_params_changed(m);
     return TR_OK;
 }
 

@@ -19,6 +19,23 @@ static tr_status lin_gemm(const tr_ops *ops, const tr_linear *l, tr_transpose ta
     return ops->gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
+/* C = x op(W) with the activation x (fp32, ld ldx) and the layer's weight as B: the model's
+ * half-precision weight copy when it keeps one (made once per parameter change), else the fp32
+ * weight rounded by the GEMM. bias (forward only, NULL otherwise) is added to the product; with
+ * the copy it is fused into the GEMM, which adds it as bias_add would. */
+static tr_status weight_gemm(const tr_ops *ops, const tr_linear *l, tr_transpose tb, int m, int n,
+                             int k, const float *x, int ldx, float *c, const float *bias) {
+    const uint16_t *wc = NULL;
+    TR_TRY(tr_model_wcopy_of(l->model, l->w, &wc));
+    if (wc) {
+        tr_gemm_operand a = {x, ldx, false}, b = {wc, l->in, true};
+        return ops->gemm_lowp_ex((tr_lowp)l->model->spec.lowp, TR_NOTRANS, tb, m, n, k, 1.0f, a, b,
+                                 0.0f, c, n, bias);
+    }
+    TR_TRY(lin_gemm(ops, l, TR_NOTRANS, tb, m, n, k, x, ldx, l->w, l->in, 0.0f, c, n));
+    return bias ? ops->bias_add(c, bias, m, n) : TR_OK;
+}
+
 /* LoRA's low-rank path, in fp32 (the adapters are small), as Megatron's ParallelLinearAdapter
  * splits it under TP: a column-parallel layer's adapter holds all of A and its rows of B, a
  * row-parallel layer's its columns of A (summed over TP into u) and all of B. No sequence
@@ -81,15 +98,19 @@ static tr_status lora_bwd(const tr_ops *ops, const tr_linear *l, const float *x,
 tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y, int rows) {
     bool sp_out = l->kind == TR_LINEAR_ROW && seq_split(l);
     float *out = sp_out ? l->model->sp_full : y;
-    TR_TRY(lin_gemm(ops, l, TR_NOTRANS, TR_TRANS, rows, l->out, l->in, x, l->in, l->w, l->in, 0.0f,
-                    out, l->out));
+    /* The bias goes with the GEMM unless a TP reduction of the output comes in between (a
+     * row-parallel layer's partial sums); either way it is added after the product, so the
+     * order of the additions is the same. */
+    bool bias_now = l->b && (l->kind == TR_LINEAR_COLUMN || l->model->tp.size == 1);
+    TR_TRY(
+        weight_gemm(ops, l, TR_TRANS, rows, l->out, l->in, x, l->in, out, bias_now ? l->b : NULL));
     if (sp_out) {
         TR_TRY(tr_tp_seq_reduce_scatter(l->model, out, y, l->out));
         rows = tr_tp_local_rows(l->model);
     } else if (l->kind == TR_LINEAR_ROW) {
         TR_TRY(tr_tp_all_reduce(l->model, y, (int64_t)rows * l->out));
     }
-    if (l->b) TR_TRY(ops->bias_add(y, l->b, rows, l->out));
+    if (l->b && !bias_now) TR_TRY(ops->bias_add(y, l->b, rows, l->out));
     if (l->lora_a) TR_TRY(lora_fwd(ops, l, x, y, rows));
     return TR_OK;
 }
@@ -108,8 +129,7 @@ tr_status tr_linear_bwd(const tr_ops *ops, const tr_linear *l, const float *x, c
     if (!dx) return l->lora_a ? lora_bwd(ops, l, x, dy, NULL, rows) : TR_OK;
     bool sp_dx = l->kind == TR_LINEAR_COLUMN && seq_split(l);
     float *out = sp_dx ? l->model->sp_full : dx;
-    TR_TRY(lin_gemm(ops, l, TR_NOTRANS, TR_NOTRANS, rows, l->in, l->out, dy, l->out, l->w, l->in,
-                    0.0f, out, l->in));
+    TR_TRY(weight_gemm(ops, l, TR_NOTRANS, rows, l->in, l->out, dy, l->out, out, NULL));
     if (sp_dx) return tr_tp_seq_reduce_scatter(l->model, out, dx, l->in);
     if (l->kind == TR_LINEAR_COLUMN) TR_TRY(tr_tp_all_reduce(l->model, dx, (int64_t)rows * l->in));
     return l->lora_a ? lora_bwd(ops, l, x, dy, dx, rows) : TR_OK;

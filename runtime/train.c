@@ -203,7 +203,9 @@ static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consum
         !isfinite(out->grad_norm) || out->grad_norm > t->opt.spec.grad_norm_skip_threshold;
     if (out->skipped) return TR_OK;
     TR_TRY(tr_clip_grads(m->ops, m->grads, m->n_params, t->opt.spec.clip_grad, out->grad_norm));
-    return tr_optimizer_step(&t->opt, m->params, m->grads, out->lr, out->wd);
+    TR_TRY(tr_optimizer_step(&t->opt, m->params, m->grads, out->lr, out->wd));
+    tr_model_params_stepped(m); /* the weight copy follows at the next forward */
+    return TR_OK;
 }
 
 static tr_status pp_load(void *ctx, int mb, const int32_t **ids, const int32_t **targets) {
@@ -287,8 +289,12 @@ static tr_status train_step_dp(trainer *t, int64_t iteration, int64_t consumed,
         out->grad_norm = NAN;
         return TR_OK;
     }
-    return tr_train_dp_update(&t->dp, &t->opt_spec, out->lr, out->wd, &out->grad_norm,
-                              &out->skipped);
+    TR_TRY(
+        tr_train_dp_update(&t->dp, &t->opt_spec, out->lr, out->wd, &out->grad_norm, &out->skipped));
+    /* The all-gathered parameters may still be in flight: the forward refreshes each tensor's
+     * weight copy after waiting for its gather. */
+    tr_model_params_stepped(&t->model);
+    return TR_OK;
 }
 
 static tr_status train_step(trainer *t, int64_t iteration, int64_t consumed, int64_t sched_samples,
@@ -414,6 +420,7 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     tr_optimizer_spec os;
     int bad = tr_model_spec_from_config(c, &ms, d) != TR_OK;
     bad |= tr_lora_spec_from_config(c, &ms, d) != TR_OK;
+    ms.no_weight_copy = t->o->no_weight_copy;
     bad |= tr_optimizer_spec_from_config(c, &os, d) != TR_OK;
     bad |= tr_lr_schedule_from_config(c, &t->sched, d) != TR_OK;
     bad |= tr_train_check_features(c, d);

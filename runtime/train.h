@@ -33,6 +33,9 @@ typedef struct tr_train_opts {
      * rank), e.g. to compare layouts; a non-OK status ends the run with it. */
     tr_status (*on_finish)(void *ctx, const struct tr_model *m);
     void *on_finish_ctx;
+    /* Mixed precision without the half-precision weight copy (tr_model_spec.no_weight_copy):
+     * for tests that compare the two, which must agree bitwise. */
+    int no_weight_copy;
 } tr_train_opts;
 
 typedef enum tr_stop_reason {

@@ -447,6 +447,7 @@ static tr_status load_from(tr_train_ckpt *k, const char *dir, source src, int64_
     }
     if (st == TR_OK && with_scaler) scaler_unpack(k->env.scaler, scaler);
     if (st == TR_OK) st = host_view_store(k, &params);
+    if (st == TR_OK) tr_model_params_changed(k->env.model);
     if (st == TR_OK && *with_opt) st = opt_state_scatter(k, &os);
     host_view_close(&params);
     opt_state_free(k, &os);

@@ -10,6 +10,10 @@ tr_status tr_cpu_gemm(tr_transpose ta, tr_transpose tb, int m, int n, int k, flo
 tr_status tr_cpu_gemm_lowp(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
                            float alpha, const float *a, int lda, const float *b, int ldb,
                            float beta, float *c, int ldc);
+tr_status tr_cpu_gemm_lowp_ex(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                              float alpha, tr_gemm_operand a, tr_gemm_operand b, float beta,
+                              float *c, int ldc, const float *bias);
+tr_status tr_cpu_cast_lowp(tr_lowp dtype, uint16_t *dst, const float *src, int64_t n);
 tr_status tr_cpu_round_lowp(tr_lowp dtype, float *x, int64_t n);
 tr_status tr_cpu_unscale_check(float *g, int64_t n, float inv_scale, float *found_inf);
 tr_status tr_cpu_bias_add(float *y, const float *bias, int rows, int cols);

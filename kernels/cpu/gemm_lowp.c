@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "kernels/common/lowp_bits.h"
 #include "kernels/common/lowp_round.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/threadpool.h"
@@ -60,6 +61,89 @@ tr_status tr_cpu_gemm_lowp(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int 
     free(ra);
     free(rb);
     return s;
+}
+
+/* Half-precision operands widened to fp32: exact, so the sgemm below sees the very values a
+ * rounded fp32 operand would give. */
+typedef struct widen_ctx {
+    float *dst;
+    const uint16_t *src;
+    int cols, ld_src;
+    bool bf16;
+} widen_ctx;
+
+static void widen_rows(void *vctx, int64_t r0, int64_t r1) {
+    widen_ctx *c = vctx;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *s = c->src + r * c->ld_src;
+        float *d = c->dst + r * c->cols;
+        for (int j = 0; j < c->cols; j++) d[j] = tr_lowp_value(c->bf16, s[j]);
+    }
+}
+
+/* The stored rows x cols block of an operand as packed fp32 holding half-precision values. */
+static float *operand_copy(tr_lowp dtype, tr_gemm_operand op, int rows, int cols) {
+    if (!op.lowp) return rounded_copy(dtype, op.p, rows, cols, op.ld);
+    float *dst = malloc((size_t)rows * (size_t)cols * sizeof *dst);
+    if (!dst) return NULL;
+    widen_ctx c = {
+        .dst = dst, .src = op.p, .cols = cols, .ld_src = op.ld, .bf16 = dtype == TR_LOWP_BF16};
+    tr_cpu_parallel_for(rows, 64, widen_rows, &c);
+    return dst;
+}
+
+tr_status tr_cpu_gemm_lowp_ex(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                              float alpha, tr_gemm_operand a, tr_gemm_operand b, float beta,
+                              float *c, int ldc, const float *bias) {
+    if (!valid_lowp(dtype)) return TR_ERR_INVALID;
+    if (m < 0 || n < 0 || k < 0 || (bias && beta != 0.0f)) return TR_ERR_INVALID;
+    if (m == 0 || n == 0) return TR_OK;
+    if (!c || ldc < n || a.ld < (ta == TR_TRANS ? m : k) || b.ld < (tb == TR_TRANS ? k : n))
+        return TR_ERR_INVALID;
+    if (k == 0) {
+        /* Nothing to round: the fp32 op clears or scales C (its operands are never read). */
+        TR_TRY(tr_cpu_gemm(ta, tb, m, n, 0, alpha, NULL, m, NULL, n, beta, c, ldc));
+    } else {
+        if (!a.p || !b.p) return TR_ERR_INVALID;
+        int a_rows = ta == TR_TRANS ? k : m, a_cols = ta == TR_TRANS ? m : k;
+        int b_rows = tb == TR_TRANS ? n : k, b_cols = tb == TR_TRANS ? k : n;
+        float *ra = operand_copy(dtype, a, a_rows, a_cols);
+        float *rb = ra ? operand_copy(dtype, b, b_rows, b_cols) : NULL;
+        tr_status s = TR_ERR_NOMEM;
+        if (ra && rb) s = tr_cpu_gemm(ta, tb, m, n, k, alpha, ra, a_cols, rb, b_cols, beta, c, ldc);
+        free(ra);
+        free(rb);
+        TR_TRY(s);
+    }
+    if (!bias) return TR_OK;
+    /* The product first, then the bias, row by row as bias_add adds it, so a fused layer is
+     * bitwise the GEMM followed by bias_add. */
+    if (ldc == n) return tr_cpu_bias_add(c, bias, m, n);
+    for (int r = 0; r < m; r++) TR_TRY(tr_cpu_bias_add(c + (int64_t)r * ldc, bias, 1, n));
+    return TR_OK;
+}
+
+typedef struct cast_ctx {
+    uint16_t *dst;
+    const float *src;
+    bool bf16;
+} cast_ctx;
+
+static void cast_blocks(void *vctx, int64_t b0, int64_t b1) {
+    cast_ctx *c = vctx;
+    for (int64_t i = b0 * 4096; i < b1 * 4096; i++) c->dst[i] = tr_lowp_bits(c->bf16, c->src[i]);
+}
+
+tr_status tr_cpu_cast_lowp(tr_lowp dtype, uint16_t *dst, const float *src, int64_t n) {
+    if (!valid_lowp(dtype) || n < 0 || (n && (!dst || !src))) return TR_ERR_INVALID;
+    const char *d = (const char *)dst, *s = (const char *)src;
+    if (n && d < s + n * (int64_t)sizeof *src && s < d + n * (int64_t)sizeof *dst)
+        return TR_ERR_INVALID;
+    cast_ctx c = {.dst = dst, .src = src, .bf16 = dtype == TR_LOWP_BF16};
+    int64_t full = n / 4096;
+    if (full > 0) tr_cpu_parallel_for(full, 16, cast_blocks, &c);
+    for (int64_t i = full * 4096; i < n; i++) dst[i] = tr_lowp_bits(c.bf16, src[i]);
+    return TR_OK;
 }
 
 tr_status tr_cpu_round_lowp(tr_lowp dtype, float *x, int64_t n) {

@@ -51,6 +51,14 @@ tr_status tr_cuda_gemm_lowp(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int
                             float alpha, const float *a, int lda, const float *b, int ldb,
                             float beta, float *c, int ldc);
 tr_status tr_cuda_round_lowp(tr_lowp dtype, float *x, int64_t n);
+/* tr_ops.gemm_lowp_ex: only the fp32 operands are cast into scratch, half-precision ones go to
+ * cuBLASLt as they are (their alignment is passed to its heuristics; 16-byte aligned operands
+ * and leading dimensions get the fast kernels); the bias is bf16's fused epilogue, fp16's a
+ * kernel after the GEMM. tr_ops.cast_lowp: tr_cuda_f32_to_bf16 / tr_cuda_f32_to_f16. */
+tr_status tr_cuda_gemm_lowp_ex(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                               float alpha, tr_gemm_operand a, tr_gemm_operand b, float beta,
+                               float *c, int ldc, const float *bias);
+tr_status tr_cuda_cast_lowp(tr_lowp dtype, uint16_t *dst, const float *src, int64_t n);
 
 /* fp16 dynamic loss scaling: g *= inv_scale and *found_inf (device float, not reset here) is set
  * to 1 when any element of g is inf or NaN, so the caller skips the step and lowers the scale. */

@@ -20,15 +20,39 @@ __device__ __forceinline__ float to_float(__half x) {
     return __half2float(x);
 }
 
-/* rows x cols of src (leading dimension ld) into a packed dst (leading dimension cols). */
+/* rows x cols of src (leading dimension ld) into a packed dst (leading dimension cols). Rows run
+ * along the grid's y dimension and columns along x, so no thread divides its flat index by the
+ * row length (a 64-bit division per element would cost more than the cast). */
 template <typename T>
-__global__ void pack_cast_kernel(T *dst, const float *src, int rows, int cols, int ld) {
-    int64_t total = (int64_t)rows * cols;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i / cols, j = i % cols;
-        dst[i] = to_half<T>(src[r * ld + j]);
+__global__ void pack_cast_kernel(T *dst, const float *src, int rows, int cols, int64_t ld) {
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *s = src + r * ld;
+        T *d = dst + r * cols;
+        for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < cols; j += stride)
+            d[j] = to_half<T>(s[j]);
     }
+}
+
+/* C[r, j] += bias[j] over rows x cols with leading dimension ldc, the same 2-D walk. */
+__global__ void bias_rows_2d_kernel(float *c, const float *bias, int rows, int cols, int64_t ldc) {
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        float *cr = c + r * ldc;
+        for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < cols; j += stride)
+            cr[j] += bias[j];
+    }
+}
+
+/* x covers a row (at most 65535 blocks, a grid-stride loop beyond), y the rows (the same cap). */
+static dim3 grid_2d(int rows, int cols) {
+    int64_t bx = ((int64_t)cols + TR_CUDA_THREADS - 1) / TR_CUDA_THREADS;
+    return dim3((unsigned)(bx < 1       ? 1
+                           : bx > 65535 ? 65535
+                                        : bx),
+                (unsigned)(rows < 1       ? 1
+                           : rows > 65535 ? 65535
+                                          : rows));
 }
 
 template <typename T> __global__ void round_trip_kernel(float *x, int64_t n) {
@@ -39,10 +63,8 @@ template <typename T> __global__ void round_trip_kernel(float *x, int64_t n) {
 
 template <typename T>
 static tr_status pack_cast(tr_cuda_ctx *ctx, T *dst, const float *src, int rows, int cols, int ld) {
-    int64_t total = (int64_t)rows * cols;
     pack_cast_kernel<T>
-        <<<tr_cuda_blocks(total, TR_CUDA_THREADS), TR_CUDA_THREADS, 0, ctx->stream>>>(
-            dst, src, rows, cols, ld);
+        <<<grid_2d(rows, cols), TR_CUDA_THREADS, 0, ctx->stream>>>(dst, src, rows, cols, ld);
     TR_CUDA_LAUNCHED();
     return TR_OK;
 }
@@ -80,6 +102,73 @@ extern "C" tr_status tr_cuda_gemm_lowp(tr_lowp dtype, tr_transpose ta, tr_transp
     TR_TRY(pack_cast(ctx, (__half *)ha, a, a_rows, a_cols, lda));
     TR_TRY(pack_cast(ctx, (__half *)hb, b, b_rows, b_cols, ldb));
     return tr_cuda_gemm_f16(ta, tb, m, n, k, alpha, ha, a_cols, hb, b_cols, beta, c, ldc);
+}
+
+static size_t operand_scratch(tr_gemm_operand op, int rows, int cols) {
+    return op.lowp ? 0 : padded_bytes((int64_t)rows * cols);
+}
+
+/* The operand as cuBLASLt takes it: a half-precision operand as it is, an fp32 one cast into
+ * its scratch (packed, leading dimension cols). */
+static tr_status operand_half(tr_cuda_ctx *ctx, tr_lowp dtype, tr_gemm_operand op, int rows,
+                              int cols, uint16_t *scratch, const uint16_t **h, int *ld) {
+    if (op.lowp) {
+        *h = (const uint16_t *)op.p;
+        *ld = op.ld;
+        return TR_OK;
+    }
+    if (dtype == TR_LOWP_BF16)
+        TR_TRY(pack_cast(ctx, (__nv_bfloat16 *)scratch, (const float *)op.p, rows, cols, op.ld));
+    else
+        TR_TRY(pack_cast(ctx, (__half *)scratch, (const float *)op.p, rows, cols, op.ld));
+    *h = scratch;
+    *ld = cols;
+    return TR_OK;
+}
+
+extern "C" tr_status tr_cuda_gemm_lowp_ex(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m,
+                                          int n, int k, float alpha, tr_gemm_operand a,
+                                          tr_gemm_operand b, float beta, float *c, int ldc,
+                                          const float *bias) {
+    if (dtype != TR_LOWP_BF16 && dtype != TR_LOWP_F16) return TR_ERR_INVALID;
+    if (m < 0 || n < 0 || k < 0 || (bias && beta != 0.0f)) return TR_ERR_INVALID;
+    if (m == 0 || n == 0) return TR_OK;
+    if (!c || ldc < n || a.ld < (ta == TR_TRANS ? m : k) || b.ld < (tb == TR_TRANS ? k : n))
+        return TR_ERR_INVALID;
+    if (k > 0 && (!a.p || !b.p)) return TR_ERR_INVALID;
+    TR_CUDA_CTX("gemm_lowp_ex");
+    if (k == 0) {
+        /* The fp32 op clears or scales C without reading the operands; the bias follows. */
+        TR_TRY(tr_cuda_gemm(ta, tb, m, n, 0, alpha, NULL, m > 1 ? m : 1, NULL, n, beta, c, ldc));
+    } else {
+        int a_rows = ta == TR_TRANS ? k : m, a_cols = ta == TR_TRANS ? m : k;
+        int b_rows = tb == TR_TRANS ? n : k, b_cols = tb == TR_TRANS ? k : n;
+        size_t a_bytes = operand_scratch(a, a_rows, a_cols);
+        size_t bytes = a_bytes + operand_scratch(b, b_rows, b_cols);
+        void *scratch = NULL;
+        if (bytes) TR_TRY(tr_cuda_scratch(ctx, bytes, &scratch));
+        const uint16_t *ha = NULL, *hb = NULL;
+        int lda = 0, ldb = 0;
+        TR_TRY(operand_half(ctx, dtype, a, a_rows, a_cols, (uint16_t *)scratch, &ha, &lda));
+        TR_TRY(operand_half(ctx, dtype, b, b_rows, b_cols, (uint16_t *)((char *)scratch + a_bytes),
+                            &hb, &ldb));
+        /* bf16: cuBLASLt's BIAS epilogue adds the bias to the fp32 product (its own fallback
+         * adds it after the GEMM when no fused kernel fits). */
+        if (dtype == TR_LOWP_BF16)
+            return tr_cuda_gemm_bf16(ta, tb, m, n, k, alpha, ha, lda, hb, ldb, beta, c, TR_CUDA_F32,
+                                     ldc, bias);
+        TR_TRY(tr_cuda_gemm_f16(ta, tb, m, n, k, alpha, ha, lda, hb, ldb, beta, c, ldc));
+    }
+    if (!bias) return TR_OK;
+    bias_rows_2d_kernel<<<grid_2d(m, n), TR_CUDA_THREADS, 0, ctx->stream>>>(c, bias, m, n, ldc);
+    TR_CUDA_LAUNCHED();
+    return TR_OK;
+}
+
+extern "C" tr_status tr_cuda_cast_lowp(tr_lowp dtype, uint16_t *dst, const float *src, int64_t n) {
+    if (dtype == TR_LOWP_BF16) return tr_cuda_f32_to_bf16(dst, src, n);
+    if (dtype == TR_LOWP_F16) return tr_cuda_f32_to_f16(dst, src, n);
+    return TR_ERR_INVALID;
 }
 
 extern "C" tr_status tr_cuda_round_lowp(tr_lowp dtype, float *x, int64_t n) {

@@ -5,6 +5,8 @@ static const tr_ops g_cuda_ops = {
     "cuda",
     tr_cuda_gemm,
     tr_cuda_gemm_lowp,
+    tr_cuda_gemm_lowp_ex,
+    tr_cuda_cast_lowp,
     tr_cuda_bias_add,
     tr_cuda_bias_grad,
     tr_cuda_add,
@@ -46,7 +48,7 @@ static const tr_ops g_cuda_ops = {
 
 /* C++ before C++20 has no designated initialisers, so the order above must follow tr_ops; this
  * catches a member added to ops.h without a CUDA entry. */
-static_assert(sizeof(tr_ops) == sizeof(void *) * 40, "tr_ops changed: update kernels/cuda");
+static_assert(sizeof(tr_ops) == sizeof(void *) * 42, "tr_ops changed: update kernels/cuda");
 
 extern "C" const tr_ops *tr_ops_cuda(void) {
     return &g_cuda_ops;

@@ -137,6 +137,95 @@ static void test_gemm_lowp(void) {
     }
 }
 
+/* The weight-copy ops (docs/cuda.md, "Mixed precision"). cast_lowp: the CPU's bit patterns
+ * exactly (overflow to inf, fp16 subnormals, signed zero). */
+static void test_cast_lowp(void) {
+    const size_t n = 5000;
+    float *x = rnd(n, -70000, 70000);
+    for (size_t i = 0; i < n; i += 3) x[i] *= 1e-9f; /* fp16 subnormals */
+    x[0] = -0.0f, x[1] = 65520.0f, x[2] = INFINITY, x[4] = 3.0e38f;
+    float *dx = gt_dev(x, n);
+    uint16_t *want = malloc(n * 2), *got = malloc(n * 2), *dh = gt_dev_bytes(NULL, n * 2);
+    for (int t = TR_LOWP_BF16; t <= TR_LOWP_F16; t++) {
+        CHECK(cpu->cast_lowp((tr_lowp)t, want, x, (int64_t)n) == TR_OK);
+        CHECK(gpu->cast_lowp((tr_lowp)t, dh, dx, (int64_t)n) == TR_OK);
+        gt_sync();
+        CHECK(cudaMemcpy(got, dh, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += got[i] != want[i];
+        printf("  cast_lowp %s: %zu of %zu bit patterns differ from the CPU's\n",
+               t == TR_LOWP_BF16 ? "bf16" : "fp16", bad, n);
+        CHECK(bad == 0);
+    }
+    CHECK(gpu->cast_lowp((tr_lowp)0, dh, dx, (int64_t)n) == TR_ERR_INVALID);
+    free(x), free(want), free(got), gt_free(dx), gt_free(dh);
+}
+
+/* gemm_lowp_ex against the CPU table's on the same half-precision operands (each backend's
+ * cast_lowp of the same fp32 values, bitwise equal by test_cast_lowp): only the fp32 summation
+ * order differs. Every mix of fp32 and half operands, all transposes, strided operands, beta,
+ * the bias (bf16: cuBLASLt's epilogue; fp16: the kernel after the GEMM); and a tall operand
+ * whose rows exceed one grid dimension (the 2-D cast's row loop). */
+static void gemm_ex_case(tr_lowp t, int ta, int tb, int m, int n, int k, int pad, bool with_bias) {
+    int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+    size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * ldc;
+    float beta = with_bias ? 0.0f : 0.5f;
+    float *a = rnd(na, -2, 2), *b = rnd(nb, -2, 2), *c0 = rnd(nc, -1, 1), *bias = rnd(n, -1, 1);
+    float *da = gt_dev(a, na), *db = gt_dev(b, nb), *dbias = gt_dev(bias, n);
+    uint16_t *ha = malloc(na * 2), *hb = malloc(nb * 2);
+    uint16_t *dha = gt_dev_bytes(NULL, na * 2), *dhb = gt_dev_bytes(NULL, nb * 2);
+    CHECK(cpu->cast_lowp(t, ha, a, (int64_t)na) == TR_OK);
+    CHECK(cpu->cast_lowp(t, hb, b, (int64_t)nb) == TR_OK);
+    CHECK(gpu->cast_lowp(t, dha, da, (int64_t)na) == TR_OK);
+    CHECK(gpu->cast_lowp(t, dhb, db, (int64_t)nb) == TR_OK);
+    for (int mask = 0; mask < 4; mask++) {
+        bool la = mask & 1, lb = mask & 2;
+        float *c = copy_of(c0, nc), *dc = gt_dev(c0, nc);
+        tr_gemm_operand oa = {la ? (const void *)ha : a, lda, la};
+        tr_gemm_operand ob = {lb ? (const void *)hb : b, ldb, lb};
+        tr_gemm_operand doa = {la ? (const void *)dha : da, lda, la};
+        tr_gemm_operand dob = {lb ? (const void *)dhb : db, ldb, lb};
+        CHECK(cpu->gemm_lowp_ex(t, ta, tb, m, n, k, 0.7f, oa, ob, beta, c, ldc,
+                                with_bias ? bias : NULL) == TR_OK);
+        CHECK(gpu->gemm_lowp_ex(t, ta, tb, m, n, k, 0.7f, doa, dob, beta, dc, ldc,
+                                with_bias ? dbias : NULL) == TR_OK);
+        gt_sync();
+        char name[96];
+        snprintf(name, sizeof name, "gemm_lowp_ex %s %dx%dx%d t=%d%d half=%d%d %s",
+                 t == TR_LOWP_BF16 ? "bf16" : "fp16", m, n, k, ta, tb, la, lb,
+                 with_bias ? "+bias" : "beta=0.5");
+        CHECK_DEV(name, dc, c, nc, FP32);
+        free(c), gt_free(dc);
+    }
+    free(a), free(b), free(c0), free(bias), free(ha), free(hb);
+    gt_free(da), gt_free(db), gt_free(dbias), gt_free(dha), gt_free(dhb);
+}
+
+static void test_gemm_lowp_ex(void) {
+    for (int t = TR_LOWP_BF16; t <= TR_LOWP_F16; t++) {
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                gemm_ex_case((tr_lowp)t, ta, tb, 37, 45, 53, 3, false);
+                gemm_ex_case((tr_lowp)t, ta, tb, 37, 45, 53, 3, true);
+            }
+        /* The model's shapes: x W^T and dy W with aligned, unpadded operands. */
+        gemm_ex_case((tr_lowp)t, 0, 1, 128, 192, 64, 0, true);
+        gemm_ex_case((tr_lowp)t, 0, 0, 128, 64, 192, 0, false);
+        gemm_ex_case((tr_lowp)t, 0, 1, 70000, 8, 16, 0, true);
+    }
+    /* Argument checks before any launch. */
+    float *d = gt_dev_poison(4);
+    tr_gemm_operand o = {d, 2, false};
+    CHECK(gpu->gemm_lowp_ex(TR_LOWP_BF16, TR_NOTRANS, TR_NOTRANS, 2, 2, 2, 1.0f, o, o, 1.0f, d, 2,
+                            d) == TR_ERR_INVALID); /* bias with beta != 0 */
+    CHECK(gpu->gemm_lowp_ex((tr_lowp)3, TR_NOTRANS, TR_NOTRANS, 2, 2, 2, 1.0f, o, o, 0.0f, d, 2,
+                            NULL) == TR_ERR_INVALID);
+    tr_gemm_operand narrow = {d, 1, true};
+    CHECK(gpu->gemm_lowp_ex(TR_LOWP_F16, TR_NOTRANS, TR_NOTRANS, 2, 2, 2, 1.0f, narrow, o, 0.0f, d,
+                            2, NULL) == TR_ERR_INVALID);
+    gt_free(d);
+}
+
 static void test_casts(void) {
     const size_t n = 1000;
     float *x = rnd(n, -100, 100);
@@ -822,11 +911,11 @@ static void setup(void) {
 }
 
 TR_GPU_TEST_MAIN(TR_TEST(setup), TR_TEST(test_gemm), TR_TEST(test_gemm_bf16),
-                 TR_TEST(test_gemm_lowp), TR_TEST(test_casts), TR_TEST(test_flat),
-                 TR_TEST(test_layout), TR_TEST(test_embedding), TR_TEST(test_norms),
-                 TR_TEST(test_rope), TR_TEST(test_attention), TR_TEST(test_attention_bf16),
-                 TR_TEST(test_activations), TR_TEST(test_cross_entropy), TR_TEST(test_optimizers),
-                 TR_TEST(test_arenas),
+                 TR_TEST(test_gemm_lowp), TR_TEST(test_cast_lowp), TR_TEST(test_gemm_lowp_ex),
+                 TR_TEST(test_casts), TR_TEST(test_flat), TR_TEST(test_layout),
+                 TR_TEST(test_embedding), TR_TEST(test_norms), TR_TEST(test_rope),
+                 TR_TEST(test_attention), TR_TEST(test_attention_bf16), TR_TEST(test_activations),
+                 TR_TEST(test_cross_entropy), TR_TEST(test_optimizers), TR_TEST(test_arenas),
                  /* realistic shapes and index math past 2^31 elements (docs/cuda.md review) */
                  TR_TEST(test_ce_vocab_128k), TR_TEST(test_ce_past_2g),
                  TR_TEST(test_norms_dim_8192), TR_TEST(test_norm_past_2g),

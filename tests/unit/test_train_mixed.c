@@ -63,9 +63,19 @@ static void test_bf16_close_to_fp32_not_equal(void) {
 }
 
 /* Every linear layer takes the half-precision GEMM in bf16 and none in fp32: an op table that
- * counts the two GEMM entries around the CPU ones, one forward and backward of llama_tiny
- * (2 layers: QKV, proj, fc1, fc2 each, and the untied output layer; forward, dW and dx each). */
-static int n_gemm, n_lowp;
+ * counts the GEMM entries around the CPU ones, one forward and backward of llama_tiny
+ * (2 layers: QKV, proj, fc1, fc2 each, and the untied output layer; forward, dW and dx each).
+ * Forward and dx read the model's half-precision weight copy (gemm_lowp_ex with a ready
+ * half-precision B, the weight); dW rounds its two activations (gemm_lowp). */
+static int n_gemm, n_lowp, n_lowp_ex, n_ex_half_b;
+
+static tr_status counting_lowp_ex(tr_lowp t, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                                  float alpha, tr_gemm_operand a, tr_gemm_operand b, float beta,
+                                  float *c, int ldc, const float *bias) {
+    n_lowp_ex++;
+    n_ex_half_b += !a.lowp && b.lowp;
+    return tr_ops_cpu()->gemm_lowp_ex(t, ta, tb, m, n, k, alpha, a, b, beta, c, ldc, bias);
+}
 
 static tr_status counting_gemm(tr_transpose ta, tr_transpose tb, int m, int n, int k, float alpha,
                                const float *a, int lda, const float *b, int ldb, float beta,
@@ -95,13 +105,14 @@ static void gemms_of_one_step(const char *precision, int *gemm, int *lowp) {
     tr_ops ops = *tr_ops_cpu();
     ops.gemm = counting_gemm;
     ops.gemm_lowp = counting_lowp;
+    ops.gemm_lowp_ex = counting_lowp_ex;
     tr_model m;
     CHECK_INT_EQ(tr_model_create(&m, &spec, (tr_tp_shard){0, 1}, &ops, 1), TR_OK);
     CHECK_INT_EQ(tr_model_init_weights(&m, 1), TR_OK);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)spec.seq);
     int32_t *tgt = malloc(sizeof(int32_t) * (size_t)spec.seq);
     for (int i = 0; i < spec.seq; i++) ids[i] = i % 200, tgt[i] = (i + 1) % 200;
-    n_gemm = n_lowp = 0;
+    n_gemm = n_lowp = n_lowp_ex = n_ex_half_b = 0;
     float loss = 0;
     CHECK_INT_EQ(tr_model_forward(&m, ids, tgt, &loss), TR_OK);
     CHECK_INT_EQ(tr_model_backward(&m, 1.0f), TR_OK);
@@ -119,10 +130,12 @@ static void test_every_linear_layer_rounds(void) {
     int gemm, lowp;
     gemms_of_one_step("mixed_precision.preset=bf16_mixed", &gemm, &lowp);
     CHECK_INT_EQ(gemm, 0);
-    CHECK_INT_EQ(lowp, linears * per_linear);
+    CHECK_INT_EQ(lowp, linears);
+    CHECK_INT_EQ(n_lowp_ex, linears * (per_linear - 1));
+    CHECK_INT_EQ(n_ex_half_b, linears * (per_linear - 1));
     gemms_of_one_step("mixed_precision.preset=fp32", &gemm, &lowp);
     CHECK_INT_EQ(gemm, linears * per_linear);
-    CHECK_INT_EQ(lowp, 0);
+    CHECK_INT_EQ(lowp + n_lowp_ex, 0);
 }
 
 static int count(const char *text, const char *needle) {

@@ -44,6 +44,15 @@ typedef struct tr_attn_desc {
      * causal; each row must start at 0 and every entry be t (a new document) or the previous
      * entry, else the op returns TR_ERR_INVALID. */
     const int32_t *doc_start;
+    /* 0 or a tr_lowp: the backend may round q, k, v, dO and the probabilities P and dS to this
+     * format before their products, accumulating in fp32 (as gemm_lowp does); out, lse and the
+     * gradients keep their types. 0 is exact fp32. The CPU backend computes in fp32 for every
+     * value (strictly more accurate); CUDA uses tensor cores for it (docs/cuda.md). */
+    int lowp;
+    /* Nonzero: the caller guarantees doc_start follows the rule above (the runtime builds it
+     * from document boundaries), so a backend may skip validating it, which on a device costs
+     * a read-back synchronisation per call. 0: doc_start is checked. */
+    int doc_start_trusted;
 } tr_attn_desc;
 
 typedef struct tr_adamw_params {

@@ -107,7 +107,11 @@ tr_attn_desc tr_model_attn_desc(const tr_model *m) {
                           .head_dim = s->head_dim,
                           .scale = 1.0f / sqrtf((float)s->head_dim),
                           .causal = 1,
-                          .doc_start = m->doc_start};
+                          .doc_start = m->doc_start,
+                          /* the mixed-precision contract of the GEMMs, so CUDA uses tensor cores */
+                          .lowp = s->lowp,
+                          /* built by runtime/model_positions.c from document boundaries */
+                          .doc_start_trusted = 1};
 }
 
 /* Dropout site `site` of the current microbatch: a disjoint Philox counter range per site and

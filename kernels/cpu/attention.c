@@ -190,6 +190,8 @@ static tr_status attn_setup(attn_ctx *c, const tr_attn_desc *d) {
         return TR_ERR_INVALID;
     if (d->heads % d->groups || d->block_q < 0 || d->block_k < 0 || !(d->scale > 0))
         return TR_ERR_INVALID;
+    /* Any lowp is computed in fp32 here (the contract allows, never requires, the rounding). */
+    if (d->lowp != 0 && d->lowp != TR_LOWP_BF16 && d->lowp != TR_LOWP_F16) return TR_ERR_INVALID;
     memset(c, 0, sizeof *c);
     c->d = d;
     c->simd = tr_cpu_simd_active();

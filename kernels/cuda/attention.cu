@@ -9,58 +9,17 @@
  *
  * Document masking (desc->doc_start, packed sequences) narrows query t's keys to
  * [doc_start[t], t], as on the CPU: tiles before the block's first document start are skipped,
- * and a key block stops at the first query whose document starts after it. */
+ * and a key block stops at the first query whose document starts after it.
+ *
+ * With desc->lowp (mixed precision) and a head_dim of 16, 32, 64 or 128 on sm_80+, the same
+ * entry points run the tensor-core kernels of attention_tc.cu instead, after the checks (and,
+ * for backward, di) here. */
+#include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_impl.cuh"
 #include "kernels/cuda/cuda_mixed.h"
 
 #define ATT_WARPS 8  /* rows (queries or keys) per block */
 #define ATT_KT    32 /* tile of keys (forward, dQ) or queries (dK/dV): one per lane */
-
-struct att_shape {
-    int T, H, G, D, hpg, causal;
-    float scale;
-    const int32_t *ds; /* doc_start [B, T] or NULL */
-};
-
-__device__ __forceinline__ int doc_lo(const att_shape &s, int b, int t) {
-    return s.ds ? s.ds[(int64_t)b * s.T + t] : 0;
-}
-
-/* One past the last query that may see a key before kend: the first t >= kend whose document
- * starts at or after kend (doc starts never decrease along a row). */
-__device__ int query_end(const att_shape &s, int b, int kend) {
-    if (!s.ds || kend >= s.T) return s.T;
-    int lo = kend, hi = s.T;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (s.ds[(int64_t)b * s.T + mid] >= kend)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
-
-__device__ __forceinline__ int64_t q_off(const att_shape &s, int b, int t, int h) {
-    return (((int64_t)b * s.T + t) * s.H + h) * s.D;
-}
-__device__ __forceinline__ int64_t kv_off(const att_shape &s, int b, int t, int g) {
-    return (((int64_t)b * s.T + t) * s.G + g) * s.D;
-}
-
-/* Tensors are fp32 (the op table) or bf16 (cuda_mixed.h); shared memory and arithmetic are fp32. */
-__device__ __forceinline__ float ld(const float *p, int64_t i) {
-    return p[i];
-}
-__device__ __forceinline__ float ld(const __nv_bfloat16 *p, int64_t i) {
-    return __bfloat162float(p[i]);
-}
-__device__ __forceinline__ void st(float *p, int64_t i, float v) {
-    p[i] = v;
-}
-__device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v) {
-    p[i] = __float2bfloat16_rn(v);
-}
 
 /* Rows [t0, t0+n) of K or V (or Q, dO of one head) into a padded [ATT_KT][D+1] tile: the pad
  * puts lane j's row j in its own bank when lanes walk channels together. */
@@ -292,6 +251,7 @@ static tr_status attn_check(const tr_attn_desc *d) {
     if (d->heads % d->groups || d->block_q < 0 || d->block_k < 0 || !(d->scale > 0))
         return TR_ERR_INVALID;
     if (d->doc_start && !d->causal) return TR_ERR_INVALID;
+    if (d->lowp != 0 && d->lowp != TR_LOWP_BF16 && d->lowp != TR_LOWP_F16) return TR_ERR_INVALID;
     /* Registers hold a row as head_dim/32 values per lane; 256 covers every model we ship. */
     if (d->head_dim > 256) {
         tr_log(TR_LOG_ERROR, "CUDA attention: head_dim %d is above the supported 256", d->head_dim);
@@ -315,9 +275,10 @@ __global__ void doc_start_check_kernel(const int32_t *ds, int batch, int T, int 
 }
 
 /* doc_start lives on the device, and a malformed one must be TR_ERR_INVALID as on the CPU, so
- * this reads the verdict back (one small synchronisation per call with documents). */
+ * this reads the verdict back (one small synchronisation per call with documents), unless the
+ * caller vouches for the array (doc_start_trusted: the runtime checks it on the host). */
 static tr_status check_doc_start(tr_cuda_ctx *ctx, const tr_attn_desc *d) {
-    if (!d->doc_start) return TR_OK;
+    if (!d->doc_start || d->doc_start_trusted) return TR_OK;
     int *bad;
     TR_TRY(tr_cuda_scratch(ctx, sizeof(int), (void **)&bad));
     TR_CUDA_TRY(cudaMemsetAsync(bad, 0, sizeof(int), ctx->stream));
@@ -331,12 +292,6 @@ static tr_status check_doc_start(tr_cuda_ctx *ctx, const tr_attn_desc *d) {
     return *ctx->host_flag ? TR_ERR_INVALID : TR_OK;
 }
 
-static att_shape shape_of(const tr_attn_desc *d) {
-    att_shape s = {d->seq,         d->heads, d->groups,   d->head_dim, d->heads / d->groups,
-                   d->causal != 0, d->scale, d->doc_start};
-    return s;
-}
-
 /* Shared memory beyond 48 KB must be opted into per kernel (head_dim 256). */
 template <typename K> static tr_status allow_smem(K kernel, size_t bytes) {
     if (bytes > 48 * 1024)
@@ -348,7 +303,7 @@ template <typename K> static tr_status allow_smem(K kernel, size_t bytes) {
 template <int NE, typename T>
 static tr_status fwd_launch(tr_cuda_ctx *ctx, T *out, float *lse, const T *q, const T *k,
                             const T *v, const tr_attn_desc *d) {
-    att_shape s = shape_of(d);
+    att_shape s = att_shape_of(d);
     size_t smem = sizeof(float) * (2 * (size_t)ATT_KT * (s.D + 1) + (size_t)ATT_WARPS * s.D);
     TR_TRY(allow_smem(attn_fwd_kernel<NE, T>, smem));
     dim3 grid((unsigned)((s.T + ATT_WARPS - 1) / ATT_WARPS), (unsigned)s.H, (unsigned)d->batch);
@@ -361,7 +316,7 @@ template <int NE, typename T>
 static tr_status bwd_launch(tr_cuda_ctx *ctx, T *dq, T *dk, T *dv, const T *dout, const T *q,
                             const T *k, const T *v, const float *lse, const float *di,
                             const tr_attn_desc *d) {
-    att_shape s = shape_of(d);
+    att_shape s = att_shape_of(d);
     unsigned nb = (unsigned)((s.T + ATT_WARPS - 1) / ATT_WARPS);
     size_t tiles = 2 * (size_t)ATT_KT * (s.D + 1);
     size_t smem_dq = sizeof(float) * (tiles + 2 * (size_t)ATT_WARPS * s.D);
@@ -388,6 +343,7 @@ static tr_status attention_fwd(const char *name, T *out, float *lse, const T *q,
     if (!out || !lse || !q || !k || !v) return TR_ERR_INVALID;
     TR_CUDA_CTX(name);
     TR_TRY(check_doc_start(ctx, d));
+    if (tr_attn_tc_eligible(d)) return tr_attn_tc_fwd(ctx->stream, out, lse, q, k, v, d);
     if (d->head_dim <= 64) return fwd_launch<2, T>(ctx, out, lse, q, k, v, d);
     if (d->head_dim <= 128) return fwd_launch<4, T>(ctx, out, lse, q, k, v, d);
     return fwd_launch<8, T>(ctx, out, lse, q, k, v, d);
@@ -409,6 +365,8 @@ static tr_status attention_bwd(const char *name, T *dq, T *dk, T *dv, const T *d
     attn_di_kernel<T>
         <<<tr_cuda_blocks(rows * 32, 256), 256, 0, ctx->stream>>>(di, dout, out, rows, d->head_dim);
     TR_CUDA_LAUNCHED();
+    if (tr_attn_tc_eligible(d))
+        return tr_attn_tc_bwd(ctx->stream, dq, dk, dv, dout, q, k, v, lse, di, d);
     if (d->head_dim <= 64) return bwd_launch<2, T>(ctx, dq, dk, dv, dout, q, k, v, lse, di, d);
     if (d->head_dim <= 128) return bwd_launch<4, T>(ctx, dq, dk, dv, dout, q, k, v, lse, di, d);
     return bwd_launch<8, T>(ctx, dq, dk, dv, dout, q, k, v, lse, di, d);

@@ -30,9 +30,9 @@ tr_status tr_cuda_gemm_f16(tr_transpose ta, tr_transpose tb, int m, int n, int k
                            float *c, int ldc);
 
 /* tr_ops.attention_fwd / attention_bwd on bf16 tensors: the same layouts, causal / GQA /
- * document masks, checks and fp32 lse [B,H,T]; products and softmax in fp32, outputs rounded to
- * bf16 (out; dq, dk, dv overwritten). Halves the attention's memory traffic in the bf16 path;
- * the arithmetic is the fp32 kernels' (SIMT, no tensor cores). */
+ * document masks, checks and fp32 lse [B,H,T]; outputs rounded to bf16 (out; dq, dk, dv
+ * overwritten). Halves the attention's memory traffic in the bf16 path. desc->lowp picks the
+ * arithmetic as for the fp32 entries: 0 the fp32 SIMT kernels, bf16 / fp16 the tensor cores. */
 tr_status tr_cuda_attention_fwd_bf16(uint16_t *out, float *lse, const uint16_t *q,
                                      const uint16_t *k, const uint16_t *v, const tr_attn_desc *d);
 tr_status tr_cuda_attention_bwd_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,

@@ -136,21 +136,28 @@ int main(int argc, char **argv) {
     }
 
     /* Attention: one layer, seq 4096, 32 heads, 8 KV groups, head_dim 64, causal. */
-    attn_arg at = {.d = {1, 4096, 32, 8, 64, 0.125f, 1, 0, 0, NULL}};
+    attn_arg at = {.d = {1, 4096, 32, 8, 64, 0.125f, 1, 0, 0, NULL, 0, 0}};
     size_t nq = (size_t)4096 * 32 * 64, nk = (size_t)4096 * 8 * 64;
     at.q = rand_dev(nq, 1), at.k = rand_dev(nk, 1), at.v = rand_dev(nk, 1);
     at.dout = rand_dev(nq, 1), at.o = gt_dev_poison(nq), at.lse = gt_dev_poison(32 * 4096);
     at.dq = gt_dev_poison(nq), at.dk = gt_dev_poison(nk), at.dv = gt_dev_poison(nk);
     double attn_flops = 4.0 * 4096 * 4096 * 32 * 64 / 2; /* causal: half of QK^T and PV */
-    for (int bwd = 0; bwd < 2; bwd++) {
-        at.bwd = bwd;
-        double ms = time_ms(run_attn, &at);
-        double tf = (bwd ? 2.5 : 1.0) * attn_flops / (ms * 1e-3) / 1e12;
-        printf("%-44s %10.3f %8.1f TF/s  (fp32 SIMT)\n",
-               bwd ? "attention bwd fp32 (T4096 H32 G8 D64)"
-                   : "attention fwd fp32 (T4096 H32 G8 D64)",
-               ms, tf);
-    }
+    /* lowp 0: the fp32 SIMT kernels; bf16 / fp16: the tensor-core kernels (desc.lowp) */
+    static const char *const attn_names[3][2] = {
+        {"attention fwd fp32 (T4096 H32 G8 D64)", "attention bwd fp32 (T4096 H32 G8 D64)"},
+        {"attention fwd lowp bf16 (T4096 H32 G8 D64)",
+         "attention bwd lowp bf16 (T4096 H32 G8 D64)"},
+        {"attention fwd lowp fp16 (T4096 H32 G8 D64)",
+         "attention bwd lowp fp16 (T4096 H32 G8 D64)"}};
+    for (int lp = 0; lp < 3; lp++)
+        for (int bwd = 0; bwd < 2; bwd++) {
+            at.d.lowp = lp; /* 0, TR_LOWP_BF16, TR_LOWP_F16 */
+            at.bwd = bwd;
+            double ms = time_ms(run_attn, &at);
+            double tf = (bwd ? 2.5 : 1.0) * attn_flops / (ms * 1e-3) / 1e12;
+            printf("%-44s %10.3f %8.1f TF/s  (%s, %.0f%% of %.0f)\n", attn_names[lp][bwd], ms, tf,
+                   lp ? "tensor cores" : "fp32 SIMT", 100 * tf / peak, peak);
+        }
 
     /* Memory-bound ops: GB/s over the bytes each must move. */
     flat_arg f = {0};

@@ -76,9 +76,10 @@ static void test_argument_checks(void) {
     CHECK(g->sum_squares(NULL, f, 4) == TR_ERR_INVALID);
     CHECK(g->layernorm_fwd(f, f, f, f, f, NULL, 2, 0, 1e-5f, 0) == TR_ERR_INVALID);
     CHECK(g->rope_fwd(f, f, f, f, 1, 1, 1, 4, 3) == TR_ERR_INVALID); /* odd rot_dim */
-    tr_attn_desc d = {1, 4, 3, 2, 8, 0.5f, 1, 0, 0, NULL};           /* 3 heads, 2 groups */
+    tr_attn_desc d = {1, 4, 3, 2, 8, 0.5f, 1, 0, 0, NULL, 0, 0};     /* 3 heads, 2 groups */
     CHECK(g->attention_fwd(f, f, f, f, f, &d) == TR_ERR_INVALID);
-    tr_attn_desc docs = {1, 4, 2, 2, 8, 0.5f, 0, 0, 0, ids}; /* documents need the causal mask */
+    tr_attn_desc docs = {1, 4, 2, 2,   8, 0.5f,
+                         0, 0, 0, ids, 0, 0}; /* documents need the causal mask */
     CHECK(g->attention_fwd(f, f, f, f, f, &docs) == TR_ERR_INVALID);
     CHECK(g->swiglu_bwd(f, f, f, 1, 2) == TR_ERR_INVALID);
     CHECK(g->dropout_fwd(f, f, 4, -0.1f, 1, 0) == TR_ERR_INVALID);

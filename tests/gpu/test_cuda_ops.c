@@ -9,7 +9,13 @@
  *  - 1e-4: attention backward, where P = exp(s - lse) and dS = P (dP - di) compound the
  *    reordered dot products of both passes.
  *  - 1e-2: the bf16 GEMM against the fp32 CPU GEMM (bf16 keeps 8 significant bits, 4e-3 per
- *    operand rounding). */
+ *    operand rounding).
+ *  - 2e-2 (bf16) and 5e-3 (fp16): the tensor-core attention (desc.lowp) against the fp32 CPU op
+ *    on the same fp32 inputs. The kernels round q, k, v, dO, P and dS, each a relative error of
+ *    at most u = 2^-8 (bf16) or 2^-11 (fp16); the results are sums of many such terms with
+ *    independent errors, so their relative L2 error is about u (4e-3 / 5e-4), and the backward
+ *    adds the cancellation of dP - di, a few u more. The limits are ~5u (bf16) and ~10u (fp16):
+ *    loose enough for that, far below the O(1) error of a wrong mask, fragment or tile bound. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdlib.h>
@@ -400,9 +406,19 @@ static void test_rope(void) {
     gt_free(dcs), gt_free(dsn), gt_free(dx), gt_free(dy);
 }
 
-/* doc_len > 0: packed documents of that length (the last one shorter) in every row. */
-static void attention_case(int B, int T, int H, int G, int D, int causal, int doc_len) {
-    tr_attn_desc d = {B, T, H, G, D, 1.0f / sqrtf((float)D), causal, 0, 0, NULL};
+#define TC_BF16 2e-2
+#define TC_F16  5e-3
+
+/* doc_len > 0: packed documents of that length (the last one shorter) in every row. lowp != 0
+ * takes the tensor-core path (the runtime's desc: lowp and a trusted doc_start), which must also
+ * be deterministic: a second backward gives the same bits. */
+static void attention_lowp_case(int lowp, int B, int T, int H, int G, int D, int causal,
+                                int doc_len) {
+    tr_attn_desc d = {B, T, H, G, D, 1.0f / sqrtf((float)D), causal, 0, 0, NULL, lowp, 0};
+    /* lowp with another head_dim runs the fp32 SIMT kernels: fp32 limits then */
+    int tc = lowp && (D == 16 || D == 32 || D == 64 || D == 128);
+    double tol = !tc ? FP32 : lowp == TR_LOWP_BF16 ? TC_BF16 : TC_F16;
+    double tol_bwd = tc ? tol : FP32_BWD;
     int32_t *ds = NULL, *dds = NULL;
     if (doc_len) {
         ds = malloc(sizeof(int32_t) * (size_t)B * T);
@@ -413,6 +429,7 @@ static void attention_case(int B, int T, int H, int G, int D, int causal, int do
     tr_attn_desc dd = d; /* the device's doc_start is device memory */
     d.doc_start = ds;
     dd.doc_start = dds;
+    dd.doc_start_trusted = lowp != 0;
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * G * D, nl = (size_t)B * H * T;
     float *q = rnd(nq, -2, 2), *k = rnd(nk, -2, 2), *v = rnd(nk, -1, 1), *g = rnd(nq, -1, 1);
     float *o = malloc(nq * 4), *lse = malloc(nl * 4), *dq = malloc(nq * 4), *dk = malloc(nk * 4),
@@ -423,25 +440,53 @@ static void attention_case(int B, int T, int H, int G, int D, int causal, int do
     float *O = gt_dev_poison(nq), *L = gt_dev_poison(nl), *DQ = gt_dev_poison(nq),
           *DK = gt_dev_poison(nk), *DV = gt_dev_poison(nk);
     CHECK(gpu->attention_fwd(O, L, Q, K, V, &dd) == TR_OK);
-    char name[96];
-    snprintf(name, sizeof name, "attn B%d T%d H%d G%d D%d c%d doc%d out", B, T, H, G, D, causal,
-             doc_len);
-    CHECK_DEV(name, O, o, nq, FP32);
-    snprintf(name, sizeof name, "attn B%d T%d H%d G%d D%d c%d lse", B, T, H, G, D, causal);
-    CHECK_DEV(name, L, lse, nl, FP32);
+    char name[112];
+#define ATT_NAME(what)                                                                             \
+    snprintf(name, sizeof name, "attn lowp%d B%d T%d H%d G%d D%d c%d doc%d %s", lowp, B, T, H, G,  \
+             D, causal, doc_len, what)
+    ATT_NAME("out");
+    CHECK_DEV(name, O, o, nq, tol);
+    ATT_NAME("lse");
+    CHECK_DEV(name, L, lse, nl, tol);
     /* backward from the CPU's out/lse so the comparison isolates the backward kernels */
     float *O2 = gt_dev(o, nq), *L2 = gt_dev(lse, nl);
     CHECK(gpu->attention_bwd(DQ, DK, DV, Gd, Q, K, V, O2, L2, &dd) == TR_OK);
-    snprintf(name, sizeof name, "attn B%d T%d H%d G%d D%d c%d dq", B, T, H, G, D, causal);
-    CHECK_DEV(name, DQ, dq, nq, FP32_BWD);
-    snprintf(name, sizeof name, "attn B%d T%d H%d G%d D%d c%d dk", B, T, H, G, D, causal);
-    CHECK_DEV(name, DK, dk, nk, FP32_BWD);
-    snprintf(name, sizeof name, "attn B%d T%d H%d G%d D%d c%d dv", B, T, H, G, D, causal);
-    CHECK_DEV(name, DV, dv, nk, FP32_BWD);
+    if (T == 1 && tc) {
+        /* One key: P = 1 and dS = dP - di is exactly 0, so dq and dk are 0 up to the rounding of
+         * dP (|dP| <= D, error ~u |dP|): a relative error means nothing, a bound on the noise
+         * does (a wrong mask or tile would give O(1) values). */
+        float *hq = gt_host(DQ, nq), *hk = gt_host(DK, nk);
+        for (size_t i = 0; i < nq; i++) CHECK(fabsf(hq[i]) < 0.05f);
+        for (size_t i = 0; i < nk; i++) CHECK(fabsf(hk[i]) < 0.05f);
+        free(hq), free(hk);
+    } else {
+        ATT_NAME("dq");
+        CHECK_DEV(name, DQ, dq, nq, tol_bwd);
+        ATT_NAME("dk");
+        CHECK_DEV(name, DK, dk, nk, tol_bwd);
+    }
+    ATT_NAME("dv");
+    CHECK_DEV(name, DV, dv, nk, tol_bwd);
+    if (tc) {
+        float *hq = gt_host(DQ, nq), *hk = gt_host(DK, nk), *hv = gt_host(DV, nk);
+        CHECK(gpu->attention_bwd(DQ, DK, DV, Gd, Q, K, V, O2, L2, &dd) == TR_OK);
+        ATT_NAME("dq rerun");
+        CHECK_DEV(name, DQ, hq, nq, 0.0);
+        ATT_NAME("dk rerun");
+        CHECK_DEV(name, DK, hk, nk, 0.0);
+        ATT_NAME("dv rerun");
+        CHECK_DEV(name, DV, hv, nk, 0.0);
+        free(hq), free(hk), free(hv);
+    }
+#undef ATT_NAME
     free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv);
     gt_free(Q), gt_free(K), gt_free(V), gt_free(Gd), gt_free(O), gt_free(L), gt_free(DQ),
         gt_free(DK), gt_free(DV), gt_free(O2), gt_free(L2);
     free(ds), gt_free(dds);
+}
+
+static void attention_case(int B, int T, int H, int G, int D, int causal, int doc_len) {
+    attention_lowp_case(0, B, T, H, G, D, causal, doc_len);
 }
 
 /* bf16 device copy of host floats, and the rounded values back on the host. */
@@ -456,17 +501,20 @@ static uint16_t *to_bf16(const float *h, size_t n, float *rounded) {
     return b;
 }
 
-static void check_bf16(const char *name, const uint16_t *b, const float *want, size_t n) {
+/* bf16 outputs: unit roundoff 2^-8; the tensor-core path also rounds P and dS (TC_BF16). */
+static void check_bf16(const char *name, const uint16_t *b, const float *want, size_t n,
+                       double tol) {
     float *d = gt_dev_poison(n);
     CHECK(tr_cuda_bf16_to_f32(d, b, (int64_t)n) == TR_OK);
-    CHECK_DEV(name, d, want, n, 1e-2); /* bf16 outputs: unit roundoff 2^-8 */
+    CHECK_DEV(name, d, want, n, tol);
     gt_free(d);
 }
 
 /* The bf16 entry points against the fp32 CPU op on the same (bf16-representable) inputs. */
-static void attention_bf16_case(int T, int H, int G, int D, int doc_len) {
+static void attention_bf16_case(int T, int H, int G, int D, int doc_len, int lowp) {
     const int B = 2;
-    tr_attn_desc d = {B, T, H, G, D, 1.0f / sqrtf((float)D), 1, 0, 0, NULL};
+    tr_attn_desc d = {B, T, H, G, D, 1.0f / sqrtf((float)D), 1, 0, 0, NULL, lowp, 0};
+    double tol = lowp ? TC_BF16 : 1e-2, tol_lse = lowp ? TC_BF16 : FP32;
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * G * D, nl = (size_t)B * H * T;
     int32_t *ds = NULL, *dds = NULL;
     if (doc_len) {
@@ -486,10 +534,12 @@ static void attention_bf16_case(int T, int H, int G, int D, int doc_len) {
     float *L = gt_dev_poison(nl);
     CHECK(tr_cuda_attention_fwd_bf16(O, L, Q, K, V, &dd) == TR_OK);
     char name[96];
-    snprintf(name, sizeof name, "attn bf16 T%d H%d G%d D%d doc%d out", T, H, G, D, doc_len);
-    check_bf16(name, O, o, nq);
-    snprintf(name, sizeof name, "attn bf16 T%d H%d G%d D%d doc%d lse", T, H, G, D, doc_len);
-    CHECK_DEV(name, L, lse, nl, FP32);
+    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d out", lowp, T, H, G, D,
+             doc_len);
+    check_bf16(name, O, o, nq, tol);
+    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d lse", lowp, T, H, G, D,
+             doc_len);
+    CHECK_DEV(name, L, lse, nl, tol_lse);
     /* backward from the device's bf16 out (as floats on the CPU) and the CPU's lse, so only
      * the output rounding differs */
     float *orounded = malloc(nq * 4);
@@ -499,12 +549,15 @@ static void attention_bf16_case(int T, int H, int G, int D, int doc_len) {
     uint16_t *DQ = gt_dev_bytes(NULL, nq * 2), *DK = gt_dev_bytes(NULL, nk * 2),
              *DV = gt_dev_bytes(NULL, nk * 2);
     CHECK(tr_cuda_attention_bwd_bf16(DQ, DK, DV, Gd, Q, K, V, O2, L2, &dd) == TR_OK);
-    snprintf(name, sizeof name, "attn bf16 T%d H%d G%d D%d doc%d dq", T, H, G, D, doc_len);
-    check_bf16(name, DQ, dq, nq);
-    snprintf(name, sizeof name, "attn bf16 T%d H%d G%d D%d doc%d dk", T, H, G, D, doc_len);
-    check_bf16(name, DK, dk, nk);
-    snprintf(name, sizeof name, "attn bf16 T%d H%d G%d D%d doc%d dv", T, H, G, D, doc_len);
-    check_bf16(name, DV, dv, nk);
+    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d dq", lowp, T, H, G, D,
+             doc_len);
+    check_bf16(name, DQ, dq, nq, tol);
+    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d dk", lowp, T, H, G, D,
+             doc_len);
+    check_bf16(name, DK, dk, nk, tol);
+    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d dv", lowp, T, H, G, D,
+             doc_len);
+    check_bf16(name, DV, dv, nk, tol);
     free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv),
         free(orounded), free(ds);
     gt_free(Q), gt_free(K), gt_free(V), gt_free(Gd), gt_free(O), gt_free(L), gt_free(O2),
@@ -512,8 +565,32 @@ static void attention_bf16_case(int T, int H, int G, int D, int doc_len) {
 }
 
 static void test_attention_bf16(void) {
-    attention_bf16_case(97, 8, 2, 64, 0);
-    attention_bf16_case(80, 4, 4, 128, 30);
+    attention_bf16_case(97, 8, 2, 64, 0, 0);
+    attention_bf16_case(80, 4, 4, 128, 30, 0);
+    attention_bf16_case(97, 8, 2, 64, 0, TR_LOWP_BF16); /* bf16 storage, tensor cores */
+    attention_bf16_case(80, 4, 4, 128, 30, TR_LOWP_F16);
+}
+
+/* The tensor-core kernels (head_dim 16, 32, 64, 128): MHA and GQA, causal or not, sequences that
+ * are one row, just under a tile, and across tile edges, packed documents. */
+static void test_attention_tc(void) {
+    static const int lowps[2] = {TR_LOWP_BF16, TR_LOWP_F16};
+    for (int i = 0; i < 2; i++) {
+        int lp = lowps[i];
+        attention_lowp_case(lp, 2, 1, 4, 4, 64, 1, 0);    /* one query */
+        attention_lowp_case(lp, 2, 63, 8, 2, 64, 1, 0);   /* under one tile, GQA */
+        attention_lowp_case(lp, 2, 130, 8, 2, 64, 0, 0);  /* non-causal, three tiles */
+        attention_lowp_case(lp, 2, 257, 32, 8, 64, 1, 0); /* the Llama 3.2 1B head layout */
+        attention_lowp_case(lp, 2, 130, 4, 4, 16, 1, 0);  /* MHA, smallest head */
+        attention_lowp_case(lp, 2, 100, 4, 2, 32, 0, 0);
+        attention_lowp_case(lp, 2, 257, 8, 2, 128, 1, 0); /* 32-row secondary tiles */
+        attention_lowp_case(lp, 1, 63, 4, 1, 128, 0, 0);
+        attention_lowp_case(lp, 2, 257, 8, 2, 64, 1, 37); /* documents across tile edges */
+        attention_lowp_case(lp, 2, 200, 4, 2, 128, 1, 70);
+        attention_lowp_case(lp, 2, 130, 4, 4, 16, 1, 5); /* many short documents */
+    }
+    /* other head sizes under lowp fall back to the fp32 SIMT kernels (fp32 tolerance holds) */
+    attention_lowp_case(TR_LOWP_BF16, 1, 45, 4, 4, 80, 0, 0);
 }
 
 static void test_attention(void) {
@@ -522,13 +599,13 @@ static void test_attention(void) {
     attention_case(1, 130, 4, 1, 128, 1, 0); /* MQA, head_dim 128 */
     attention_case(1, 20, 2, 1, 256, 1, 0);  /* head_dim 256: opt-in shared memory */
     attention_case(2, 150, 4, 2, 64, 1, 37); /* packed documents across tile edges */
-    tr_attn_desc bad = {1, 4, 2, 1, 300, 0.1f, 1, 0, 0, NULL};
+    tr_attn_desc bad = {1, 4, 2, 1, 300, 0.1f, 1, 0, 0, NULL, 0, 0};
     float *p = gt_dev_poison(64);
     CHECK(gpu->attention_fwd(p, p, p, p, p, &bad) == TR_ERR_INVALID); /* head_dim > 256 */
     /* a malformed doc_start (row not starting at 0) is refused like the CPU does */
     int32_t ds[4] = {1, 1, 2, 3};
     int32_t *dds = gt_dev_bytes(ds, sizeof ds);
-    tr_attn_desc docs = {1, 4, 2, 1, 8, 0.3f, 1, 0, 0, dds};
+    tr_attn_desc docs = {1, 4, 2, 1, 8, 0.3f, 1, 0, 0, dds, 0, 0};
     CHECK(gpu->attention_fwd(p, p, p, p, p, &docs) == TR_ERR_INVALID);
     gt_free(p), gt_free(dds);
 }
@@ -914,8 +991,9 @@ TR_GPU_TEST_MAIN(TR_TEST(setup), TR_TEST(test_gemm), TR_TEST(test_gemm_bf16),
                  TR_TEST(test_gemm_lowp), TR_TEST(test_cast_lowp), TR_TEST(test_gemm_lowp_ex),
                  TR_TEST(test_casts), TR_TEST(test_flat), TR_TEST(test_layout),
                  TR_TEST(test_embedding), TR_TEST(test_norms), TR_TEST(test_rope),
-                 TR_TEST(test_attention), TR_TEST(test_attention_bf16), TR_TEST(test_activations),
-                 TR_TEST(test_cross_entropy), TR_TEST(test_optimizers), TR_TEST(test_arenas),
+                 TR_TEST(test_attention), TR_TEST(test_attention_bf16), TR_TEST(test_attention_tc),
+                 TR_TEST(test_activations), TR_TEST(test_cross_entropy), TR_TEST(test_optimizers),
+                 TR_TEST(test_arenas),
                  /* realistic shapes and index math past 2^31 elements (docs/cuda.md review) */
                  TR_TEST(test_ce_vocab_128k), TR_TEST(test_ce_past_2g),
                  TR_TEST(test_norms_dim_8192), TR_TEST(test_norm_past_2g),

@@ -226,6 +226,25 @@ static void test_all_isa_variants(void) {
     CHECK(tr_cpu_simd_select("sse9") == TR_ERR_NOTFOUND);
 }
 
+/* desc.lowp lets a backend round operands; the CPU computes in fp32 for every value, so its
+ * results are bitwise those of lowp 0. */
+static void test_lowp_is_exact_on_cpu(void) {
+    attn_io io = make_io(2, 37, 4, 2, 16, 1, 7);
+    attn_out ref = run(&io, 0, 0);
+    for (int lp = TR_LOWP_BF16; lp <= TR_LOWP_F16; lp++) {
+        io.d.lowp = lp;
+        attn_out r = run(&io, 0, 0);
+        CHECK(memcmp(r.o, ref.o, sizeof(float) * (size_t)io.nq) == 0);
+        CHECK(memcmp(r.lse, ref.lse, sizeof(float) * (size_t)io.nl) == 0);
+        CHECK(memcmp(r.dq, ref.dq, sizeof(float) * (size_t)io.nq) == 0);
+        CHECK(memcmp(r.dk, ref.dk, sizeof(float) * (size_t)io.nk) == 0);
+        CHECK(memcmp(r.dv, ref.dv, sizeof(float) * (size_t)io.nk) == 0);
+        free_out(&r);
+    }
+    free_out(&ref);
+    free_io(&io);
+}
+
 static void test_invalid_args(void) {
     float x = 0;
     tr_attn_desc d = {.batch = 1, .seq = 4, .heads = 3, .groups = 2, .head_dim = 4, .scale = 1};
@@ -234,8 +253,17 @@ static void test_invalid_args(void) {
     d.scale = 0;
     CHECK(ops->attention_fwd(&x, &x, &x, &x, &x, &d) == TR_ERR_INVALID);
     CHECK(ops->attention_fwd(&x, &x, &x, &x, &x, NULL) == TR_ERR_INVALID);
+    d.scale = 1;
+    d.lowp = 3; /* not a tr_lowp */
+    CHECK(ops->attention_fwd(&x, &x, &x, &x, &x, &d) == TR_ERR_INVALID);
+    d.lowp = TR_LOWP_BF16;
+    /* doc_start_trusted allows skipping the check; the CPU still validates (it costs nothing) */
+    float buf[4 * 3 * 4] = {0}, lse[3 * 4];
+    int32_t bad_doc[4] = {0, 0, 1, 1};
+    d.causal = 1, d.doc_start = bad_doc, d.doc_start_trusted = 1;
+    CHECK(ops->attention_fwd(buf, lse, buf, buf, buf, &d) == TR_ERR_INVALID);
 }
 
 TR_TEST_MAIN(TR_TEST(test_matches_naive), TR_TEST(test_block_sizes_agree),
              TR_TEST(test_gqa_equals_repeated_mha), TR_TEST(test_all_isa_variants),
-             TR_TEST(test_invalid_args))
+             TR_TEST(test_lowp_is_exact_on_cpu), TR_TEST(test_invalid_args))

@@ -195,6 +195,10 @@ static void test_bad_layout_rejected(void) {
     make_pack(&p, s.vocab);
     p.doc[4] = 5; /* a document starting after its token */
     CHECK_INT_EQ(tr_model_set_sequences(&m, p.doc, p.pos), TR_ERR_INVALID);
+    make_pack(&p, s.vocab);
+    /* in range but inside another document: the attention trusts the model's doc_start */
+    p.doc[p.start[1] + 1] = 1;
+    CHECK_INT_EQ(tr_model_set_sequences(&m, p.doc, p.pos), TR_ERR_INVALID);
     tr_model_free(&m);
 }
 

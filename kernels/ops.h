@@ -198,6 +198,11 @@ typedef struct tr_ops {
                        const tr_adamw_params *p);
     tr_status (*sgd)(float *param, const float *grad, float *momentum_buf, int64_t n,
                      const tr_sgd_params *p);
+
+    /* cast_lowp's inverse: dst[i] = the fp32 value of the bf16/fp16 bit pattern src[i] (exact,
+     * NaN and inf kept); dst and src must not overlap. Pipeline stages receive their input and
+     * its gradient in half precision and compute in fp32. */
+    tr_status (*widen_lowp)(tr_lowp dtype, float *dst, const uint16_t *src, int64_t n);
 } tr_ops;
 
 const tr_ops *tr_ops_cpu(void);

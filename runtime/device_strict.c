@@ -291,6 +291,11 @@ static tr_status g_sgd(float *param, const float *grad, float *mom, int64_t n,
     LEAVE(CPU->sgd(param, grad, mom, n, p));
 }
 
+static tr_status g_widen_lowp(tr_lowp dtype, float *dst, const uint16_t *src, int64_t n) {
+    ENTER("widen_lowp", dst, src);
+    LEAVE(CPU->widen_lowp(dtype, dst, src, n));
+}
+
 static const tr_ops strict_ops = {
     .name = "cpu-strict",
     .gemm = g_gemm,
@@ -334,6 +339,7 @@ static const tr_ops strict_ops = {
     .ce_bwd = g_ce_bwd,
     .adamw = g_adamw,
     .sgd = g_sgd,
+    .widen_lowp = g_widen_lowp,
 };
 
 /* ------------------------------------------------------------------ memory ------------- */

@@ -47,6 +47,8 @@ tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr
     e->vpp = e->layout.vpp;
     e->nmb = e->sched.num_microbatches;
     e->per_token_loss = c->model.calculate_per_token_loss;
+    int32_t dt = e->sched.message_dtype;
+    e->lowp = dt == TR_DTYPE_BF16 ? TR_LOWP_BF16 : dt == TR_DTYPE_FP16 ? TR_LOWP_F16 : 0;
     if (e->vpp > 64) return TR_ERR_INVALID;
     e->parts = calloc((size_t)e->vpp, sizeof *e->parts);
     size_t slots = (size_t)e->nmb * (size_t)e->vpp;
@@ -71,41 +73,76 @@ tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr
     return TR_OK;
 }
 
+/* Bytes of one message on the wire. */
+static int64_t wire_bytes(const tr_pp_exec *e) {
+    return e->act_numel * (int64_t)(e->lowp ? sizeof(uint16_t) : sizeof(float));
+}
+
 tr_status tr_pp_exec_attach(tr_pp_exec *e, tr_model *m, tr_diags *d) {
     e->m = m;
     e->act_numel = (int64_t)m->batch * m->spec.seq * m->spec.hidden;
     if (m->spec.sequence_parallel) e->act_numel /= m->tp.size;
+    e->pool.bytes = (size_t)e->act_numel * sizeof(float);
+    e->lpool.bytes = (size_t)e->act_numel * sizeof(uint16_t);
     bool same_parts = m->n_parts == e->vpp;
     for (int ch = 0; same_parts && ch < e->vpp; ch++)
         same_parts = memcmp(&m->parts[ch], &e->parts[ch], sizeof e->parts[ch]) == 0;
-    if (e->layout.pp != e->pp || !same_parts ||
-        e->sched.message_bytes != e->act_numel * (int64_t)sizeof(float))
-        return tr_diag_add(d, TR_SEV_ERROR, "runtime.pp_mismatch", NULL,
-                           "model.pipeline_model_parallel_size",
-                           "report this: the schedule and the runtime disagree",
-                           "the pipeline schedule (PP %d, %lld-byte messages) does not match "
-                           "the runtime (PP %d, %lld-byte activations, %s stages)",
-                           e->layout.pp, (long long)e->sched.message_bytes, e->pp,
-                           (long long)(e->act_numel * (int64_t)sizeof(float)),
-                           same_parts ? "the same" : "different");
+    if (e->layout.pp != e->pp || !same_parts || e->sched.message_bytes != wire_bytes(e))
+        return tr_diag_add(
+            d, TR_SEV_ERROR, "runtime.pp_mismatch", NULL, "model.pipeline_model_parallel_size",
+            "report this: the schedule and the runtime disagree",
+            "the pipeline schedule (PP %d, %lld-byte messages) does not match "
+            "the runtime (PP %d, %lld-byte messages of %lld activations, %s "
+            "stages)",
+            e->layout.pp, (long long)e->sched.message_bytes, e->pp, (long long)wire_bytes(e),
+            (long long)e->act_numel, same_parts ? "the same" : "different");
     return tr_loss_buffer_create(&e->losses, m->dev, e->nmb > 0 ? e->nmb : 1);
 }
 
-/* Transfer buffers live where the model's activations do; a given-back buffer goes to the
- * pool (or, when the pool cannot grow, back to the device). */
-static void free_act(tr_pp_exec *e, float *p) {
+static tr_device *dev_of(const tr_pp_exec *e) {
+    return e->m ? e->m->dev : tr_device_host();
+}
+
+/* Transfer buffers live where the model's activations do; a given-back buffer goes to its pool
+ * (or, when the pool cannot grow, back to the device). */
+static void pool_give(tr_pp_exec *e, tr_pp_pool *pl, void *p) {
     if (!p) return;
-    if (e->n_pool == e->cap_pool) {
-        int cap = e->cap_pool ? 2 * e->cap_pool : 8;
-        float **q = realloc(e->pool, (size_t)cap * sizeof *q);
+    if (pl->n == pl->cap) {
+        int cap = pl->cap ? 2 * pl->cap : 8;
+        void **q = realloc(pl->items, (size_t)cap * sizeof *q);
         if (!q) {
-            tr_device_free(e->m ? e->m->dev : tr_device_host(), TR_MEM_ACTIVATIONS, p);
+            tr_device_free(dev_of(e), TR_MEM_ACTIVATIONS, p);
             return;
         }
-        e->pool = q;
-        e->cap_pool = cap;
+        pl->items = q;
+        pl->cap = cap;
     }
-    e->pool[e->n_pool++] = p;
+    pl->items[pl->n++] = p;
+}
+
+static void *pool_take(tr_pp_exec *e, tr_pp_pool *pl) {
+    if (pl->n > 0) return pl->items[--pl->n];
+    void *p = NULL;
+    tr_device_alloc(e->m->dev, TR_MEM_ACTIVATIONS, pl->bytes, &p);
+    return p;
+}
+
+static void pool_free(tr_pp_exec *e, tr_pp_pool *pl) {
+    for (int i = pl->n - 1; i >= 0; i--)
+        tr_device_free(dev_of(e), TR_MEM_ACTIVATIONS, pl->items[i]);
+    free(pl->items);
+}
+
+static void free_act(tr_pp_exec *e, float *p) {
+    pool_give(e, &e->pool, p);
+}
+
+static float *alloc_act(tr_pp_exec *e) {
+    return pool_take(e, &e->pool);
+}
+
+static void give_back(tr_pp_exec *e, const tr_pp_pending *p) {
+    pool_give(e, p->packed ? &e->lpool : &e->pool, p->free_after);
 }
 
 static void free_slots(tr_pp_exec *e) {
@@ -122,16 +159,15 @@ static void free_slots(tr_pp_exec *e) {
 void tr_pp_exec_free(tr_pp_exec *e) {
     if (!e->poisoned) {
         if (e->input) free_slots(e);
-        for (int i = 0; i < e->n_pending; i++) free_act(e, e->pending[i].free_after);
+        for (int i = 0; i < e->n_pending; i++) give_back(e, &e->pending[i]);
         free(e->input);
         free(e->output);
         free(e->grad_in);
         free(e->grad_out);
         free(e->pending);
     }
-    for (int i = e->n_pool - 1; i >= 0; i--)
-        tr_device_free(e->m ? e->m->dev : tr_device_host(), TR_MEM_ACTIVATIONS, e->pool[i]);
-    free(e->pool);
+    pool_free(e, &e->lpool);
+    pool_free(e, &e->pool);
     free(e->parts);
     free(e->slot_mb);
     tr_loss_buffer_free(&e->losses);
@@ -140,29 +176,45 @@ void tr_pp_exec_free(tr_pp_exec *e) {
     memset(e, 0, sizeof *e);
 }
 
-static tr_status push_pending(tr_pp_exec *e, int group, tr_comm_request *req, float *free_after) {
+/* p: what to do once the transfer is complete; its group and request are set here. */
+static tr_status push_pending(tr_pp_exec *e, int group, tr_comm_request *req, tr_pp_pending p) {
     if (e->n_pending == e->cap_pending) {
         int cap = e->cap_pending ? 2 * e->cap_pending : 16;
-        tr_pp_pending *p = realloc(e->pending, (size_t)cap * sizeof *p);
-        if (!p) return TR_ERR_NOMEM;
-        e->pending = p;
+        tr_pp_pending *q = realloc(e->pending, (size_t)cap * sizeof *q);
+        if (!q) return TR_ERR_NOMEM;
+        e->pending = q;
         e->cap_pending = cap;
     }
-    e->pending[e->n_pending++] = (tr_pp_pending){group, req, free_after};
+    p.group = group;
+    p.req = req;
+    e->pending[e->n_pending++] = p;
     return TR_OK;
 }
 
-static float *alloc_act(tr_pp_exec *e) {
-    if (e->n_pool > 0) return e->pool[--e->n_pool];
-    void *p = NULL;
-    tr_device_alloc(e->m->dev, TR_MEM_ACTIVATIONS, (size_t)e->act_numel * sizeof(float), &p);
-    return p;
+/* The wire form of one message in x (count and dtype; buf is the caller's). */
+static void wire_of(const tr_pp_exec *e, tr_comm_p2p *x) {
+    x->count = (size_t)e->act_numel * (e->lowp ? sizeof(uint16_t) : 1);
+    x->dtype = e->lowp ? TR_COMM_BYTES : TR_COMM_F32;
 }
 
-/* The buffer of a transfer action: the send source (taken from its slot, freed after the WAIT)
- * or the receive target (allocated into its slot). */
+/* A half-precision message of the fp32 activation src, into a packed buffer from the pool. */
+static tr_status pack(tr_pp_exec *e, const float *src, void **out) {
+    *out = pool_take(e, &e->lpool);
+    if (!*out) return TR_ERR_NOMEM;
+    tr_status st = e->m->ops->cast_lowp((tr_lowp)e->lowp, *out, src, e->act_numel);
+    if (st != TR_OK) {
+        pool_give(e, &e->lpool, *out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* The buffer of a transfer action: the send source (taken from its slot, given back after the
+ * WAIT; with half-precision messages its packed copy, the fp32 source going back at once) or
+ * the receive target (allocated into its slot; with half-precision messages a packed buffer
+ * that the WAIT widens into the slot's). */
 static tr_status transfer_buffer(tr_pp_exec *e, const tr_pp_action *a, tr_comm_p2p *x,
-                                 float **free_after) {
+                                 tr_pp_pending *done) {
     size_t slot = (size_t)a->mb * (size_t)e->vpp + (size_t)a->chunk;
     float **from = NULL, **into = NULL;
     switch (a->op) {
@@ -181,15 +233,20 @@ static tr_status transfer_buffer(tr_pp_exec *e, const tr_pp_action *a, tr_comm_p
     default:
         return TR_ERR_INVALID;
     }
-    *free_after = NULL;
+    memset(done, 0, sizeof *done);
     x->peer = a->peer;
-    x->count = (size_t)e->act_numel;
-    x->dtype = TR_COMM_F32;
+    wire_of(e, x);
     x->is_send = from != NULL;
     if (from) {
         if (!*from) return TR_ERR_INVALID; /* sent before computed: the check forbids it */
-        x->buf = *from;
-        *free_after = *from;
+        if (e->lowp) {
+            TR_TRY(pack(e, *from, &done->free_after));
+            done->packed = true;
+            free_act(e, *from); /* ops on the one stream: the cast reads it before any reuse */
+        } else {
+            done->free_after = *from;
+        }
+        x->buf = done->free_after;
         *from = NULL;
         return TR_OK;
     }
@@ -197,6 +254,11 @@ static tr_status transfer_buffer(tr_pp_exec *e, const tr_pp_action *a, tr_comm_p
     *into = alloc_act(e);
     if (!*into) return TR_ERR_NOMEM;
     x->buf = *into;
+    if (e->lowp) {
+        if (!(x->buf = done->free_after = pool_take(e, &e->lpool))) return TR_ERR_NOMEM;
+        done->packed = true;
+        done->widen_into = *into;
+    }
     return TR_OK;
 }
 
@@ -212,15 +274,16 @@ static tr_status post_group(tr_pp_exec *e, int i, int *n_out) {
     while (i + n < e->sched.n && is_transfer(acts[i + n].op) && acts[i + n].group == group) n++;
     *n_out = n;
     tr_comm_p2p ops[64];
-    float *frees[64];
+    tr_pp_pending done[64];
     if (n > 64) return TR_ERR_INVALID;
-    for (int k = 0; k < n; k++) TR_TRY(transfer_buffer(e, &acts[i + k], &ops[k], &frees[k]));
+    for (int k = 0; k < n; k++) TR_TRY(transfer_buffer(e, &acts[i + k], &ops[k], &done[k]));
     if (e->sched.batched) {
+        /* The batch's request first: wait_group completes it before the entries after it. */
         tr_comm_request *req = NULL;
         TR_TRY(tr_comm_ip2p_batch(e->comm, TR_GROUP_PP, ops, n, &req));
-        TR_TRY(push_pending(e, group, req, NULL));
+        TR_TRY(push_pending(e, group, req, (tr_pp_pending){0}));
         for (int k = 0; k < n; k++)
-            if (frees[k]) TR_TRY(push_pending(e, group, NULL, frees[k]));
+            if (done[k].free_after) TR_TRY(push_pending(e, group, NULL, done[k]));
         return TR_OK;
     }
     for (int k = 0; k < n; k++) {
@@ -228,18 +291,18 @@ static tr_status post_group(tr_pp_exec *e, int i, int *n_out) {
         bool act = acts[i + k].op == TR_PP_SEND_ACT || acts[i + k].op == TR_PP_RECV_ACT;
         int tag = act ? TAG_ACT : TAG_GRAD;
         if (ops[k].is_send)
-            TR_TRY(tr_comm_isend(e->comm, TR_GROUP_PP, ops[k].buf, ops[k].count, TR_COMM_F32,
+            TR_TRY(tr_comm_isend(e->comm, TR_GROUP_PP, ops[k].buf, ops[k].count, ops[k].dtype,
                                  ops[k].peer, tag, &req));
         else
-            TR_TRY(tr_comm_irecv(e->comm, TR_GROUP_PP, ops[k].buf, ops[k].count, TR_COMM_F32,
+            TR_TRY(tr_comm_irecv(e->comm, TR_GROUP_PP, ops[k].buf, ops[k].count, ops[k].dtype,
                                  ops[k].peer, tag, &req));
-        TR_TRY(push_pending(e, group, req, frees[k]));
+        TR_TRY(push_pending(e, group, req, done[k]));
     }
     return TR_OK;
 }
 
-/* Completes every transfer of `group`, then frees the sent outputs (Megatron's
- * deallocate_output_tensor). */
+/* Completes every transfer of `group`, widens the half-precision messages received, then frees
+ * the sent outputs (Megatron's deallocate_output_tensor). */
 static tr_status wait_group(tr_pp_exec *e, int group) {
     double t0 = now_s();
     int kept = 0;
@@ -256,7 +319,10 @@ static tr_status wait_group(tr_pp_exec *e, int group) {
             e->pending[kept++] = *p;
             continue;
         }
-        free_act(e, p->free_after);
+        if (p->widen_into)
+            st =
+                e->m->ops->widen_lowp((tr_lowp)e->lowp, p->widen_into, p->free_after, e->act_numel);
+        give_back(e, p);
     }
     e->n_pending = kept;
     e->wait_s += now_s() - t0;
@@ -378,12 +444,18 @@ tr_status tr_pp_exec_forward_only(tr_pp_exec *e, const tr_pp_exec_hooks *h, int 
     tr_loss_buffer_begin(&e->losses, false);
     int stages = e->pp * e->vpp;
     float *in = alloc_act(e), *out = alloc_act(e);
-    tr_status st = in && out ? TR_OK : TR_ERR_NOMEM;
+    /* With half-precision messages both directions go through one packed buffer: the blocking
+     * receive and send never overlap. */
+    void *packed = e->lowp ? pool_take(e, &e->lpool) : NULL;
+    tr_status st = in && out && (packed || !e->lowp) ? TR_OK : TR_ERR_NOMEM;
     if (st != TR_OK) {
+        pool_give(e, &e->lpool, packed);
         free_act(e, out);
         free_act(e, in);
         return st;
     }
+    tr_comm_p2p w;
+    wire_of(e, &w);
     for (int mb = 0; mb < nmb && st == TR_OK; mb++)
         for (int s = e->pp_rank; s < stages && st == TR_OK; s += e->pp) {
             int chunk = s / e->pp, prev = (s - 1) % e->pp, next = (s + 1) % e->pp;
@@ -391,8 +463,10 @@ tr_status tr_pp_exec_forward_only(tr_pp_exec *e, const tr_pp_exec_hooks *h, int 
             const int32_t *ids = NULL, *tgt = NULL;
             float *loss = NULL;
             if (s > 0)
-                st = tr_comm_recv(e->comm, TR_GROUP_PP, in, (size_t)e->act_numel, TR_COMM_F32, prev,
-                                  TAG_EVAL);
+                st = tr_comm_recv(e->comm, TR_GROUP_PP, packed ? packed : (void *)in, w.count,
+                                  w.dtype, prev, TAG_EVAL);
+            if (st == TR_OK && s > 0 && packed)
+                st = e->m->ops->widen_lowp((tr_lowp)e->lowp, in, packed, e->act_numel);
             if (st == TR_OK) st = h->load(h->ctx, mb, &ids, &tgt);
             /* Slot 0: no training microbatch is in flight between iterations. */
             if (st == TR_OK && p->has_loss) st = tr_loss_buffer_slot(&e->losses, &loss);
@@ -400,12 +474,15 @@ tr_status tr_pp_exec_forward_only(tr_pp_exec *e, const tr_pp_exec_hooks *h, int 
                 st = tr_model_forward_part(e->m, chunk, 0, ids, tgt, s > 0 ? in : NULL,
                                            p->has_loss ? NULL : out, loss);
             if (st == TR_OK && p->has_loss) tr_loss_buffer_commit(&e->losses, 0);
+            if (st == TR_OK && s + 1 < stages && packed)
+                st = e->m->ops->cast_lowp((tr_lowp)e->lowp, packed, out, e->act_numel);
             if (st == TR_OK && s + 1 < stages)
-                st = tr_comm_send(e->comm, TR_GROUP_PP, out, (size_t)e->act_numel, TR_COMM_F32,
-                                  next, TAG_EVAL);
+                st = tr_comm_send(e->comm, TR_GROUP_PP, packed ? packed : (void *)out, w.count,
+                                  w.dtype, next, TAG_EVAL);
         }
     /* A timed-out transfer may still own a buffer. */
     if (st == TR_OK) {
+        pool_give(e, &e->lpool, packed);
         free_act(e, out);
         free_act(e, in);
         st = tr_loss_buffer_flush(&e->losses);

@@ -6,7 +6,12 @@
  * The model holds only this rank's chunks (tr_model_create_parts with tr_pp_exec.parts): their
  * parameters, gradients and, per chunk, one activation set per microbatch in flight, counted
  * from the action list. A forward stores its activations in the set of (microbatch, chunk); the
- * backward consumes them (no recomputation). */
+ * backward consumes them (no recomputation).
+ *
+ * Activations and gradients cross stages in the schedule's message dtype (Megatron's
+ * pipeline_dtype): fp32 as they are, bf16/fp16 rounded by the sender into a packed half-precision
+ * buffer (cast_lowp) and widened back to fp32 by the receiver (widen_lowp) once the transfer is
+ * complete, so the receiving stage computes on the rounded values and half the bytes travel. */
 #ifndef TR_RUNTIME_PIPELINE_EXEC_H
 #define TR_RUNTIME_PIPELINE_EXEC_H
 
@@ -37,8 +42,18 @@ typedef struct tr_pp_exec_hooks {
 typedef struct tr_pp_pending {
     int group;
     tr_comm_request *req;
-    float *free_after; /* a send buffer freed once sent (NULL for receives) */
+    void *free_after;  /* a send buffer (or a packed receive buffer) given back once done */
+    bool packed;       /* free_after is a packed half-precision buffer */
+    float *widen_into; /* packed receive: the fp32 slot buffer its values are widened into */
 } tr_pp_pending;
+
+/* Given-back transfer buffers of one size, reused before allocating: device arenas release only
+ * stack-like, and transfers finish in schedule order. */
+typedef struct tr_pp_pool {
+    void **items;
+    int n, cap;
+    size_t bytes;
+} tr_pp_pool;
 
 typedef struct tr_pp_exec {
     tr_comm *comm; /* not owned */
@@ -50,10 +65,9 @@ typedef struct tr_pp_exec {
     tr_model_part *parts;
     int pp, pp_rank, vpp, nmb;
     int64_t act_numel; /* one activation: [mbs, seq (/ tp with SP), hidden] */
-    /* Transfer buffers given back, reused before allocating: device arenas release only
-     * stack-like, and transfers finish in schedule order. */
-    float **pool;
-    int n_pool, cap_pool;
+    int lowp;          /* 0: messages are fp32; else the tr_lowp they are rounded to */
+    tr_pp_pool pool;   /* fp32 activation buffers (act_numel floats) */
+    tr_pp_pool lpool;  /* packed messages (act_numel half-precision values) */
     bool per_token_loss;
     tr_loss_buffer losses; /* the last stage's microbatch losses, on the device until read */
     /* Per (mb, chunk), index mb * vpp + chunk: the received stage input (until its forward),
@@ -71,8 +85,9 @@ typedef struct tr_pp_exec {
 /* Builds the layout and this rank's schedule for c (PP > 1), refusing a config whose schedules
  * fail the static check, and this rank's parts (with their activation slots). */
 tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr_diags *d);
-/* The model built from e->parts; checks that its activations match the schedule's messages, and
- * allocates the loss buffer on the model's device. */
+/* The model built from e->parts; checks that its activations match the schedule's messages (in
+ * number and, by the message dtype, in bytes), and allocates the loss buffer on the model's
+ * device. */
 tr_status tr_pp_exec_attach(tr_pp_exec *e, tr_model *m, tr_diags *d);
 void tr_pp_exec_free(tr_pp_exec *e);
 

@@ -43,6 +43,7 @@ static const tr_ops g_cpu_ops = {
     .ce_bwd = tr_cpu_ce_bwd,
     .adamw = tr_cpu_adamw,
     .sgd = tr_cpu_sgd,
+    .widen_lowp = tr_cpu_widen_lowp,
 };
 
 const tr_ops *tr_ops_cpu(void) {

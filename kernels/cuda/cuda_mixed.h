@@ -59,6 +59,8 @@ tr_status tr_cuda_gemm_lowp_ex(tr_lowp dtype, tr_transpose ta, tr_transpose tb, 
                                float alpha, tr_gemm_operand a, tr_gemm_operand b, float beta,
                                float *c, int ldc, const float *bias);
 tr_status tr_cuda_cast_lowp(tr_lowp dtype, uint16_t *dst, const float *src, int64_t n);
+/* tr_ops.widen_lowp: tr_cuda_bf16_to_f32 / tr_cuda_f16_to_f32. */
+tr_status tr_cuda_widen_lowp(tr_lowp dtype, float *dst, const uint16_t *src, int64_t n);
 
 /* fp16 dynamic loss scaling: g *= inv_scale and *found_inf (device float, not reset here) is set
  * to 1 when any element of g is inf or NaN, so the caller skips the step and lowers the scale. */

@@ -44,11 +44,12 @@ static const tr_ops g_cuda_ops = {
     tr_cuda_ce_bwd,
     tr_cuda_adamw,
     tr_cuda_sgd,
+    tr_cuda_widen_lowp,
 };
 
 /* C++ before C++20 has no designated initialisers, so the order above must follow tr_ops; this
  * catches a member added to ops.h without a CUDA entry. */
-static_assert(sizeof(tr_ops) == sizeof(void *) * 42, "tr_ops changed: update kernels/cuda");
+static_assert(sizeof(tr_ops) == sizeof(void *) * 43, "tr_ops changed: update kernels/cuda");
 
 extern "C" const tr_ops *tr_ops_cuda(void) {
     return &g_cuda_ops;

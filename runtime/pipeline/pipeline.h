@@ -70,6 +70,9 @@ typedef struct tr_pp_schedule {
     tr_pp_kind kind;
     bool batched, overlapped;
     int64_t message_bytes; /* one activation (or its gradient) */
+    /* TR_DTYPE_* the activations and gradients cross stages in (tr_pp_schedule_build; fp32 from
+     * a bare plan) */
+    int32_t message_dtype;
     tr_pp_action *actions;
     int n, cap;
 } tr_pp_schedule;
@@ -78,9 +81,12 @@ typedef struct tr_pp_schedule {
 typedef struct tr_pp_plan {
     int pp, vpp, num_microbatches, group_size;
     bool batched, overlapped;
-    bool tied_embedding; /* pp ranks 0 and PP-1 all-reduce the tied weight's grads */
-    int64_t message_bytes;
+    bool tied_embedding;   /* pp ranks 0 and PP-1 all-reduce the tied weight's grads */
+    int64_t message_bytes; /* in tr_pp_message_dtype */
 } tr_pp_plan;
+
+/* Megatron's pipeline_dtype: model.pipeline_dtype, or params_dtype when it is not set. */
+int32_t tr_pp_message_dtype(const tr_config *c);
 
 tr_status tr_pp_plan_from_config(const tr_config *c, tr_pp_plan *out, tr_diags *d);
 tr_status tr_pp_schedule_build_plan(const tr_pp_plan *p, int pp_rank, tr_pp_schedule *out);

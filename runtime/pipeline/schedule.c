@@ -347,6 +347,11 @@ static int dtype_bytes(int32_t t) {
     return t == TR_DTYPE_FP32 ? 4 : 2;
 }
 
+int32_t tr_pp_message_dtype(const tr_config *c) {
+    const tr_model_config *m = &c->model;
+    return m->pipeline_dtype >= 0 ? m->pipeline_dtype : m->params_dtype;
+}
+
 tr_status tr_pp_plan_from_config(const tr_config *c, tr_pp_plan *out, tr_diags *d) {
     const tr_model_config *m = &c->model;
     memset(out, 0, sizeof *out);
@@ -365,8 +370,7 @@ tr_status tr_pp_plan_from_config(const tr_config *c, tr_pp_plan *out, tr_diags *
     if (m->sequence_parallel && m->tensor_model_parallel_size > 1)
         tokens /= m->tensor_model_parallel_size;
     int64_t mbs = c->train.micro_batch_size == TR_NULL_INT ? 1 : c->train.micro_batch_size;
-    int32_t dt = m->pipeline_dtype >= 0 ? m->pipeline_dtype : m->params_dtype;
-    out->message_bytes = tokens * mbs * m->hidden_size * dtype_bytes(dt);
+    out->message_bytes = tokens * mbs * m->hidden_size * dtype_bytes(tr_pp_message_dtype(c));
     int m_ = out->num_microbatches, g = out->group_size;
     bool ok = out->pp >= 1 && out->vpp >= 1 && m_ >= 1;
     if (ok && out->vpp > 1)
@@ -393,5 +397,7 @@ tr_status tr_pp_schedule_build(const tr_config *c, int pp_rank, tr_pp_schedule *
                     "pp rank %d is outside [0, %d)", pp_rank, p.pp);
         return TR_ERR_INVALID;
     }
-    return tr_pp_schedule_build_plan(&p, pp_rank, out);
+    TR_TRY(tr_pp_schedule_build_plan(&p, pp_rank, out));
+    out->message_dtype = tr_pp_message_dtype(c);
+    return TR_OK;
 }

@@ -12,8 +12,10 @@
  * verdict of a completed comparison (a run that fails to train still fails), to show that the
  * comparison detects a real difference. --expect-overlap also requires some gradient bucket's
  * reduction to have started during backward (ddp.overlap_grad_reduce at work). --check-volume
- * also requires the bytes the comm layer counted on the TP and DP groups to equal the analytic
- * volume (see check_volume). */
+ * also requires the bytes the comm layer counted on the TP, DP and PP groups to equal the analytic
+ * volume (see check_volume). Every rank must skip as many steps for inf/NaN gradients (loss
+ * scaling) as the single-rank run and end at its loss scale; --min-skips N also requires that
+ * run to have skipped at least N, so a dynamic-scaling test shows the skips agreeing. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -36,6 +38,8 @@ typedef struct run_out {
     MPI_Comm mp, pp;
     float losses[MAX_ITERS];
     int64_t iters, early;
+    int64_t overflows;    /* steps skipped for inf/NaN gradients (loss scaling) */
+    double loss_scale;    /* at the end (NaN without a scaler) */
     double eval_loss;     /* the last validation loss (NaN without evaluation) */
     int64_t buffer_numel; /* the flat parameter buffer (the DP layout, padding included) */
     float *params;        /* every logical parameter tensor, model order, concatenated */
@@ -225,6 +229,8 @@ static tr_status train(const tr_config *c, tr_comm *comm, run_out *out, tr_diags
     out->iters = r.iterations;
     out->eval_loss = r.last_eval_loss;
     out->early = r.buckets_started_early;
+    out->overflows = r.overflow_iterations;
+    out->loss_scale = r.loss_scale;
     return s;
 }
 
@@ -329,7 +335,11 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
  * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
- * sum (one double). Returns the number of mismatches (printed). */
+ * sum (one double). On PP (> 1) the point-to-point messages of r/tp (SP) or r rows of width h,
+ * 4 bytes an element with pipeline_dtype fp32, 2 with bf16/fp16 (Megatron's pipeline_dtype): per
+ * microbatch and virtual stage s this rank holds, the output sent on unless s is the last and its
+ * input gradient sent back unless s is the first (received alike), and per evaluation microbatch
+ * of this DP rank the outputs only. Returns the number of mismatches (printed). */
 static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *run) {
     const tr_model_config *m = &c->model;
     int64_t iters = run->iters, nmb = c->derived.num_microbatches;
@@ -354,6 +364,22 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
                         ? iters / v->eval_interval + (iters % v->eval_interval != 0)
                         : 0;
     int64_t eval_bytes = eval_split ? 8 * evals : 0;
+    int64_t pp = m->pipeline_model_parallel_size, acts_out = 0, acts_in = 0;
+    if (pp > 1) {
+        int64_t vpp = m->virtual_pipeline_model_parallel_size == TR_NULL_INT
+                          ? 1
+                          : m->virtual_pipeline_model_parallel_size;
+        int64_t pp_rank = tr_comm_group_rank(comm, TR_GROUP_PP), last = pp * vpp - 1;
+        for (int64_t ch = 0; ch < vpp; ch++) {
+            acts_out += ch * pp + pp_rank < last;
+            acts_in += ch * pp + pp_rank > 0;
+        }
+    }
+    int64_t msg = r / (sp ? tp : 1) * h * (m->pipeline_dtype == TR_DTYPE_FP32 ? 4 : 2);
+    int64_t eval_mbs = evals * v->eval_iters * (eval_split ? eval_nmb / dp : eval_nmb);
+    /* Gradients travel against the activations: a stage sends one per activation received. */
+    int64_t pp_send = msg * (iters * nmb * (acts_out + acts_in) + eval_mbs * acts_out);
+    int64_t pp_recv = msg * (iters * nmb * (acts_in + acts_out) + eval_mbs * acts_in);
     struct {
         const char *what;
         int group;
@@ -366,7 +392,9 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"DP all-reduce", TR_GROUP_DP_CP, TR_COMM_ALL_REDUCE,
          iters * (sharded ? 16 : 4 * B + 16) + eval_bytes},
         {"DP reduce-scatter", TR_GROUP_DP_CP, TR_COMM_REDUCE_SCATTER, sharded ? iters * 4 * B : 0},
-        {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER, sharded ? iters * 4 * B / dp : 0}};
+        {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER, sharded ? iters * 4 * B / dp : 0},
+        {"PP send", TR_GROUP_PP, TR_COMM_SEND, pp_send},
+        {"PP receive", TR_GROUP_PP, TR_COMM_RECV, pp_recv}};
     int bad = 0, rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -395,7 +423,7 @@ static double replica_diff(const run_out *run) {
 static int usage(void) {
     MPI_Finalize();
     fprintf(stderr, "usage: equiv_check [--tol X] [--param-tol X] [--rank-order] [--expect-differ] "
-                    "[--expect-overlap] [--check-volume] RECIPE KEY=VALUE... -- "
+                    "[--expect-overlap] [--check-volume] [--min-skips N] RECIPE KEY=VALUE... -- "
                     "LAYOUT_KEY=VALUE...\n");
     return 2;
 }
@@ -407,6 +435,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     double tol = 1e-5, param_tol = -1.0;
     bool rank_order = false, expect_differ = false, expect_overlap = false, volume = false;
+    int64_t min_skips = 0;
     int a = 1;
     for (; a < argc && strncmp(argv[a], "--", 2) == 0 && argv[a][2]; a++) {
         if (strcmp(argv[a], "--tol") == 0 && a + 1 < argc)
@@ -421,6 +450,8 @@ int main(int argc, char **argv) {
             expect_overlap = true;
         else if (strcmp(argv[a], "--check-volume") == 0)
             volume = true;
+        else if (strcmp(argv[a], "--min-skips") == 0 && a + 1 < argc)
+            min_skips = atoll(argv[++a]);
         else
             return usage();
     }
@@ -480,6 +511,10 @@ int main(int argc, char **argv) {
         int mem_bad = 0;
         MPI_Allreduce(&run.memory_bad, &mem_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         double replicas = replica_diff(&run);
+        int64_t skips[2] = {run.overflows, -run.overflows};
+        MPI_Allreduce(MPI_IN_PLACE, skips, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+        double scales[2] = {run.loss_scale, -run.loss_scale};
+        MPI_Allreduce(MPI_IN_PLACE, scales, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (rank == 0) {
             qkv_shape qkv = qkv_of(&ref_c);
             double param_err;
@@ -488,6 +523,17 @@ int main(int argc, char **argv) {
             if (replicas != 0.0) printf("ranks disagree on the final parameters\n");
             printf("gradient buckets started during backward: %lld\n", (long long)run.early);
             if (expect_overlap && run.early == 0) err = INFINITY;
+            /* NaN scales (no scaler) compare equal here: the flags say whether both have one. */
+            bool same_scale = isnan(ref.loss_scale)
+                                  ? isnan(scales[0]) && isnan(scales[1])
+                                  : scales[0] == ref.loss_scale && -scales[1] == ref.loss_scale;
+            printf("inf/NaN steps skipped: single rank %lld, ranks %lld..%lld; loss scale %g, "
+                   "ranks %g..%g\n",
+                   (long long)ref.overflows, (long long)-skips[1], (long long)skips[0],
+                   ref.loss_scale, -scales[1], scales[0]);
+            if (skips[0] != ref.overflows || -skips[1] != ref.overflows || !same_scale ||
+                ref.overflows < min_skips)
+                err = INFINITY;
             if (any_vol_bad) {
                 printf("communication volume differs from the analytic volume\n");
                 err = INFINITY;

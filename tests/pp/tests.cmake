@@ -20,3 +20,30 @@ target_include_directories(test_pp_model_part PRIVATE ${CMAKE_SOURCE_DIR}/tests/
 target_link_libraries(test_pp_model_part PRIVATE trestle_runtime)
 add_test(NAME test_pp_model_part COMMAND test_pp_model_part)
 set_tests_properties(test_pp_model_part PROPERTIES LABELS "unit" TIMEOUT 60)
+
+# Pipeline parallelism in bf16 from the command line (labels "mpi" and "cli": also under ASan).
+add_test(NAME mpi_pp_lowp_cli
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/pp/pp_lowp_cli.sh $<TARGET_FILE:run_recipe>
+                 ${MPIEXEC_EXECUTABLE})
+set_tests_properties(mpi_pp_lowp_cli PROPERTIES LABELS "mpi;cli" TIMEOUT 150 RUN_SERIAL TRUE
+                     ENVIRONMENT "${TR_STUCK_ENV}")
+
+# widen_lowp, the receiving side of half-precision pipeline messages: the CPU table (label
+# "unit") and the CUDA table against it (label "gpu": exits 77, skipped, without a GPU).
+add_executable(test_pp_widen ${CMAKE_SOURCE_DIR}/tests/pp/test_pp_widen.c
+                             ${CMAKE_SOURCE_DIR}/tests/unit/harness.c)
+target_include_directories(test_pp_widen PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
+target_link_libraries(test_pp_widen PRIVATE trestle_runtime)
+add_test(NAME test_pp_widen COMMAND test_pp_widen)
+set_tests_properties(test_pp_widen PROPERTIES LABELS "unit" TIMEOUT 60)
+if(TARGET trestle_cuda)
+  add_executable(test_cuda_widen ${CMAKE_SOURCE_DIR}/tests/gpu/test_cuda_widen.c)
+  target_link_libraries(test_cuda_widen PRIVATE tr_gpu_test_support)
+  set(TR_WIDEN_GPU_ENV "")
+  if(TRESTLE_SANITIZE)
+    set(TR_WIDEN_GPU_ENV "ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0")
+  endif()
+  add_test(NAME gpu_cuda_widen COMMAND test_cuda_widen)
+  set_tests_properties(gpu_cuda_widen PROPERTIES LABELS "gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${TR_WIDEN_GPU_ENV}")
+endif()

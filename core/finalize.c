@@ -6,6 +6,7 @@
  * for validate() to report; the only diagnostics here describe values finalize itself changed. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/rules_util.h"
 #include "providers/model_stats.h"
@@ -53,7 +54,25 @@ static precision_plan preset_plan(int32_t preset) {
  * null, a precision flag when it is true (a false flag requests nothing, so a dumped config
  * that lists every flag reads back the same). The resolved values are written back into
  * mixed_precision.* so the section shows what was applied and re-finalizing is a no-op. */
-static void apply_mixed_precision(tr_config *c) {
+/* Megatron-Bridge copies the mixed-precision dtypes over the model's, so a model.*_dtype the
+ * user set themselves (file, command line, API) is replaced; say so instead of dropping it. */
+static void warn_replaced_dtype(const tr_config *c, int fid, const char *key, int32_t user,
+                                int32_t applied, tr_diags *d) {
+    tr_origin_kind k = c->origin[fid].kind;
+    if (user < 0 || user == applied) return;
+    if (k != TR_ORIGIN_FILE && k != TR_ORIGIN_CLI && k != TR_ORIGIN_API) return;
+    char keys[120], hint[160];
+    const char *mp_key = strchr(key, '.') + 1;
+    tr_diag_add(d, TR_SEV_WARNING, "finalize.precision_replaces_model", &c->origin[fid],
+                TR_FMT(keys, "%s,mixed_precision.%s", key, mp_key),
+                TR_FMT(hint, "set mixed_precision.%s=%s instead", mp_key,
+                       tr_enum_str(&tr_enum_dtype, user)),
+                "%s=%s is replaced by the mixed-precision setting (%s): mixed_precision.* is "
+                "copied over the model's dtypes",
+                key, tr_enum_str(&tr_enum_dtype, user), tr_enum_str(&tr_enum_dtype, applied));
+}
+
+static void apply_mixed_precision(tr_config *c, tr_diags *d) {
     tr_mixed_precision_config *mp = &c->mixed_precision;
     precision_plan p = preset_plan(mp->preset);
     bool any = mp->preset >= 0;
@@ -68,6 +87,15 @@ static void apply_mixed_precision(tr_config *c) {
     if (p.bf16 >= 0) c->model.bf16 = c->optimizer.bf16 = mp->bf16 = p.bf16;
     if (p.fp16 >= 0) c->model.fp16 = c->optimizer.fp16 = mp->fp16 = p.fp16;
     if (mp->preset == TR_MPRESET_FP32) mp->fp32 = true;
+    if (p.params_dtype >= 0)
+        warn_replaced_dtype(c, TR_FID_model_params_dtype, "model.params_dtype",
+                            c->model.params_dtype, p.params_dtype, d);
+    if (p.pipeline_dtype >= 0)
+        warn_replaced_dtype(c, TR_FID_model_pipeline_dtype, "model.pipeline_dtype",
+                            c->model.pipeline_dtype, p.pipeline_dtype, d);
+    if (p.autocast_dtype >= 0)
+        warn_replaced_dtype(c, TR_FID_model_autocast_dtype, "model.autocast_dtype",
+                            c->model.autocast_dtype, p.autocast_dtype, d);
     if (p.params_dtype >= 0)
         c->model.params_dtype = c->optimizer.params_dtype = mp->params_dtype = p.params_dtype;
     if (p.pipeline_dtype >= 0) c->model.pipeline_dtype = mp->pipeline_dtype = p.pipeline_dtype;
@@ -318,7 +346,7 @@ static tr_status finalize_into(tr_config *c, const tr_world *w, tr_diags *d) {
     c->derived.world_size = w && w->world_size >= 1 ? w->world_size : 1;
     c->derived.gpus_per_node = w && w->gpus_per_node >= 1 ? w->gpus_per_node : 1;
     c->derived.mode = derive_mode(c);
-    apply_mixed_precision(c);
+    apply_mixed_precision(c, d);
     TR_TRY(derive_model(c));
     derive_parallel(c);
     derive_train(c);

@@ -31,4 +31,15 @@ rr --recipe llama32_1b_pretrain --print-config --save_dir "$TMP/ck pt" --lr 0.00
 expect_rc 0 "--save_dir"
 yaml_get "$TMP/out" checkpoint save | grep -qF "$TMP/ck pt" || fail "--save_dir with a space"
 [ "$(yaml_get "$TMP/out" optimizer lr)" = 0.0002 ] || fail "--lr"
+# mixed_precision.* is copied over the model's dtypes (as Megatron-Bridge does): a model dtype the
+# user set is replaced, with a warning naming the key to set instead; that key then wins.
+rr --recipe llama32_1b_pretrain --world-size 2 -pp 2 --print-config model.pipeline_dtype=fp32
+expect_rc 0 "model.pipeline_dtype under bf16_mixed"
+[ "$(yaml_get "$TMP/out" model pipeline_dtype)" = bf16 ] || fail "the preset's pipeline dtype applies"
+expect_in "$TMP/err" "finalize.precision_replaces_model" "replaced model dtype is reported"
+expect_in "$TMP/err" "set mixed_precision.pipeline_dtype=fp32" "the fix names the key"
+rr --recipe llama32_1b_pretrain --world-size 2 -pp 2 --print-config mixed_precision.pipeline_dtype=fp32
+expect_rc 0 "mixed_precision.pipeline_dtype"
+[ "$(yaml_get "$TMP/out" model pipeline_dtype)" = fp32 ] || fail "mixed_precision.pipeline_dtype reaches the model"
+grep -qF "precision_replaces_model" "$TMP/err" && fail "no warning when the mixed-precision key is set"
 echo OK

@@ -51,6 +51,11 @@ typedef struct tr_model_spec {
      * fp32 weights itself (gemm_lowp), as before the copy existed. Bitwise the same results; for
      * tests that prove it (tr_train_opts.no_weight_copy sets it). */
     int no_weight_copy;
+    /* Mixed precision with every saved activation in fp32: the inputs of the linear layers (norm
+     * outputs, the MLP activation) are then rounded by each GEMM that reads them instead of
+     * being stored rounded once. Bitwise the same results, twice the memory of those tensors;
+     * for tests that prove it (tr_train_opts.no_half_acts sets it). */
+    int no_half_acts;
     /* LoRA (runtime/lora.h): 0, or the adapters' rank on the linear layers whose bit
      * (1 << TR_LORA_*) is set in lora_targets; every other parameter is then frozen. */
     int lora_rank;
@@ -114,10 +119,16 @@ typedef struct tr_model_views {
     tr_layer_views *layers;
 } tr_model_views;
 
+/* One layer's saved activations. In mixed precision the inputs of QKV, fc1 and fc2 are kept
+ * only as their bf16/fp16 bit patterns (the *_h fields; the gathered rows under sequence
+ * parallelism), because those GEMMs are their only consumers and round them anyway; the fp32
+ * fields they replace are then NULL (docs/runtime.md, "Saved activations"). An input a LoRA
+ * adapter also reads (fp32) stays fp32. */
 typedef struct tr_layer_acts {
     float *x_in, *ln1, *ln1_mean, *ln1_rstd, *q, *k, *v, *attn, *lse;
     float *x_mid, *ln2, *ln2_mean, *ln2_rstd, *fc1, *act;
     float *ln1_full, *ln2_full; /* sequence parallel: the gathered norm outputs */
+    uint16_t *ln1_h, *ln2_h, *act_h;
 } tr_layer_acts;
 
 /* A contiguous part of the model (a pipeline stage): layers [first_layer, first_layer +
@@ -136,6 +147,7 @@ typedef struct tr_model_part {
 typedef struct tr_slot_acts {
     tr_layer_acts *layers; /* the part's layers, first_layer first */
     float *x_final, *lnf, *lnf_mean, *lnf_rstd, *lnf_full, *logits, *ce_stats, *losses, *dloss;
+    uint16_t *lnf_h; /* mixed precision: the output layer's input, half precision (lnf NULL) */
     int32_t *ids, *targets;
     int64_t n_valid;
     uint64_t dropout_round;
@@ -193,6 +205,7 @@ typedef struct tr_model {
     int *slot_start;
     tr_layer_acts *acts;
     float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *ce_stats, *losses, *dloss;
+    uint16_t *lnf_h;
     float *rope_cos, *rope_sin;
     float *loss_dev; /* tr_model_forward's microbatch loss, before its copy to the host */
     float *lnf_full, *sp_full, *sp_perm; /* sequence parallel: gathered rows and scratch */

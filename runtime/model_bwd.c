@@ -19,6 +19,14 @@ static const float *branch_grad(const tr_model *m, const float *dy, float *scrat
     return tr_model_dropout(m, scratch, dy, site, false) == TR_OK ? scratch : NULL;
 }
 
+/* Backward of a column-parallel layer fed by a norm, whose input was saved in fp32 (x) or in
+ * half precision (half, when not NULL); its input gradient goes to the scratch dtmp. */
+static tr_status linear_input_bwd(const tr_model *m, const tr_linear *l, const float *x,
+                                  const uint16_t *half, const float *dy, int rows) {
+    if (half) return tr_linear_bwd_half(m->ops, l, half, dy, m->dtmp, rows);
+    return tr_linear_bwd(m->ops, l, x, dy, m->dtmp, rows);
+}
+
 static tr_status layer_bwd(tr_model *m, int i) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
@@ -32,13 +40,16 @@ static tr_status layer_bwd(tr_model *m, int i) {
     const float *dy = branch_grad(m, m->dx, m->dtmp, 2 + 2 * i);
     if (!dy) return TR_ERR_INVALID;
     tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
-    TR_TRY(tr_linear_bwd(ops, &fc2, a->act, dy, m->dact, rows));
+    if (a->act_h)
+        TR_TRY(tr_linear_bwd_half(ops, &fc2, a->act_h, dy, m->dact, rows));
+    else
+        TR_TRY(tr_linear_bwd(ops, &fc2, a->act, dy, m->dact, rows));
     if (s->swiglu)
         TR_TRY(ops->swiglu_bwd(m->dbig, m->dact, a->fc1, rows, s->ffn));
     else
         TR_TRY(ops->gelu_bwd(m->dbig, m->dact, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
     tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
-    TR_TRY(tr_linear_bwd(ops, &fc1, sp ? a->ln2_full : a->ln2, m->dbig, m->dtmp, rows));
+    TR_TRY(linear_input_bwd(m, &fc1, sp ? a->ln2_full : a->ln2, a->ln2_h, m->dbig, rows));
     TR_TRY(norm_bwd(m, m->dx, g->ln2_w, g->ln2_b, m->dtmp, a->x_mid, p->ln2_w, a->ln2_mean,
                     a->ln2_rstd, lrows));
 
@@ -56,7 +67,7 @@ static tr_status layer_bwd(tr_model *m, int i) {
     }
     TR_TRY(tr_model_qkv_merge(m, m->dbig, m->dq, m->dk, m->dv, rows));
     tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
-    TR_TRY(tr_linear_bwd(ops, &qkv, sp ? a->ln1_full : a->ln1, m->dbig, m->dtmp, rows));
+    TR_TRY(linear_input_bwd(m, &qkv, sp ? a->ln1_full : a->ln1, a->ln1_h, m->dbig, rows));
     return norm_bwd(m, m->dx, g->ln1_w, g->ln1_b, m->dtmp, a->x_in, p->ln1_w, a->ln1_mean,
                     a->ln1_rstd, lrows);
 }
@@ -75,7 +86,7 @@ static tr_status head_bwd(tr_model *m, float loss_scale) {
     int vocab_start = m->tp.rank * s->vocab;
     TR_TRY(ops->ce_bwd(m->logits, m->ce_stats, m->targets, m->dloss, rows, s->vocab, vocab_start));
     tr_linear out = tr_model_output_linear(m);
-    TR_TRY(tr_linear_bwd(ops, &out, sp ? m->lnf_full : m->lnf, m->logits, m->dtmp, rows));
+    TR_TRY(linear_input_bwd(m, &out, sp ? m->lnf_full : m->lnf, m->lnf_h, m->logits, rows));
     TR_TRY(ops->fill(m->dx, n, 0.0f));
     TR_TRY(norm_bwd(m, m->dx, m->g.final_w, m->g.final_b, m->dtmp, m->x_final, m->p.final_w,
                     m->lnf_mean, m->lnf_rstd, lrows));

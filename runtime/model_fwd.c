@@ -16,6 +16,13 @@ tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rst
     return m->ops->rmsnorm_fwd(y, rstd, x, w, rows, s->hidden, s->eps, s->zero_centered);
 }
 
+bool tr_model_half_input(const tr_model *m, int id) {
+    const tr_model_spec *s = &m->spec;
+    if (!s->lowp || s->no_half_acts) return false;
+    if (id == TR_MODEL_AT_HEAD) return true; /* the output layer never has an adapter */
+    return !(s->lora_rank && (s->lora_targets & (1u << id)));
+}
+
 /* A linear layer without adapter (LoRA fills its adapter fields). */
 static tr_linear base_linear(const float *w, const float *b, float *dw, float *db, int in, int out,
                              tr_linear_kind kind, const tr_model *m) {
@@ -157,6 +164,33 @@ static tr_status region_input(const tr_model *m, const float *local, float *full
     return tr_tp_seq_gather(m, local, full, m->spec.hidden);
 }
 
+/* The input of a column-parallel layer saved in half precision: the norm output (rows of this
+ * rank, in the shared scratch `local`), gathered in fp32 with sequence parallelism, then cast
+ * once into `saved`, which the layer's forward and weight-gradient GEMMs read. */
+static tr_status region_input_half(const tr_model *m, const float *local, uint16_t *saved) {
+    const float *full;
+    TR_TRY(region_input(m, local, m->sp_full, &full));
+    int64_t n = (int64_t)m->batch * m->spec.seq * m->spec.hidden;
+    return m->ops->cast_lowp((tr_lowp)m->spec.lowp, saved, full, n);
+}
+
+/* A norm of the layer feeding column-parallel linear l: into the saved fp32 output (and its
+ * gathered rows), or with a half-precision input through the scratch dtmp into `half`. */
+static tr_status norm_to_linear(tr_model *m, const tr_linear *l, float *y, float *y_full,
+                                uint16_t *half, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, float *out) {
+    int rows = m->batch * m->spec.seq, lrows = tr_tp_local_rows(m);
+    if (half) {
+        TR_TRY(tr_model_norm_fwd(m, m->dtmp, mean, rstd, x, w, b, lrows));
+        TR_TRY(region_input_half(m, m->dtmp, half));
+        return tr_linear_fwd_half(m->ops, l, half, out, rows);
+    }
+    TR_TRY(tr_model_norm_fwd(m, y, mean, rstd, x, w, b, lrows));
+    const float *in;
+    TR_TRY(region_input(m, y, y_full, &in));
+    return tr_linear_fwd(m->ops, l, in, out, rows);
+}
+
 static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
@@ -166,12 +200,9 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
     int64_t n = (int64_t)lrows * s->hidden;
     TR_TRY(tr_model_copy(m, a->x_in, x_in, n));
 
-    TR_TRY(
-        tr_model_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, p->ln1_w, p->ln1_b, lrows));
-    const float *ln1;
-    TR_TRY(region_input(m, a->ln1, a->ln1_full, &ln1));
     tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
-    TR_TRY(tr_linear_fwd(ops, &qkv, ln1, m->dbig, rows));
+    TR_TRY(norm_to_linear(m, &qkv, a->ln1, a->ln1_full, a->ln1_h, a->ln1_mean, a->ln1_rstd, a->x_in,
+                          p->ln1_w, p->ln1_b, m->dbig));
     TR_TRY(tr_model_qkv_split(m, m->dbig, a->q, a->k, a->v, rows));
     if (s->rope) {
         TR_TRY(tr_model_rope(m, a->q, s->heads, true));
@@ -185,18 +216,23 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
     TR_TRY(tr_model_copy(m, a->x_mid, a->x_in, n));
     TR_TRY(ops->add(a->x_mid, m->dtmp, n));
 
-    TR_TRY(tr_model_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p->ln2_w, p->ln2_b,
-                             lrows));
-    const float *ln2;
-    TR_TRY(region_input(m, a->ln2, a->ln2_full, &ln2));
     tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
-    TR_TRY(tr_linear_fwd(ops, &fc1, ln2, a->fc1, rows));
+    TR_TRY(norm_to_linear(m, &fc1, a->ln2, a->ln2_full, a->ln2_h, a->ln2_mean, a->ln2_rstd,
+                          a->x_mid, p->ln2_w, p->ln2_b, a->fc1));
+    /* The MLP activation: saved as it is, or (half precision) through the backward's scratch
+     * dact, which is free during a forward. */
+    float *act = a->act_h ? m->dact : a->act;
     if (s->swiglu)
-        TR_TRY(ops->swiglu_fwd(a->act, a->fc1, rows, s->ffn));
+        TR_TRY(ops->swiglu_fwd(act, a->fc1, rows, s->ffn));
     else
-        TR_TRY(ops->gelu_fwd(a->act, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
+        TR_TRY(ops->gelu_fwd(act, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
     tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
-    TR_TRY(tr_linear_fwd(ops, &fc2, a->act, m->dtmp, rows));
+    if (a->act_h) {
+        TR_TRY(ops->cast_lowp((tr_lowp)s->lowp, a->act_h, act, (int64_t)rows * s->ffn));
+        TR_TRY(tr_linear_fwd_half(ops, &fc2, a->act_h, m->dtmp, rows));
+    } else {
+        TR_TRY(tr_linear_fwd(ops, &fc2, a->act, m->dtmp, rows));
+    }
     TR_TRY(dropout_fwd(m, m->dtmp, 2 + 2 * i));
     TR_TRY(tr_model_copy(m, x_out, a->x_mid, n));
     return ops->add(x_out, m->dtmp, n);
@@ -240,16 +276,13 @@ static tr_status embed_fwd(tr_model *m, float *x0) {
 static tr_status head_fwd(tr_model *m, float *loss) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
-    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    int rows = m->batch * s->seq;
     int vocab_start = m->tp.rank * s->vocab, vocab = m->full.vocab;
     int real = m->full.vocab_real > 0 ? m->full.vocab_real : vocab;
     TR_TRY(tr_model_before_params(m, TR_MODEL_AT_HEAD));
-    TR_TRY(tr_model_norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->p.final_w,
-                             m->p.final_b, lrows));
-    const float *lnf;
-    TR_TRY(region_input(m, m->lnf, m->lnf_full, &lnf));
     tr_linear out = tr_model_output_linear(m);
-    TR_TRY(tr_linear_fwd(ops, &out, lnf, m->logits, rows));
+    TR_TRY(norm_to_linear(m, &out, m->lnf, m->lnf_full, m->lnf_h, m->lnf_mean, m->lnf_rstd,
+                          m->x_final, m->p.final_w, m->p.final_b, m->logits));
     TR_TRY(mask_padding(m, vocab_start, real, rows));
     TR_TRY(ops->ce_stats(m->ce_stats, m->logits, m->targets, rows, s->vocab, vocab_start));
     TR_TRY(tr_tp_ce_combine(m, m->ce_stats, m->ce_stats + 3 * rows, rows));
@@ -270,6 +303,7 @@ tr_status tr_model_select_slot(tr_model *m, int part, int slot) {
     m->lnf_mean = a->lnf_mean;
     m->lnf_rstd = a->lnf_rstd;
     m->lnf_full = a->lnf_full;
+    m->lnf_h = a->lnf_h;
     m->logits = a->logits;
     m->ce_stats = a->ce_stats;
     m->losses = a->losses;

@@ -34,6 +34,11 @@ tr_status tr_model_wcopy_of(const tr_model *m, const float *w, const uint16_t **
 tr_status tr_model_select_slot(tr_model *m, int part, int slot);
 tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v);
 
+/* true when the input of linear `id` (a tr_model_linear_id, or TR_MODEL_AT_HEAD for the output
+ * layer) is saved in half precision: mixed precision, not switched off (spec.no_half_acts), and
+ * no LoRA adapter on that layer, which reads its input in fp32. The layout and both passes ask
+ * this one function, so they agree on which buffers exist. */
+bool tr_model_half_input(const tr_model *m, int id);
 tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rstd, const float *x,
                             const float *w, const float *b, int rows);
 tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id);

@@ -248,6 +248,28 @@ static float *carve(carver *c, int64_t n) {
     return p;
 }
 
+/* n bf16/fp16 values, in whole floats of the same allocation (aligned as every buffer). */
+static uint16_t *carve_half(carver *c, int64_t n) {
+    return (uint16_t *)carve(c, (n + 1) / 2);
+}
+
+/* A saved norm output feeding column-parallel linear `id`: in half precision (the gathered rows
+ * under sequence parallelism; the norm writes its fp32 result into shared scratch), else fp32
+ * with, under sequence parallelism, its gathered rows. */
+static void carve_norm_out(const tr_model *m, carver *c, int id, float **y, float **y_full,
+                           uint16_t **half) {
+    int64_t n = (int64_t)m->batch * m->spec.seq * m->spec.hidden;
+    bool sp = m->spec.sequence_parallel;
+    *y = *y_full = NULL;
+    *half = NULL;
+    if (tr_model_half_input(m, id)) {
+        *half = carve_half(c, n);
+        return;
+    }
+    *y = carve(c, n);
+    if (sp) *y_full = carve(c, n);
+}
+
 static int part_slots(const tr_model_part *p) {
     return p->slots > 0 ? p->slots : 1;
 }
@@ -257,7 +279,7 @@ static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a) {
     int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
     int64_t hd = (int64_t)s->heads * s->head_dim, gd = (int64_t)s->groups * s->head_dim;
     a->x_in = carve(c, bt * C);
-    a->ln1 = carve(c, bt * C);
+    carve_norm_out(m, c, TR_LIN_QKV, &a->ln1, &a->ln1_full, &a->ln1_h);
     a->ln1_mean = carve(c, bt);
     a->ln1_rstd = carve(c, bt);
     a->q = carve(c, bt * hd);
@@ -266,23 +288,23 @@ static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a) {
     a->attn = carve(c, bt * hd);
     a->lse = carve(c, (int64_t)m->batch * s->heads * s->seq);
     a->x_mid = carve(c, bt * C);
-    a->ln2 = carve(c, bt * C);
+    carve_norm_out(m, c, TR_LIN_FC1, &a->ln2, &a->ln2_full, &a->ln2_h);
     a->ln2_mean = carve(c, bt);
     a->ln2_rstd = carve(c, bt);
     a->fc1 = carve(c, bt * m->fc1_dim);
-    a->act = carve(c, bt * s->ffn);
-    a->ln1_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
-    a->ln2_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
+    /* The MLP activation: fc2's input only (its backward reads fc1). */
+    bool half = tr_model_half_input(m, TR_LIN_FC2);
+    a->act = half ? NULL : carve(c, bt * s->ffn);
+    a->act_h = half ? carve_half(c, bt * s->ffn) : NULL;
 }
 
 static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
     const tr_model_spec *s = &m->spec;
     int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
     a->x_final = carve(c, bt * C);
-    a->lnf = carve(c, bt * C);
+    carve_norm_out(m, c, TR_MODEL_AT_HEAD, &a->lnf, &a->lnf_full, &a->lnf_h);
     a->lnf_mean = carve(c, bt);
     a->lnf_rstd = carve(c, bt);
-    a->lnf_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
     a->logits = carve(c, bt * s->vocab);
     a->ce_stats = carve(c, 4 * bt); /* [3, bt] stats, then bt floats of TP scratch */
     a->losses = carve(c, bt);

@@ -35,5 +35,12 @@ tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, f
  * rank's sequence chunk (rows/tp). */
 tr_status tr_linear_bwd(const tr_ops *ops, const tr_linear *l, const float *x, const float *dy,
                         float *dx, int rows);
+/* The same with the input saved in half precision (bf16/fp16 bit patterns of spec.lowp, as
+ * cast_lowp writes them): the GEMMs read it as a ready operand, so the results are those of the
+ * fp32 input they were rounded from. Only for layers without an adapter (TR_ERR_INTERNAL). */
+tr_status tr_linear_fwd_half(const tr_ops *ops, const tr_linear *l, const uint16_t *x, float *y,
+                             int rows);
+tr_status tr_linear_bwd_half(const tr_ops *ops, const tr_linear *l, const uint16_t *x,
+                             const float *dy, float *dx, int rows);
 
 #endif

@@ -421,6 +421,7 @@ static tr_status setup(trainer *t, const tr_config *c, tr_diags *d) {
     int bad = tr_model_spec_from_config(c, &ms, d) != TR_OK;
     bad |= tr_lora_spec_from_config(c, &ms, d) != TR_OK;
     ms.no_weight_copy = t->o->no_weight_copy;
+    ms.no_half_acts = t->o->no_half_acts;
     bad |= tr_optimizer_spec_from_config(c, &os, d) != TR_OK;
     bad |= tr_lr_schedule_from_config(c, &t->sched, d) != TR_OK;
     bad |= tr_train_check_features(c, d);

@@ -36,6 +36,9 @@ typedef struct tr_train_opts {
     /* Mixed precision without the half-precision weight copy (tr_model_spec.no_weight_copy):
      * for tests that compare the two, which must agree bitwise. */
     int no_weight_copy;
+    /* Mixed precision with every saved activation in fp32 (tr_model_spec.no_half_acts): for
+     * tests that compare it with the half-precision saved activations, bitwise. */
+    int no_half_acts;
 } tr_train_opts;
 
 typedef enum tr_stop_reason {

@@ -40,7 +40,8 @@ same() {
 
 same 1 single --recipe gpt_tiny_pretrain validation.eval_interval=2 validation.eval_iters=1 \
     logger.log_params_norm=true
-# bf16: the half-precision weight copy is device memory, cast and read by ops only.
+# bf16: the half-precision weight copy and the half-precision saved activations (the linear
+# layers' inputs) are device memory, cast and read by ops only.
 same 1 single_bf16 --recipe gpt_tiny_pretrain mixed_precision.preset=bf16_mixed
 same 2 tp2_sp --recipe gpt_tiny_pretrain -tp 2 model.sequence_parallel=true train.micro_batch_size=2
 same 2 pp2 --recipe llama_tiny_pretrain -pp 2 model.calculate_per_token_loss=true \

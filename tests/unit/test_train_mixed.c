@@ -66,13 +66,17 @@ static void test_bf16_close_to_fp32_not_equal(void) {
  * counts the GEMM entries around the CPU ones, one forward and backward of llama_tiny
  * (2 layers: QKV, proj, fc1, fc2 each, and the untied output layer; forward, dW and dx each).
  * Forward and dx read the model's half-precision weight copy (gemm_lowp_ex with a ready
- * half-precision B, the weight); dW rounds its two activations (gemm_lowp). */
-static int n_gemm, n_lowp, n_lowp_ex, n_ex_half_b;
+ * half-precision B, the weight). The inputs of QKV, fc1, fc2 and the output layer are saved in
+ * half precision, so their forward reads a ready A and their dW (dy^T x) a ready B; only the
+ * attention projection's input (the attention output, kept fp32) is rounded by its dW's
+ * gemm_lowp. */
+static int n_gemm, n_lowp, n_lowp_ex, n_ex_half_a, n_ex_half_b;
 
 static tr_status counting_lowp_ex(tr_lowp t, tr_transpose ta, tr_transpose tb, int m, int n, int k,
                                   float alpha, tr_gemm_operand a, tr_gemm_operand b, float beta,
                                   float *c, int ldc, const float *bias) {
     n_lowp_ex++;
+    n_ex_half_a += a.lowp && b.lowp;
     n_ex_half_b += !a.lowp && b.lowp;
     return tr_ops_cpu()->gemm_lowp_ex(t, ta, tb, m, n, k, alpha, a, b, beta, c, ldc, bias);
 }
@@ -112,7 +116,7 @@ static void gemms_of_one_step(const char *precision, int *gemm, int *lowp) {
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)spec.seq);
     int32_t *tgt = malloc(sizeof(int32_t) * (size_t)spec.seq);
     for (int i = 0; i < spec.seq; i++) ids[i] = i % 200, tgt[i] = (i + 1) % 200;
-    n_gemm = n_lowp = n_lowp_ex = n_ex_half_b = 0;
+    n_gemm = n_lowp = n_lowp_ex = n_ex_half_a = n_ex_half_b = 0;
     float loss = 0;
     CHECK_INT_EQ(tr_model_forward(&m, ids, tgt, &loss), TR_OK);
     CHECK_INT_EQ(tr_model_backward(&m, 1.0f), TR_OK);
@@ -126,13 +130,16 @@ static void gemms_of_one_step(const char *precision, int *gemm, int *lowp) {
 }
 
 static void test_every_linear_layer_rounds(void) {
-    const int linears = 4 * 2 + 1, per_linear = 3;
+    const int linears = 4 * 2 + 1, per_linear = 3, proj = 2, half_in = linears - proj;
     int gemm, lowp;
     gemms_of_one_step("mixed_precision.preset=bf16_mixed", &gemm, &lowp);
     CHECK_INT_EQ(gemm, 0);
-    CHECK_INT_EQ(lowp, linears);
-    CHECK_INT_EQ(n_lowp_ex, linears * (per_linear - 1));
-    CHECK_INT_EQ(n_ex_half_b, linears * (per_linear - 1));
+    CHECK_INT_EQ(lowp, proj);
+    CHECK_INT_EQ(n_lowp_ex, linears * per_linear - proj);
+    /* forward of a half input: activation and weight copy both ready */
+    CHECK_INT_EQ(n_ex_half_a, half_in);
+    /* forward of proj, every dx, and the dW of a half input: one fp32 operand (dy or attn) */
+    CHECK_INT_EQ(n_ex_half_b, proj + linears + half_in);
     gemms_of_one_step("mixed_precision.preset=fp32", &gemm, &lowp);
     CHECK_INT_EQ(gemm, linears * per_linear);
     CHECK_INT_EQ(lowp + n_lowp_ex, 0);

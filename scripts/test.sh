@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # Formatting is part of the contract (.clang-format); a diff here fails the suite.
-git ls-files -z '*.c' '*.h' '*.cu' '*.cuh' | xargs -0 clang-format --dry-run -Werror
+git ls-files -z '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' | xargs -0 clang-format --dry-run -Werror
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir build -j2 --output-on-failure --timeout 600
 

@@ -1,36 +1,8 @@
 /* Vocab-parallel cross entropy (planar stats [3, rows]: max, sum exp(x - max), target logit),
  * the same contract as kernels/cpu/cross_entropy.c. One block per row reads the logits once with
  * an online max/sum per thread; merge, rebase and loss use the CPU's double expressions. */
+#include "kernels/cuda/cross_entropy_kernels.cuh"
 #include "kernels/cuda/cuda_impl.cuh"
-
-#define CE_THREADS 256
-
-__global__ void ce_stats_kernel(float *stats, const float *logits, const int32_t *targets, int rows,
-                                int vlocal, int vstart) {
-    int64_t r = blockIdx.x;
-    const float *x = logits + r * vlocal;
-    /* The running sum in double, like the CPU's (a thread sums ~500 terms of a 128k vocab). */
-    float m = -INFINITY;
-    double s = 0.0;
-    for (int j = threadIdx.x; j < vlocal; j += blockDim.x) {
-        float v = x[j];
-        if (v > m) {
-            s = (m == -INFINITY ? 0.0 : s * (double)expf(m - v)) + 1.0;
-            m = v;
-        } else if (v != -INFINITY) { /* a -inf logit adds 0, also before any finite one */
-            s += (double)expf(v - m);
-        }
-    }
-    float gm = tr_block_max(m);
-    double part = m == -INFINITY ? 0.0 : (double)s * exp((double)m - gm);
-    double total = tr_block_sum(part);
-    if (threadIdx.x == 0) {
-        int32_t t = targets[r] - vstart;
-        stats[r] = gm;
-        stats[rows + r] = (float)total;
-        stats[2 * rows + r] = targets[r] >= 0 && t >= 0 && t < vlocal ? x[t] : 0.0f;
-    }
-}
 
 tr_status tr_cuda_ce_stats(float *stats, const float *logits, const int32_t *targets, int rows,
                            int vocab_local, int vocab_start) {
@@ -44,19 +16,6 @@ tr_status tr_cuda_ce_stats(float *stats, const float *logits, const int32_t *tar
     return TR_OK;
 }
 
-__global__ void ce_merge_kernel(float *stats, const float *other, int rows) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    float m1 = stats[r], m2 = other[r], m = m1 > m2 ? m1 : m2;
-    if (m == -INFINITY) return; /* both shards empty */
-    double s = 0.0;
-    if (m1 > -INFINITY) s += stats[rows + r] * exp((double)m1 - m);
-    if (m2 > -INFINITY) s += other[rows + r] * exp((double)m2 - m);
-    stats[r] = m;
-    stats[rows + r] = (float)s;
-    stats[2 * rows + r] += other[2 * rows + r];
-}
-
 tr_status tr_cuda_ce_merge(float *stats, const float *other, int rows) {
     if (rows < 0 || (rows && (!stats || !other))) return TR_ERR_INVALID;
     if (!rows) return TR_OK;
@@ -64,18 +23,6 @@ tr_status tr_cuda_ce_merge(float *stats, const float *other, int rows) {
     ce_merge_kernel<<<(unsigned)((rows + 255) / 256), 256, 0, ctx->stream>>>(stats, other, rows);
     TR_CUDA_LAUNCHED();
     return TR_OK;
-}
-
-__global__ void ce_rebase_kernel(float *stats, const float *global_max, int rows, int *bad) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    float m = stats[r], g = global_max[r];
-    if (g < m) { /* not the max over all shards: leave the row, report */
-        atomicExch(bad, 1);
-        return;
-    }
-    stats[rows + r] = m > -INFINITY ? (float)(stats[rows + r] * exp((double)m - g)) : 0.0f;
-    stats[r] = g;
 }
 
 /* The one op that must read a result back: a global max below a shard's max is a caller bug
@@ -96,14 +43,6 @@ tr_status tr_cuda_ce_rebase(float *stats, const float *global_max, int rows) {
     return *ctx->host_flag ? TR_ERR_INVALID : TR_OK;
 }
 
-__global__ void ce_loss_kernel(float *loss, const float *stats, const int32_t *targets, int rows) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    loss[r] = targets[r] < 0
-                  ? 0.0f
-                  : (float)((double)stats[r] + log((double)stats[rows + r]) - stats[2 * rows + r]);
-}
-
 tr_status tr_cuda_ce_loss(float *loss, const float *stats, const int32_t *targets, int rows) {
     if (rows < 0 || (rows && (!loss || !stats || !targets))) return TR_ERR_INVALID;
     if (!rows) return TR_OK;
@@ -112,23 +51,6 @@ tr_status tr_cuda_ce_loss(float *loss, const float *stats, const int32_t *target
                                                                             rows);
     TR_CUDA_LAUNCHED();
     return TR_OK;
-}
-
-/* logits <- dloss[r] * (softmax - onehot), in place; ignored rows become zeros. */
-__global__ void ce_bwd_kernel(float *logits, const float *stats, const int32_t *targets,
-                              const float *dloss, int rows, int vlocal, int vstart) {
-    int64_t r = blockIdx.x;
-    float *x = logits + r * vlocal;
-    if (targets[r] < 0) {
-        for (int j = threadIdx.x; j < vlocal; j += blockDim.x) x[j] = 0.0f;
-        return;
-    }
-    float m = stats[r], g = dloss ? dloss[r] : 1.0f, k = g / stats[rows + r];
-    int32_t t = targets[r] - vstart;
-    for (int j = threadIdx.x; j < vlocal; j += blockDim.x) {
-        float v = expf(x[j] - m) * k;
-        x[j] = j == t ? v - g : v;
-    }
 }
 
 tr_status tr_cuda_ce_bwd(float *logits, const float *stats, const int32_t *targets,

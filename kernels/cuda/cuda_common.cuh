@@ -14,6 +14,7 @@ extern "C" {
 #include "core/log.h"
 }
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/smem.cuh"
 
 struct tr_cuda_ctx {
     cudaStream_t stream;
@@ -86,7 +87,7 @@ __device__ __forceinline__ float tr_warp_max(float v) {
 /* Sum over the block (blockDim.x a multiple of 32, <= 1024), returned to every thread. The
  * combination order is fixed by thread index, so results do not vary from run to run. */
 template <typename T> __device__ T tr_block_sum(T v) {
-    __shared__ T partial[32];
+    TR_STATIC_SMEM(T, partial, [32]);
     __syncthreads(); /* partial may still be read by a previous call */
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -98,7 +99,7 @@ template <typename T> __device__ T tr_block_sum(T v) {
 }
 
 __device__ __forceinline__ float tr_block_max(float v) {
-    __shared__ float partial[32];
+    TR_STATIC_SMEM(float, partial, [32]);
     __syncthreads();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = tr_warp_max(v);

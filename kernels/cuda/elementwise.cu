@@ -1,12 +1,7 @@
 /* Flat helpers, activations, dropout and embeddings: element-wise grid-stride kernels over the
  * shared scalar maths of kernels/common, so each element is computed by the CPU's expression. */
-#include "kernels/common/activations.h"
-#include "kernels/common/philox.h"
 #include "kernels/cuda/cuda_impl.cuh"
-
-#define GRID_STRIDE(i, n)                                                                          \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                      \
-         i += (int64_t)gridDim.x * blockDim.x)
+#include "kernels/cuda/elementwise_kernels.cuh"
 
 #define LAUNCH(kernel, n, ...)                                                                     \
     do {                                                                                           \
@@ -14,16 +9,6 @@
             __VA_ARGS__);                                                                          \
         TR_CUDA_LAUNCHED();                                                                        \
     } while (0)
-
-__global__ void add_kernel(float *y, const float *x, int64_t n) {
-    GRID_STRIDE(i, n) y[i] += x[i];
-}
-__global__ void fill_kernel(float *y, int64_t n, float v) {
-    GRID_STRIDE(i, n) y[i] = v;
-}
-__global__ void scale_kernel(float *y, int64_t n, float s) {
-    GRID_STRIDE(i, n) y[i] *= s;
-}
 
 tr_status tr_cuda_add(float *y, const float *x, int64_t n) {
     if (n < 0 || (n && (!y || !x))) return TR_ERR_INVALID;
@@ -49,25 +34,6 @@ tr_status tr_cuda_scale(float *x, int64_t n, float s) {
     return TR_OK;
 }
 
-/* The CPU's fixed 4096-element blocks, each summed in double; then the block sums in a fixed
- * order. The result does not depend on the grid, like the CPU's on the thread count. */
-#define SSQ_BLOCK 4096
-
-__global__ void ssq_blocks_kernel(double *partial, const float *x, int64_t n) {
-    int64_t i0 = (int64_t)blockIdx.x * SSQ_BLOCK, i1 = min(n, i0 + SSQ_BLOCK);
-    double s = 0.0;
-    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) s += (double)x[i] * x[i];
-    s = tr_block_sum(s);
-    if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-__global__ void ssq_final_kernel(float *out, const double *partial, int64_t nb) {
-    double s = 0.0;
-    for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) s += partial[b];
-    s = tr_block_sum(s);
-    if (threadIdx.x == 0) *out = (float)s;
-}
-
 tr_status tr_cuda_sum_squares(float *out, const float *x, int64_t n) {
     if (!out || n < 0 || (n && !x)) return TR_ERR_INVALID;
     TR_CUDA_CTX("sum_squares");
@@ -85,15 +51,6 @@ tr_status tr_cuda_sum_squares(float *out, const float *x, int64_t n) {
     return TR_OK;
 }
 
-__global__ void gelu_fwd_kernel(float *y, const float *x, int64_t n, int tanh_approx) {
-    GRID_STRIDE(i, n) y[i] = tanh_approx ? tr_gelu_tanh(x[i]) : tr_gelu_erf(x[i]);
-}
-__global__ void gelu_bwd_kernel(float *dx, const float *dy, const float *x, int64_t n,
-                                int tanh_approx) {
-    GRID_STRIDE(i, n)
-    dx[i] = dy[i] * (tanh_approx ? tr_gelu_tanh_grad(x[i]) : tr_gelu_erf_grad(x[i]));
-}
-
 tr_status tr_cuda_gelu_fwd(float *y, const float *x, int64_t n, int tanh_approx) {
     if (n < 0 || (n && (!y || !x))) return TR_ERR_INVALID;
     if (!n) return TR_OK;
@@ -108,25 +65,6 @@ tr_status tr_cuda_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n
     TR_CUDA_CTX("gelu_bwd");
     LAUNCH(gelu_bwd_kernel, n, dx, dy, x, n, tanh_approx != 0);
     return TR_OK;
-}
-
-__global__ void swiglu_fwd_kernel(float *y, const float *x, int64_t total, int ffn) {
-    GRID_STRIDE(i, total) {
-        int64_t r = i / ffn, j = i % ffn;
-        const float *gate = x + r * 2 * ffn;
-        y[i] = tr_silu(gate[j]) * gate[ffn + j];
-    }
-}
-
-__global__ void swiglu_bwd_kernel(float *dx, const float *dy, const float *x, int64_t total,
-                                  int ffn) {
-    GRID_STRIDE(i, total) {
-        int64_t r = i / ffn, j = i % ffn;
-        const float *gate = x + r * 2 * ffn;
-        float g = gate[j], u = gate[ffn + j], d = dy[i];
-        dx[r * 2 * ffn + j] = d * u * tr_silu_grad(g);
-        dx[r * 2 * ffn + ffn + j] = d * tr_silu(g);
-    }
 }
 
 tr_status tr_cuda_swiglu_fwd(float *y, const float *x, int rows, int ffn) {
@@ -149,17 +87,6 @@ tr_status tr_cuda_swiglu_bwd(float *dx, const float *dy, const float *x, int row
     return TR_OK;
 }
 
-/* Element i keeps iff the Philox uniform of global index offset + i is >= p: the CPU's mapping,
- * so a mask made on one backend is the mask of the other. */
-__global__ void dropout_kernel(float *y, const float *x, int64_t n, float p, uint64_t seed,
-                               uint64_t offset) {
-    float keep_scale = 1.0f / (1.0f - p);
-    GRID_STRIDE(i, n) {
-        float u = tr_philox_uniform(seed, offset + (uint64_t)i);
-        y[i] = u >= p ? x[i] * keep_scale : 0.0f;
-    }
-}
-
 static tr_status dropout_apply(float *y, const float *x, int64_t n, float p, uint64_t seed,
                                uint64_t offset) {
     if (n < 0 || (n && (!y || !x)) || !(p >= 0.0f && p < 1.0f)) return TR_ERR_INVALID;
@@ -177,28 +104,6 @@ tr_status tr_cuda_dropout_fwd(float *y, const float *x, int64_t n, float p, uint
 tr_status tr_cuda_dropout_bwd(float *dx, const float *dy, int64_t n, float p, uint64_t seed,
                               uint64_t offset) {
     return dropout_apply(dx, dy, n, p, seed, offset);
-}
-
-__global__ void emb_fwd_kernel(float *out, const int32_t *ids, const float *table, int64_t total,
-                               int dim, int start, int end) {
-    GRID_STRIDE(i, total) {
-        int64_t r = i / dim, j = i % dim;
-        int32_t id = ids[r];
-        out[i] = id >= start && id < end ? table[(int64_t)(id - start) * dim + j] : 0.0f;
-    }
-}
-
-/* One thread per column walks the tokens in order, as the CPU's column stripes do: repeated ids
- * never race and the float sums happen in the same order (bitwise equal to the CPU). */
-__global__ void emb_bwd_kernel(float *dtable, const int32_t *ids, const float *dout, int n, int dim,
-                               int start, int end) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= dim) return;
-    for (int r = 0; r < n; r++) {
-        int32_t id = ids[r];
-        if (id < start || id >= end) continue;
-        dtable[(int64_t)(id - start) * dim + j] += dout[(int64_t)r * dim + j];
-    }
 }
 
 tr_status tr_cuda_embedding_fwd(float *out, const int32_t *ids, const float *table, int n, int dim,
@@ -222,25 +127,6 @@ tr_status tr_cuda_embedding_bwd(float *dtable, const int32_t *ids, const float *
         dtable, ids, dout, n, dim, vocab_start, vocab_end);
     TR_CUDA_LAUNCHED();
     return TR_OK;
-}
-
-__global__ void pos_fwd_kernel(float *x, const float *wpe, int64_t total, int seq, int dim,
-                               int pos) {
-    GRID_STRIDE(i, total) {
-        int64_t r = i / dim, j = i % dim;
-        int t = (int)(r % seq);
-        x[i] += wpe[(int64_t)(pos + t) * dim + j];
-    }
-}
-
-/* Thread per (t, j), batch rows added in order into the destination, as on the CPU. */
-__global__ void pos_bwd_kernel(float *dwpe, const float *dx, int batch, int64_t total, int seq,
-                               int dim, int pos) {
-    GRID_STRIDE(i, total) {
-        int64_t t = i / dim, j = i % dim;
-        float *d = dwpe + (pos + t) * dim + j;
-        for (int b = 0; b < batch; b++) *d += dx[((int64_t)b * seq + t) * dim + j];
-    }
 }
 
 tr_status tr_cuda_pos_embedding_fwd(float *x, const float *wpe, int batch, int seq, int dim,

@@ -1,21 +1,7 @@
 /* AdamW and SGD over flat fp32 ranges, one thread per element with the CPU's expressions: the
  * bias corrections are computed once on the host in double, exactly as the CPU does. */
 #include "kernels/cuda/cuda_impl.cuh"
-
-/* torch.optim.AdamW order: decoupled weight decay scaled by lr first, then the Adam update. */
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                             float b1, float b2, float eps, float wd, float bc1, float bc2) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float gi = g[i];
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        float pi = p[i] * (1.0f - lr * wd);
-        p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
-    }
-}
+#include "kernels/cuda/optim_kernels.cuh"
 
 tr_status tr_cuda_adamw(float *param, const float *grad, float *m, float *v, int64_t n,
                         const tr_adamw_params *p) {
@@ -28,21 +14,6 @@ tr_status tr_cuda_adamw(float *param, const float *grad, float *m, float *v, int
         param, grad, m, v, n, p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, bc1, bc2);
     TR_CUDA_LAUNCHED();
     return TR_OK;
-}
-
-/* torch.optim.SGD, dampening 0; a zeroed buffer makes the first step's buf equal g. */
-__global__ void sgd_kernel(float *p, const float *g, float *buf, int64_t n, float lr, float mom,
-                           float wd, int nesterov) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float d = g[i] + wd * p[i];
-        if (mom != 0.0f) {
-            float b = mom * buf[i] + d;
-            buf[i] = b;
-            d = nesterov ? d + mom * b : b;
-        }
-        p[i] -= lr * d;
-    }
 }
 
 tr_status tr_cuda_sgd(float *param, const float *grad, float *momentum_buf, int64_t n,

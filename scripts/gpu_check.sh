@@ -138,8 +138,14 @@ build_targets() {
   local t
   t=$(cap "$(build_left)")
   [ "$t" -gt 0 ] || return 124
-  timeout "$t" cmake --build "$BUILD" -j"$NPROC" --target test_cuda_ops test_cuda_host \
-    comm_gpu_check bench_cuda_ops test_model_device run_recipe >"$LOG/build.log" 2>&1
+  # The executables of every test labelled gpu or cuda, as ctest lists them (so a new GPU test
+  # cannot be left unbuilt here), plus the benchmark and run_recipe.
+  local exes
+  exes=$(cd "$BUILD" && ctest -N -V -L "gpu|cuda" 2>/dev/null | grep 'Test command' |
+         grep -o "$BUILD/[A-Za-z0-9_]*" | xargs -r -n1 basename | sort -u | tr '\n' ' ')
+  # shellcheck disable=SC2086 # one target per word
+  timeout "$t" cmake --build "$BUILD" -j"$NPROC" --target ${exes:-test_cuda_ops} \
+    bench_cuda_ops run_recipe >"$LOG/build.log" 2>&1
 }
 if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   echo "GPU_CHECK_PREBUILT=1: using the executables in $BUILD as they are"

@@ -26,9 +26,8 @@ endfunction()
 
 # TP2 with sequence parallelism (GPT: biases, so the fused bias of the column layers and the
 # row layers' bias after the reduce-scatter), DP2 with the distributed optimizer gathering
-# parameters during the forward. Pipeline parallelism refuses bf16/fp16 today (its schedule
-# sizes messages in the pipeline dtype, the runtime sends fp32: runtime.pp_mismatch), so the
-# last stage's tied copy is checked at model level (tests/unit/test_train_wcopy.c).
+# parameters during the forward, and PP2 with tied embeddings (the last stage's own copy of the
+# word embedding is the output layer's weight, cast from that stage's fp32 copy).
 tr_wcopy_test(gpt_tp2_sp_fp16 2 gpt_tiny_pretrain ${TR_WCOPY_COMMON} ${TR_WCOPY_FP16}
               model.tensor_model_parallel_size=2 model.sequence_parallel=true)
 tr_wcopy_test(llama_tp2_sp_bf16 2 llama_tiny_pretrain ${TR_WCOPY_COMMON} ${TR_WCOPY_BF16}
@@ -38,6 +37,8 @@ tr_wcopy_test(llama_dp2_distopt_overlap_bf16 2 llama_tiny_pretrain ${TR_WCOPY_CO
               optimizer.use_distributed_optimizer=true ddp.overlap_grad_reduce=true
               ddp.bucket_size=20000 ddp.overlap_param_gather=true
               optimizer.overlap_param_gather=true)
+tr_wcopy_test(gpt_pp2_tied_bf16 2 gpt_tiny_pretrain ${TR_WCOPY_COMMON} ${TR_WCOPY_BF16}
+              model.pipeline_model_parallel_size=2)
 # LoRA under TP (frozen base through the copy, fp32 adapters) from the equiv tests' base.
 if(DEFINED TR_LORA_BASE)
   tr_wcopy_test(llama_lora_tp2_bf16 2 llama_tiny_lora ${TR_LORA_COMMON} ${TR_WCOPY_BF16}

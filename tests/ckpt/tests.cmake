@@ -18,11 +18,6 @@ target_link_libraries(ckpt_make_fixture PRIVATE trestle_runtime)
 # 1e-5 against the single-rank run otherwise). 8 iterations of the tiny recipes, 4 per half.
 add_executable(ckpt_resume ${CMAKE_SOURCE_DIR}/tests/ckpt/ckpt_resume.c)
 target_link_libraries(ckpt_resume PRIVATE trestle_runtime)
-set(TR_CKPT_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe ${MPIEXEC_NUMPROC_FLAG})
-set(TR_CKPT_ENV "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
-if(TRESTLE_SANITIZE)
-  list(APPEND TR_CKPT_ENV "ASAN_OPTIONS=detect_leaks=0")
-endif()
 set(TR_CKPT_COMMON model.seq_length=32 dataset.seq_length=32 train.train_iters=8
                    train.global_batch_size=8 train.micro_batch_size=1 validation.eval_iters=0
                    logger.log_interval=1000 scheduler.lr_warmup_iters=2 optimizer.lr=3e-3)
@@ -31,11 +26,7 @@ set(TR_CKPT_DISTOPT ddp.use_distributed_optimizer=true optimizer.use_distributed
 
 # tr_ckpt_resume_test(NAME NP [--exact] --np-save A --np-load B RECIPE COMMON... -- SAVE... -- LOAD...)
 function(tr_ckpt_resume_test name np)
-  add_test(NAME mpi_ckpt_${name}
-           COMMAND ${TR_CKPT_MPIRUN} ${np} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:ckpt_resume>
-                   ${MPIEXEC_POSTFLAGS} --stop 4 ${ARGN})
-  set_tests_properties(mpi_ckpt_${name} PROPERTIES LABELS "mpi" TIMEOUT 120 RUN_SERIAL TRUE
-                       ENVIRONMENT "${TR_CKPT_ENV}")
+  tr_mpirun_test(mpi_ckpt_${name} ${np} ckpt_resume --stop 4 ${ARGN})
 endfunction()
 set(TR_CKPT_TP2 model.tensor_model_parallel_size=2)
 set(TR_CKPT_PP2 model.pipeline_model_parallel_size=2)
@@ -114,18 +105,14 @@ add_test(NAME ckpt_resume_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/ckpt/resume
 # run_recipe is an MPI program: Open MPI's finalize leaks cannot be suppressed (see
 # tests/cli/tests.cmake), so leak checking is off there; ASan and UBSan still check the rest.
 set_tests_properties(ckpt_resume_cli PROPERTIES LABELS "ckpt" TIMEOUT 180
-                     ENVIRONMENT "${TR_CKPT_ENV}")
+                     ENVIRONMENT "${TR_MPIRUN_ENV}")
 # The same SIGTERM check as DP2 under mpirun, the signal delivered to one rank only.
 add_test(NAME mpi_ckpt_sigterm_dp2
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/ckpt/resume_cli.sh $<TARGET_FILE:run_recipe> --mpi
-                 ${TR_CKPT_MPIRUN} 2)
+                 ${TR_MPIRUN} 2)
 set_tests_properties(mpi_ckpt_sigterm_dp2 PROPERTIES LABELS "mpi" TIMEOUT 120 RUN_SERIAL TRUE
-                     ENVIRONMENT "${TR_CKPT_ENV}")
+                     ENVIRONMENT "${TR_MPIRUN_ENV}")
 
 # The registration rules in-process, every TP/DP rank simulated (label ckpt: also under ASan).
-add_executable(test_ckpt_register ${CMAKE_SOURCE_DIR}/tests/ckpt/test_ckpt_register.c
-                                  ${CMAKE_SOURCE_DIR}/tests/unit/harness.c)
-target_include_directories(test_ckpt_register PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
-target_link_libraries(test_ckpt_register PRIVATE trestle_runtime)
-add_test(NAME ckpt_register COMMAND test_ckpt_register)
-set_tests_properties(ckpt_register PROPERTIES LABELS "ckpt" TIMEOUT 60)
+tr_harness_test(test_ckpt_register ckpt_register ckpt 60
+                ${CMAKE_SOURCE_DIR}/tests/ckpt/test_ckpt_register.c)

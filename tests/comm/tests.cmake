@@ -3,8 +3,6 @@
 add_executable(comm_check ${CMAKE_SOURCE_DIR}/tests/comm/comm_check.c)
 target_link_libraries(comm_check PRIVATE trestle_runtime)
 
-set(TR_COMM_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe ${MPIEXEC_NUMPROC_FLAG})
-
 # Open MPI's plugins are unloaded at finalize, so LeakSanitizer reports their allocations as
 # leaks nobody can suppress (see tests/mpi/tests.cmake); ASan/UBSan still check our code.
 set(TR_COMM_TEST_ENV "")
@@ -15,11 +13,9 @@ if(TRESTLE_SANITIZE)
 endif()
 
 function(tr_comm_ops_test np tp)
-  add_test(NAME mpi_comm_ops_np${np}_tp${tp}
-           COMMAND ${TR_COMM_MPIRUN} ${np} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:comm_check>
-                   ${MPIEXEC_POSTFLAGS} ops tp=${tp})
-  set_tests_properties(mpi_comm_ops_np${np}_tp${tp} PROPERTIES LABELS "mpi" TIMEOUT 60
-                       RUN_SERIAL TRUE ENVIRONMENT "${TR_COMM_TEST_ENV}")
+  tr_mpirun_test(mpi_comm_ops_np${np}_tp${tp} ${np} comm_check ops tp=${tp})
+  set_tests_properties(mpi_comm_ops_np${np}_tp${tp} PROPERTIES TIMEOUT 60
+                       ENVIRONMENT "${TR_COMM_TEST_ENV}")
 endfunction()
 
 tr_comm_ops_test(2 1)

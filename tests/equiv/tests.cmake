@@ -5,13 +5,6 @@
 add_executable(equiv_check ${CMAKE_SOURCE_DIR}/tests/equiv/equiv_check.c)
 target_link_libraries(equiv_check PRIVATE trestle_runtime)
 
-set(TR_EQUIV_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
-                    ${MPIEXEC_NUMPROC_FLAG})
-# Open MPI's unloaded plugins defeat LeakSanitizer (see tests/comm/tests.cmake).
-set(TR_EQUIV_ENV "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
-if(TRESTLE_SANITIZE)
-  list(APPEND TR_EQUIV_ENV "ASAN_OPTIONS=detect_leaks=0")
-endif()
 # Small and fast: sequences of 32 tokens, 8 samples per iteration, no evaluation, no logging.
 set(TR_EQUIV_COMMON model.seq_length=32 dataset.seq_length=32 train.train_iters=5 train.global_batch_size=8
                     train.micro_batch_size=1 validation.eval_iters=0 logger.log_interval=1000
@@ -19,11 +12,7 @@ set(TR_EQUIV_COMMON model.seq_length=32 dataset.seq_length=32 train.train_iters=
 
 # tr_equiv_test(NAME NP [--flag...] RECIPE [COMMON_KEY=VALUE...] -- [LAYOUT_KEY=VALUE...])
 function(tr_equiv_test name np)
-  add_test(NAME mpi_equiv_${name}
-           COMMAND ${TR_EQUIV_MPIRUN} ${np} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:equiv_check>
-                   ${MPIEXEC_POSTFLAGS} --check-volume ${ARGN})
-  set_tests_properties(mpi_equiv_${name} PROPERTIES LABELS "mpi" TIMEOUT 120 RUN_SERIAL TRUE
-                       ENVIRONMENT "${TR_EQUIV_ENV}")
+  tr_mpirun_test(mpi_equiv_${name} ${np} equiv_check --check-volume ${ARGN})
 endfunction()
 
 set(TR_DISTOPT ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true)
@@ -245,15 +234,12 @@ add_test(NAME mpi_equiv_lora_base
                  validation.eval_iters=0 checkpoint.save=${TR_LORA_BASE} checkpoint.save_interval=5
                  logger.output_dir=${TR_LORA_BASE}/log)
 set_tests_properties(mpi_equiv_lora_base PROPERTIES LABELS "mpi" FIXTURES_SETUP lora_base
-                     ENVIRONMENT "${TR_EQUIV_ENV};OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+                     ENVIRONMENT "${TR_MPIRUN_ENV};OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 set(TR_LORA_COMMON ${TR_SFT_COMMON} checkpoint.pretrained_checkpoint=${TR_LORA_BASE} optimizer.lr=1e-2)
 tr_equiv_test(llama_lora_dp2 2 llama_tiny_lora ${TR_LORA_COMMON} --)
 function(tr_equiv_lora_tp_test name)
-  add_test(NAME mpi_equiv_${name}
-           COMMAND ${TR_EQUIV_MPIRUN} 4 ${MPIEXEC_PREFLAGS} $<TARGET_FILE:equiv_check>
-                   ${MPIEXEC_POSTFLAGS} llama_tiny_lora ${TR_LORA_COMMON} ${ARGN})
-  set_tests_properties(mpi_equiv_${name} PROPERTIES LABELS "mpi" TIMEOUT 120 RUN_SERIAL TRUE
-                       ENVIRONMENT "${TR_EQUIV_ENV}" FIXTURES_REQUIRED lora_base)
+  tr_mpirun_test(mpi_equiv_${name} 4 equiv_check llama_tiny_lora ${TR_LORA_COMMON} ${ARGN})
+  set_tests_properties(mpi_equiv_${name} PROPERTIES FIXTURES_REQUIRED lora_base)
 endfunction()
 tr_equiv_lora_tp_test(llama_lora_tp2_dp2 -- ${TR_TP2})
 tr_equiv_lora_tp_test(llama_lora_tp2_pp2 -- ${TR_TP2} ${TR_PP2})

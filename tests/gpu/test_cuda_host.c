@@ -139,6 +139,13 @@ static int sz(int i, int k) {
     return SZ[i % NSZ];
 }
 
+/* Two sizes and two of 4 choices: combination i < SIZES2_PICKS2 gives sz(i, 0), sz(i, 1) and the
+ * choices pick(i, 0), pick(i, 1), each in [0, 4). */
+#define SIZES2_PICKS2 (NSZ * NSZ * 16)
+static int pick(int i, int k) {
+    return i / (NSZ * NSZ) / (k ? 4 : 1) % 4;
+}
+
 #define CMP(op, fmt, ...)                                                                          \
     do {                                                                                           \
         char a_[160];                                                                              \
@@ -182,8 +189,8 @@ static void flat_cases(void) {
 static void layout_cases(void) {
     const int64_t ld[] = {-1, 0, 2, 5};
     for (unsigned m = 0; m < 4; m++)
-        for (int i = 0; i < NSZ * NSZ * 16; i++) {
-            int rows = sz(i, 0), cols = sz(i, 1), a = i / (NSZ * NSZ) % 4, b = i / (NSZ * NSZ * 4);
+        for (int i = 0; i < SIZES2_PICKS2; i++) {
+            int rows = sz(i, 0), cols = sz(i, 1), a = pick(i, 0), b = pick(i, 1);
 #define ARGS P(m, 0), ld[a], P(m, 1), ld[b], rows, cols
             CMP(copy_2d, "mask %u ldd %lld lds %lld rows %d cols %d", m, (long long)ld[a],
                 (long long)ld[b], rows, cols);
@@ -207,8 +214,8 @@ static void layout_cases(void) {
 static void embedding_cases(void) {
     const int vs[] = {-1, 0, 2, 4};
     for (unsigned m = 0; m < 8; m++)
-        for (int i = 0; i < NSZ * NSZ * 16; i++) {
-            int n = sz(i, 0), dim = sz(i, 1), a = i / (NSZ * NSZ) % 4, b = i / (NSZ * NSZ * 4);
+        for (int i = 0; i < SIZES2_PICKS2; i++) {
+            int n = sz(i, 0), dim = sz(i, 1), a = pick(i, 0), b = pick(i, 1);
 #define ARGS P(m, 0), IDS(m, 1), P(m, 2), n, dim, vs[a], vs[b]
             CMP(embedding_fwd, "mask %u n %d dim %d vocab [%d, %d)", m, n, dim, vs[a], vs[b]);
             CMP(embedding_bwd, "mask %u n %d dim %d vocab [%d, %d)", m, n, dim, vs[a], vs[b]);

@@ -377,19 +377,28 @@ static void test_norms(void) {
     free(x), gt_free(dx), gt_free(w), gt_free(r);
 }
 
-static void test_rope(void) {
-    const int B = 2, T = 33, H = 3, D = 40, rot = 32, half = rot / 2;
+/* The Llama 3 RoPE tables (base 500000, the given factor, rot channels, T positions from
+ * offset) built by both op tables: *cs, *sn by the CPU's, *dcs, *dsn by the GPU's. */
+static void rope_tables(int rot, double factor, int T, int offset, float **cs, float **sn,
+                        float **dcs, float **dsn) {
     tr_rope_params p = {.rot_dim = rot,
                         .base = 500000.0,
                         .llama3 = 1,
-                        .factor = 32,
+                        .factor = factor,
                         .low_freq_factor = 1,
                         .high_freq_factor = 4,
                         .original_max_position = 8192};
-    float *cs = malloc(sizeof(float) * T * half), *sn = malloc(sizeof(float) * T * half);
-    float *dcs = gt_dev_poison((size_t)T * half), *dsn = gt_dev_poison((size_t)T * half);
-    CHECK(cpu->rope_table(cs, sn, &p, T, 7) == TR_OK &&
-          gpu->rope_table(dcs, dsn, &p, T, 7) == TR_OK);
+    size_t n = (size_t)T * (size_t)(rot / 2);
+    *cs = malloc(sizeof(float) * n), *sn = malloc(sizeof(float) * n);
+    *dcs = gt_dev_poison(n), *dsn = gt_dev_poison(n);
+    CHECK(cpu->rope_table(*cs, *sn, &p, T, offset) == TR_OK &&
+          gpu->rope_table(*dcs, *dsn, &p, T, offset) == TR_OK);
+}
+
+static void test_rope(void) {
+    const int B = 2, T = 33, H = 3, D = 40, rot = 32, half = rot / 2;
+    float *cs, *sn, *dcs, *dsn;
+    rope_tables(rot, 32, T, 7, &cs, &sn, &dcs, &dsn);
     /* the same host code in double on both sides: equal up to a stray last-bit rounding */
     CHECK_DEV("rope_table cos (llama3, offset 7)", dcs, cs, (size_t)T * half, 1e-7);
     CHECK_DEV("rope_table sin", dsn, sn, (size_t)T * half, 1e-7);
@@ -534,11 +543,12 @@ static void attention_bf16_case(int T, int H, int G, int D, int doc_len, int low
     float *L = gt_dev_poison(nl);
     CHECK(tr_cuda_attention_fwd_bf16(O, L, Q, K, V, &dd) == TR_OK);
     char name[96];
-    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d out", lowp, T, H, G, D,
-             doc_len);
+#define BF16_NAME(what)                                                                            \
+    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d %s", lowp, T, H, G, D,     \
+             doc_len, what)
+    BF16_NAME("out");
     check_bf16(name, O, o, nq, tol);
-    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d lse", lowp, T, H, G, D,
-             doc_len);
+    BF16_NAME("lse");
     CHECK_DEV(name, L, lse, nl, tol_lse);
     /* backward from the device's bf16 out (as floats on the CPU) and the CPU's lse, so only
      * the output rounding differs */
@@ -549,15 +559,13 @@ static void attention_bf16_case(int T, int H, int G, int D, int doc_len, int low
     uint16_t *DQ = gt_dev_bytes(NULL, nq * 2), *DK = gt_dev_bytes(NULL, nk * 2),
              *DV = gt_dev_bytes(NULL, nk * 2);
     CHECK(tr_cuda_attention_bwd_bf16(DQ, DK, DV, Gd, Q, K, V, O2, L2, &dd) == TR_OK);
-    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d dq", lowp, T, H, G, D,
-             doc_len);
+    BF16_NAME("dq");
     check_bf16(name, DQ, dq, nq, tol);
-    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d dk", lowp, T, H, G, D,
-             doc_len);
+    BF16_NAME("dk");
     check_bf16(name, DK, dk, nk, tol);
-    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d dv", lowp, T, H, G, D,
-             doc_len);
+    BF16_NAME("dv");
     check_bf16(name, DV, dv, nk, tol);
+#undef BF16_NAME
     free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv),
         free(orounded), free(ds);
     gt_free(Q), gt_free(K), gt_free(V), gt_free(Gd), gt_free(O), gt_free(L), gt_free(O2),
@@ -941,18 +949,9 @@ static void test_flat_past_2g(void) {
 
 /* RoPE at Llama 3 8B's head_dim 128 over a 4096-token sequence, forward in place. */
 static void test_rope_head_dim_128(void) {
-    const int B = 1, T = 4096, H = 8, D = 128, half = D / 2;
-    tr_rope_params p = {.rot_dim = D,
-                        .base = 500000.0,
-                        .llama3 = 1,
-                        .factor = 8,
-                        .low_freq_factor = 1,
-                        .high_freq_factor = 4,
-                        .original_max_position = 8192};
-    float *cs = malloc(sizeof(float) * T * half), *sn = malloc(sizeof(float) * T * half);
-    float *dcs = gt_dev_poison((size_t)T * half), *dsn = gt_dev_poison((size_t)T * half);
-    CHECK(cpu->rope_table(cs, sn, &p, T, 0) == TR_OK &&
-          gpu->rope_table(dcs, dsn, &p, T, 0) == TR_OK);
+    const int B = 1, T = 4096, H = 8, D = 128;
+    float *cs, *sn, *dcs, *dsn;
+    rope_tables(D, 8, T, 0, &cs, &sn, &dcs, &dsn);
     size_t n = (size_t)B * T * H * D;
     float *x = rnd(n, -1, 1), *dx = gt_dev(x, n);
     CHECK(cpu->rope_fwd(x, x, cs, sn, B, T, H, D, D) == TR_OK);

@@ -38,13 +38,12 @@ endif()
 
 add_executable(comm_gpu_check ${CMAKE_SOURCE_DIR}/tests/gpu/comm_gpu_check.c)
 target_link_libraries(comm_gpu_check PRIVATE tr_gpu_test_support)
-set(TR_GPU_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe ${MPIEXEC_NUMPROC_FLAG})
 
 # Several ranks on one GPU through the host-staged MPI path; NCCL alone (and, with more ranks
 # than GPUs, its refusal with comm.nccl_shared_gpu).
 function(tr_gpu_comm_test mode np tp)
   add_test(NAME gpu_comm_${mode}_np${np}_tp${tp}
-           COMMAND ${TR_GPU_MPIRUN} ${np} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:comm_gpu_check>
+           COMMAND ${TR_MPIRUN} ${np} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:comm_gpu_check>
                    ${MPIEXEC_POSTFLAGS} ${mode} tp=${tp})
   set_tests_properties(gpu_comm_${mode}_np${np}_tp${tp} PROPERTIES LABELS "gpu;mpi" TIMEOUT 120
                        RUN_SERIAL TRUE SKIP_RETURN_CODE 77 ENVIRONMENT "${TR_GPU_ENV}")

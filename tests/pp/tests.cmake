@@ -14,12 +14,8 @@ set_tests_properties(mpi_stuck_peer PROPERTIES LABELS "mpi" TIMEOUT 60 RUN_SERIA
                      ENVIRONMENT "${TR_STUCK_ENV}")
 
 # The model cut into pipeline stages equals the whole model (label "unit").
-add_executable(test_pp_model_part ${CMAKE_SOURCE_DIR}/tests/pp/test_pp_model_part.c
-                                  ${CMAKE_SOURCE_DIR}/tests/unit/harness.c)
-target_include_directories(test_pp_model_part PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
-target_link_libraries(test_pp_model_part PRIVATE trestle_runtime)
-add_test(NAME test_pp_model_part COMMAND test_pp_model_part)
-set_tests_properties(test_pp_model_part PROPERTIES LABELS "unit" TIMEOUT 60)
+tr_harness_test(test_pp_model_part test_pp_model_part unit 60
+                ${CMAKE_SOURCE_DIR}/tests/pp/test_pp_model_part.c)
 
 # Pipeline parallelism in bf16 from the command line (labels "mpi" and "cli": also under ASan).
 add_test(NAME mpi_pp_lowp_cli
@@ -30,12 +26,7 @@ set_tests_properties(mpi_pp_lowp_cli PROPERTIES LABELS "mpi;cli" TIMEOUT 150 RUN
 
 # widen_lowp, the receiving side of half-precision pipeline messages: the CPU table (label
 # "unit") and the CUDA table against it (label "gpu": exits 77, skipped, without a GPU).
-add_executable(test_pp_widen ${CMAKE_SOURCE_DIR}/tests/pp/test_pp_widen.c
-                             ${CMAKE_SOURCE_DIR}/tests/unit/harness.c)
-target_include_directories(test_pp_widen PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
-target_link_libraries(test_pp_widen PRIVATE trestle_runtime)
-add_test(NAME test_pp_widen COMMAND test_pp_widen)
-set_tests_properties(test_pp_widen PROPERTIES LABELS "unit" TIMEOUT 60)
+tr_harness_test(test_pp_widen test_pp_widen unit 60 ${CMAKE_SOURCE_DIR}/tests/pp/test_pp_widen.c)
 if(TARGET trestle_cuda)
   add_executable(test_cuda_widen ${CMAKE_SOURCE_DIR}/tests/gpu/test_cuda_widen.c)
   target_link_libraries(test_cuda_widen PRIVATE tr_gpu_test_support)

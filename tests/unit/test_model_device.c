@@ -7,66 +7,30 @@
  * 77 without a usable GPU; fp32 GEMMs and reductions in another order, so relative L2 limits). */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "runtime/device.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
+#include "tests/unit/device_compare.h"
 #include "tests/unit/harness.h"
+#include "tests/unit/tiny_models.h"
 
 static tr_device_kind g_kind = TR_DEVICE_CPU_STRICT;
 static tr_device *g_dev;
 
 static tr_model_spec spec(void) {
-    tr_model_spec s = {.num_layers = 2,
-                       .hidden = 16,
-                       .heads = 4,
-                       .groups = 2,
-                       .head_dim = 8,
-                       .ffn = 24,
-                       .vocab = 40,
-                       .vocab_real = 37,
-                       .seq = 8,
-                       .swiglu = 1,
-                       .rope = 1,
-                       .eps = 1e-6f,
-                       .init_std = 0.3,
-                       .embed_init_std = 0.5,
-                       .hidden_dropout = 0.1f};
-    s.rope_p = (tr_rope_params){.rot_dim = 8, .base = 10000.0};
+    tr_model_spec s = tr_test_padded_llama_spec(16, 24, 8);
+    s.hidden_dropout = 0.1f;
     return s;
 }
 
-/* Bitwise on cpu-strict; on CUDA the relative L2 error within limit. */
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        double d = (double)got[i] - want[i];
-        num += d * d;
-        den += (double)want[i] * want[i];
-    }
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
-}
-
+/* A device buffer against the host's: bitwise on cpu-strict, within cuda_limit on CUDA. */
 static void check_same(const char *what, const float *dev_buf, const float *host, int64_t n,
                        double cuda_limit) {
     float *back = malloc((size_t)n * sizeof *back);
     CHECK(tr_device_to_host(g_dev, back, dev_buf, (size_t)n * sizeof *back) == TR_OK);
-    double e = rel_err(back, host, n);
-    printf("  %-28s rel err %.3e\n", what, e);
-    if (g_kind == TR_DEVICE_CPU_STRICT)
-        CHECK(memcmp(back, host, (size_t)n * sizeof *back) == 0);
-    else
-        CHECK(e <= cuda_limit);
+    tr_test_check_close(g_kind, what, back, host, n, cuda_limit);
     free(back);
-}
-
-static void batch(int32_t *ids, int32_t *tg, int n, int real, int shift) {
-    for (int i = 0; i < n; i++) {
-        ids[i] = (int32_t)((i * 7 + 3 + shift) % real);
-        tg[i] = i % 5 == 2 ? -1 : (int32_t)((i * 5 + 1 + shift) % real);
-    }
 }
 
 static void test_train_step_matches_host(void) {
@@ -86,7 +50,7 @@ static void test_train_step_matches_host(void) {
 
     int32_t ids[64], tg[64];
     for (int mb = 0; mb < 2; mb++) {
-        batch(ids, tg, n, s.vocab_real, mb);
+        tr_test_batch(ids, tg, n, s.vocab_real, mb);
         float loss[2] = {-1.0f, -1.0f};
         for (int k = 0; k < 2; k++) {
             ms[k]->dropout_round = (uint64_t)mb;
@@ -122,19 +86,6 @@ static void test_train_step_matches_host(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *name = getenv("TR_TEST_DEVICE");
-    if (name && tr_device_kind_parse(name, &g_kind) != TR_OK) return 2;
-    tr_diags d;
-    tr_diags_init(&d);
-    tr_status st = tr_device_open(g_kind, 0, 1, &d, &g_dev);
-    tr_diags_free(&d);
-    if (st != TR_OK && g_kind == TR_DEVICE_CUDA) {
-        printf("SKIPPED: no usable CUDA device\n");
-        return 77;
-    }
-    if (st != TR_OK) return 1;
     static const tr_test_case tests[] = {TR_TEST(test_train_step_matches_host)};
-    int rc = tr_test_main(argc, argv, tests, 1);
-    tr_device_close(g_dev);
-    return rc;
+    return tr_test_device_main(argc, argv, tests, 1, &g_kind, &g_dev);
 }

@@ -11,62 +11,25 @@
  * CPU emulation, whose fp32 sums go in another order, so a looser relative L2 limit. */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "runtime/device.h"
 #include "runtime/model.h"
+#include "tests/unit/device_compare.h"
 #include "tests/unit/harness.h"
+#include "tests/unit/tiny_models.h"
 
 static tr_device_kind g_kind = TR_DEVICE_CPU_STRICT;
 static tr_device *g_dev;
 
 static tr_model_spec spec(int lowp) {
-    tr_model_spec s = {.num_layers = 2,
-                       .hidden = 32,
-                       .heads = 4,
-                       .groups = 2,
-                       .head_dim = 8,
-                       .ffn = 48,
-                       .vocab = 40,
-                       .vocab_real = 37,
-                       .seq = 16,
-                       .swiglu = 1,
-                       .rope = 1,
-                       .eps = 1e-6f,
-                       .init_std = 0.3,
-                       .embed_init_std = 0.5,
-                       .lowp = lowp};
-    s.rope_p = (tr_rope_params){.rot_dim = 8, .base = 10000.0};
+    tr_model_spec s = tr_test_padded_llama_spec(32, 48, 16);
+    s.lowp = lowp;
     return s;
 }
 
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        double d = (double)got[i] - want[i];
-        num += d * d;
-        den += (double)want[i] * want[i];
-    }
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
-}
-
-/* Bitwise on cpu-strict; within the relative L2 limit on CUDA. */
 static void check_close(const char *what, const float *got, const float *want, int64_t n,
                         double cuda_limit) {
-    double e = rel_err(got, want, n);
-    printf("  %-40s rel err %.3e\n", what, e);
-    if (g_kind == TR_DEVICE_CPU_STRICT)
-        CHECK(memcmp(got, want, (size_t)n * sizeof *got) == 0);
-    else
-        CHECK(e <= cuda_limit);
-}
-
-static void batch(int32_t *ids, int32_t *tg, int n, int real, int shift) {
-    for (int i = 0; i < n; i++) {
-        ids[i] = (int32_t)((i * 7 + 3 + shift) % real);
-        tg[i] = i % 5 == 2 ? -1 : (int32_t)((i * 5 + 1 + shift) % real);
-    }
+    tr_test_check_close(g_kind, what, got, want, n, cuda_limit);
 }
 
 /* Two microbatches through model m (gradients accumulate); losses to loss[2], gradients to a
@@ -76,7 +39,7 @@ static void two_microbatches(tr_model *m, float loss[2], float **grads) {
     int32_t ids[128], tg[128];
     CHECK_INT_EQ(tr_model_init_weights(m, 21), TR_OK);
     for (int mb = 0; mb < 2; mb++) {
-        batch(ids, tg, n, m->full.vocab_real, mb);
+        tr_test_batch(ids, tg, n, m->full.vocab_real, mb);
         loss[mb] = NAN;
         CHECK_INT_EQ(tr_model_forward(m, ids, tg, &loss[mb]), TR_OK);
         CHECK_INT_EQ(tr_model_backward(m, 0.5f), TR_OK);
@@ -129,19 +92,6 @@ static void test_half_acts_on_device(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *name = getenv("TR_TEST_DEVICE");
-    if (name && tr_device_kind_parse(name, &g_kind) != TR_OK) return 2;
-    tr_diags d;
-    tr_diags_init(&d);
-    tr_status st = tr_device_open(g_kind, 0, 1, &d, &g_dev);
-    tr_diags_free(&d);
-    if (st != TR_OK && g_kind == TR_DEVICE_CUDA) {
-        printf("SKIPPED: no usable CUDA device\n");
-        return 77;
-    }
-    if (st != TR_OK) return 1;
     static const tr_test_case tests[] = {TR_TEST(test_half_acts_on_device)};
-    int rc = tr_test_main(argc, argv, tests, 1);
-    tr_device_close(g_dev);
-    return rc;
+    return tr_test_device_main(argc, argv, tests, 1, &g_kind, &g_dev);
 }

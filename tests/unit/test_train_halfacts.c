@@ -17,71 +17,20 @@
 #include "runtime/model.h"
 #include "runtime/train.h"
 #include "tests/unit/tiny_models.h"
+#include "tests/unit/train_compare.h"
 
-enum { ITERS = 4 };
-
-typedef struct captured {
-    float *params;
-    int64_t n;
-    bool half; /* the first layer's norm output and the head's were saved in half precision */
-} captured;
-
-static tr_status capture(void *ctx, const tr_model *m) {
-    captured *c = ctx;
+/* The first layer's norm output and the head's input were saved in half precision. */
+static bool saved_half(const tr_model *m) {
     const tr_slot_acts *a = &m->slot_acts[0];
-    c->n = m->n_params;
-    c->half = a->layers[0].ln1_h && a->layers[0].act_h && a->lnf_h && !a->layers[0].ln1;
-    c->params = malloc((size_t)c->n * sizeof(float));
-    if (!c->params) return TR_ERR_NOMEM;
-    memcpy(c->params, m->params, (size_t)c->n * sizeof(float));
-    return TR_OK;
-}
-
-static tr_status run(const char *recipe, const char *precision, const char *extra, int no_copy,
-                     int no_half, float *losses, captured *cap) {
-    const char *ov[] = {"train.train_iters=4",
-                        "train.global_batch_size=2",
-                        "validation.eval_iters=0",
-                        "logger.log_interval=100",
-                        "model.seq_length=32",
-                        "dataset.seq_length=32",
-                        "optimizer.lr=3e-3",
-                        precision,
-                        extra};
-    tr_resolve_opts ro = {.recipe = recipe, .overrides = ov, .n_overrides = 9, .world = {1, 1}};
-    tr_config c;
-    tr_diags d;
-    tr_diags_init(&d);
-    tr_status s = tr_resolve(&ro, &c, &d);
-    tr_train_opts o = {.losses = losses,
-                       .losses_cap = ITERS,
-                       .on_finish = capture,
-                       .on_finish_ctx = cap,
-                       .no_weight_copy = no_copy,
-                       .no_half_acts = no_half};
-    tr_train_result r;
-    if (s == TR_OK) s = tr_train_run(&c, &o, &r, &d);
-    if (s != TR_OK) tr_diags_print_text(&d, stderr, false);
-    tr_config_free(&c);
-    tr_diags_free(&d);
-    return s;
+    return a->layers[0].ln1_h && a->layers[0].act_h && a->lnf_h && !a->layers[0].ln1;
 }
 
 static void check_bitwise(const char *recipe, const char *precision, const char *extra,
                           int no_copy) {
-    float half[ITERS], full[ITERS];
-    captured a = {0}, b = {0};
-    CHECK_INT_EQ(run(recipe, precision, extra, no_copy, 0, half, &a), TR_OK);
-    CHECK_INT_EQ(run(recipe, precision, extra, no_copy, 1, full, &b), TR_OK);
-    CHECK(a.half && !b.half);
-    CHECK(memcmp(half, full, sizeof half) == 0);
-    CHECK(a.n == b.n && a.params && b.params &&
-          memcmp(a.params, b.params, (size_t)a.n * sizeof(float)) == 0);
-    CHECK(half[ITERS - 1] != half[0]); /* it trained */
-    printf("  %s %s%s: losses %.6f -> %.6f, bitwise equal with fp32 saved activations\n", recipe,
-           precision, no_copy ? " (no weight copy)" : "", (double)half[0], (double)half[ITERS - 1]);
-    free(a.params);
-    free(b.params);
+    tr_test_train_bitwise(
+        recipe, precision, extra, (tr_train_opts){.no_weight_copy = no_copy, .no_half_acts = 0},
+        (tr_train_opts){.no_weight_copy = no_copy, .no_half_acts = 1}, saved_half,
+        no_copy ? "with fp32 saved activations (no weight copy)" : "with fp32 saved activations");
 }
 
 static void test_half_acts_are_bitwise_fp32_acts(void) {

@@ -15,69 +15,16 @@
 #include "runtime/model.h"
 #include "runtime/train.h"
 #include "tests/unit/tiny_models.h"
+#include "tests/unit/train_compare.h"
 
-enum { ITERS = 4 };
-
-typedef struct captured {
-    float *params;
-    int64_t n;
-    bool had_copy;
-} captured;
-
-static tr_status capture(void *ctx, const tr_model *m) {
-    captured *c = ctx;
-    c->n = m->n_params;
-    c->had_copy = m->wcopy != NULL;
-    c->params = malloc((size_t)c->n * sizeof(float));
-    if (!c->params) return TR_ERR_NOMEM;
-    memcpy(c->params, m->params, (size_t)c->n * sizeof(float));
-    return TR_OK;
-}
-
-static tr_status run(const char *recipe, const char *precision, const char *extra, int no_copy,
-                     float *losses, captured *cap) {
-    const char *ov[] = {"train.train_iters=4",
-                        "train.global_batch_size=2",
-                        "validation.eval_iters=0",
-                        "logger.log_interval=100",
-                        "model.seq_length=32",
-                        "dataset.seq_length=32",
-                        "optimizer.lr=3e-3",
-                        precision,
-                        extra};
-    tr_resolve_opts ro = {.recipe = recipe, .overrides = ov, .n_overrides = 9, .world = {1, 1}};
-    tr_config c;
-    tr_diags d;
-    tr_diags_init(&d);
-    tr_status s = tr_resolve(&ro, &c, &d);
-    tr_train_opts o = {.losses = losses,
-                       .losses_cap = ITERS,
-                       .on_finish = capture,
-                       .on_finish_ctx = cap,
-                       .no_weight_copy = no_copy};
-    tr_train_result r;
-    if (s == TR_OK) s = tr_train_run(&c, &o, &r, &d);
-    if (s != TR_OK) tr_diags_print_text(&d, stderr, false);
-    tr_config_free(&c);
-    tr_diags_free(&d);
-    return s;
+static bool had_copy(const tr_model *m) {
+    return m->wcopy != NULL;
 }
 
 static void check_bitwise(const char *recipe, const char *precision, const char *extra) {
-    float with[ITERS], without[ITERS];
-    captured a = {0}, b = {0};
-    CHECK_INT_EQ(run(recipe, precision, extra, 0, with, &a), TR_OK);
-    CHECK_INT_EQ(run(recipe, precision, extra, 1, without, &b), TR_OK);
-    CHECK(a.had_copy && !b.had_copy);
-    CHECK(memcmp(with, without, sizeof with) == 0);
-    CHECK(a.n == b.n && a.params && b.params &&
-          memcmp(a.params, b.params, (size_t)a.n * sizeof(float)) == 0);
-    /* The runs trained: the loss moved. */
-    CHECK(with[ITERS - 1] != with[0]);
-    printf("  %s %s: losses %.6f -> %.6f, bitwise equal with and without the copy\n", recipe,
-           precision, (double)with[0], (double)with[ITERS - 1]);
-    free(a.params);
-    free(b.params);
+    tr_test_train_bitwise(recipe, precision, extra, (tr_train_opts){.no_weight_copy = 0},
+                          (tr_train_opts){.no_weight_copy = 1}, had_copy,
+                          "with and without the copy");
 }
 
 static void test_copy_is_bitwise_per_gemm_casting(void) {

@@ -45,4 +45,17 @@ static inline tr_model_spec tr_test_llama_spec(int seq) {
     return s;
 }
 
+/* The device tests' Llama: head_dim 8 with RoPE on every channel, GQA with 2 query groups, and a
+ * vocabulary padded from 37 to 40 (the padding rows must stay out of the loss). */
+static inline tr_model_spec tr_test_padded_llama_spec(int hidden, int ffn, int seq) {
+    tr_model_spec s = tr_test_llama_spec(seq);
+    s.hidden = hidden;
+    s.head_dim = 8;
+    s.ffn = ffn;
+    s.vocab = 40;
+    s.vocab_real = 37;
+    s.rope_p.rot_dim = 8;
+    return s;
+}
+
 #endif

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/common/ce_stats.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threadpool.h"
@@ -59,37 +60,21 @@ tr_status tr_cpu_ce_stats(float *stats, const float *logits, const int32_t *targ
 
 tr_status tr_cpu_ce_merge(float *stats, const float *other, int rows) {
     if (rows < 0 || (rows && (!stats || !other))) return TR_ERR_INVALID;
-    for (int r = 0; r < rows; r++) {
-        float m1 = stats[r], m2 = other[r], m = m1 > m2 ? m1 : m2;
-        if (m == -INFINITY) continue; /* both shards empty */
-        double s = 0.0;
-        if (m1 > -INFINITY) s += stats[rows + r] * exp((double)m1 - m);
-        if (m2 > -INFINITY) s += other[rows + r] * exp((double)m2 - m);
-        stats[r] = m;
-        stats[rows + r] = (float)s;
-        stats[2 * rows + r] += other[2 * rows + r];
-    }
+    for (int r = 0; r < rows; r++) tr_ce_merge_row(stats, other, rows, r);
     return TR_OK;
 }
 
 tr_status tr_cpu_ce_rebase(float *stats, const float *global_max, int rows) {
     if (rows < 0 || (rows && (!stats || !global_max))) return TR_ERR_INVALID;
-    for (int r = 0; r < rows; r++) {
-        float m = stats[r], g = global_max[r];
-        if (g < m) return TR_ERR_INVALID; /* not the max over all shards */
-        stats[rows + r] = m > -INFINITY ? (float)(stats[rows + r] * exp((double)m - g)) : 0.0f;
-        stats[r] = g;
-    }
+    for (int r = 0; r < rows; r++)
+        if (!tr_ce_rebase_row(stats, global_max[r], rows, r))
+            return TR_ERR_INVALID; /* not the max over all shards */
     return TR_OK;
 }
 
 tr_status tr_cpu_ce_loss(float *loss, const float *stats, const int32_t *targets, int rows) {
     if (rows < 0 || (rows && (!loss || !stats || !targets))) return TR_ERR_INVALID;
-    for (int r = 0; r < rows; r++)
-        loss[r] =
-            targets[r] < 0
-                ? 0.0f
-                : (float)((double)stats[r] + log((double)stats[rows + r]) - stats[2 * rows + r]);
+    for (int r = 0; r < rows; r++) loss[r] = tr_ce_row_loss(stats, targets, rows, r);
     return TR_OK;
 }
 

@@ -9,36 +9,61 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/threadpool.h"
 
-typedef struct round_ctx {
+/* An operand's stored rows as packed fp32 holding half-precision values: fp32 operands rounded
+ * (in place too: round_lowp), half-precision bit patterns widened (exact, so the sgemm sees the
+ * very values a rounded fp32 operand would give). */
+typedef struct pack_ctx {
     float *dst;
-    const float *src;
-    int cols, ld_src;
+    tr_gemm_operand src;
+    int cols;
     tr_lowp dtype;
-} round_ctx;
+} pack_ctx;
 
-static void round_rows(void *vctx, int64_t r0, int64_t r1) {
-    round_ctx *c = vctx;
+static void pack_rows(void *vctx, int64_t r0, int64_t r1) {
+    pack_ctx *c = vctx;
+    const bool bf16 = c->dtype == TR_LOWP_BF16;
     for (int64_t r = r0; r < r1; r++) {
-        const float *s = c->src + r * c->ld_src;
         float *d = c->dst + r * c->cols;
-        if (c->dtype == TR_LOWP_BF16)
+        if (c->src.lowp) {
+            const uint16_t *s = (const uint16_t *)c->src.p + r * c->src.ld;
+            for (int j = 0; j < c->cols; j++) d[j] = tr_lowp_value(bf16, s[j]);
+            continue;
+        }
+        const float *s = (const float *)c->src.p + r * c->src.ld;
+        if (bf16)
             for (int j = 0; j < c->cols; j++) d[j] = tr_round_bf16(s[j]);
         else
             for (int j = 0; j < c->cols; j++) d[j] = tr_round_f16(s[j]);
     }
 }
 
-/* The rows x cols block of src (leading dimension ld) rounded into a packed buffer. */
-static float *rounded_copy(tr_lowp dtype, const float *src, int rows, int cols, int ld) {
+/* The rows x cols block of an operand packed as above into a new buffer. */
+static float *packed_copy(tr_lowp dtype, tr_gemm_operand op, int rows, int cols) {
     float *dst = malloc((size_t)rows * (size_t)cols * sizeof *dst);
     if (!dst) return NULL;
-    round_ctx c = {.dst = dst, .src = src, .cols = cols, .ld_src = ld, .dtype = dtype};
-    tr_cpu_parallel_for(rows, 64, round_rows, &c);
+    pack_ctx c = {.dst = dst, .src = op, .cols = cols, .dtype = dtype};
+    tr_cpu_parallel_for(rows, 64, pack_rows, &c);
     return dst;
 }
 
 static bool valid_lowp(tr_lowp dtype) {
     return dtype == TR_LOWP_BF16 || dtype == TR_LOWP_F16;
+}
+
+/* The fp32 GEMM on packed copies of both operands (k > 0, arguments checked). */
+static tr_status packed_gemm(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                             float alpha, tr_gemm_operand a, tr_gemm_operand b, float beta,
+                             float *c, int ldc) {
+    /* Stored shapes: A is m x k (or k x m when transposed), B is k x n (or n x k). */
+    int a_rows = ta == TR_TRANS ? k : m, a_cols = ta == TR_TRANS ? m : k;
+    int b_rows = tb == TR_TRANS ? n : k, b_cols = tb == TR_TRANS ? k : n;
+    float *ra = packed_copy(dtype, a, a_rows, a_cols);
+    float *rb = ra ? packed_copy(dtype, b, b_rows, b_cols) : NULL;
+    tr_status s = TR_ERR_NOMEM;
+    if (ra && rb) s = tr_cpu_gemm(ta, tb, m, n, k, alpha, ra, a_cols, rb, b_cols, beta, c, ldc);
+    free(ra);
+    free(rb);
+    return s;
 }
 
 tr_status tr_cpu_gemm_lowp(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
@@ -51,45 +76,8 @@ tr_status tr_cpu_gemm_lowp(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int 
     if (lda < (ta == TR_TRANS ? m : k) || ldb < (tb == TR_TRANS ? k : n) || ldc < n)
         return TR_ERR_INVALID;
     if (!a || !b || !c) return TR_ERR_INVALID;
-    /* Stored shapes: A is m x k (or k x m when transposed), B is k x n (or n x k). */
-    int a_rows = ta == TR_TRANS ? k : m, a_cols = ta == TR_TRANS ? m : k;
-    int b_rows = tb == TR_TRANS ? n : k, b_cols = tb == TR_TRANS ? k : n;
-    float *ra = rounded_copy(dtype, a, a_rows, a_cols, lda);
-    float *rb = ra ? rounded_copy(dtype, b, b_rows, b_cols, ldb) : NULL;
-    tr_status s = TR_ERR_NOMEM;
-    if (ra && rb) s = tr_cpu_gemm(ta, tb, m, n, k, alpha, ra, a_cols, rb, b_cols, beta, c, ldc);
-    free(ra);
-    free(rb);
-    return s;
-}
-
-/* Half-precision operands widened to fp32: exact, so the sgemm below sees the very values a
- * rounded fp32 operand would give. */
-typedef struct widen_ctx {
-    float *dst;
-    const uint16_t *src;
-    int cols, ld_src;
-    bool bf16;
-} widen_ctx;
-
-static void widen_rows(void *vctx, int64_t r0, int64_t r1) {
-    widen_ctx *c = vctx;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint16_t *s = c->src + r * c->ld_src;
-        float *d = c->dst + r * c->cols;
-        for (int j = 0; j < c->cols; j++) d[j] = tr_lowp_value(c->bf16, s[j]);
-    }
-}
-
-/* The stored rows x cols block of an operand as packed fp32 holding half-precision values. */
-static float *operand_copy(tr_lowp dtype, tr_gemm_operand op, int rows, int cols) {
-    if (!op.lowp) return rounded_copy(dtype, op.p, rows, cols, op.ld);
-    float *dst = malloc((size_t)rows * (size_t)cols * sizeof *dst);
-    if (!dst) return NULL;
-    widen_ctx c = {
-        .dst = dst, .src = op.p, .cols = cols, .ld_src = op.ld, .bf16 = dtype == TR_LOWP_BF16};
-    tr_cpu_parallel_for(rows, 64, widen_rows, &c);
-    return dst;
+    return packed_gemm(dtype, ta, tb, m, n, k, alpha, (tr_gemm_operand){.p = a, .ld = lda},
+                       (tr_gemm_operand){.p = b, .ld = ldb}, beta, c, ldc);
 }
 
 tr_status tr_cpu_gemm_lowp_ex(tr_lowp dtype, tr_transpose ta, tr_transpose tb, int m, int n, int k,
@@ -105,15 +93,7 @@ tr_status tr_cpu_gemm_lowp_ex(tr_lowp dtype, tr_transpose ta, tr_transpose tb, i
         TR_TRY(tr_cpu_gemm(ta, tb, m, n, 0, alpha, NULL, m, NULL, n, beta, c, ldc));
     } else {
         if (!a.p || !b.p) return TR_ERR_INVALID;
-        int a_rows = ta == TR_TRANS ? k : m, a_cols = ta == TR_TRANS ? m : k;
-        int b_rows = tb == TR_TRANS ? n : k, b_cols = tb == TR_TRANS ? k : n;
-        float *ra = operand_copy(dtype, a, a_rows, a_cols);
-        float *rb = ra ? operand_copy(dtype, b, b_rows, b_cols) : NULL;
-        tr_status s = TR_ERR_NOMEM;
-        if (ra && rb) s = tr_cpu_gemm(ta, tb, m, n, k, alpha, ra, a_cols, rb, b_cols, beta, c, ldc);
-        free(ra);
-        free(rb);
-        TR_TRY(s);
+        TR_TRY(packed_gemm(dtype, ta, tb, m, n, k, alpha, a, b, beta, c, ldc));
     }
     if (!bias) return TR_OK;
     /* The product first, then the bias, row by row as bias_add adds it, so a fused layer is
@@ -151,14 +131,15 @@ tr_status tr_cpu_round_lowp(tr_lowp dtype, float *x, int64_t n) {
     /* One row of n elements would serialise; rows of 4096 let the pool share the work. */
     int64_t cols = n < 4096 ? n : 4096, full = cols ? n / cols : 0;
     if (full > 0) {
-        round_ctx c = {.dst = x, .src = x, .cols = (int)cols, .ld_src = (int)cols, .dtype = dtype};
-        tr_cpu_parallel_for(full, 16, round_rows, &c);
+        pack_ctx c = {
+            .dst = x, .src = {.p = x, .ld = (int)cols}, .cols = (int)cols, .dtype = dtype};
+        tr_cpu_parallel_for(full, 16, pack_rows, &c);
     }
     int64_t done = full * cols;
     if (done < n) {
-        round_ctx c = {
-            .dst = x + done, .src = x + done, .cols = (int)(n - done), .ld_src = 0, .dtype = dtype};
-        round_rows(&c, 0, 1);
+        pack_ctx c = {
+            .dst = x + done, .src = {.p = x + done}, .cols = (int)(n - done), .dtype = dtype};
+        pack_rows(&c, 0, 1);
     }
     return TR_OK;
 }

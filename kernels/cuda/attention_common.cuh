@@ -25,6 +25,12 @@ __device__ __forceinline__ int doc_lo(const att_shape &s, int b, int t) {
     return s.ds ? s.ds[(int64_t)b * s.T + t] : 0;
 }
 
+/* Whether query t sees key `key`: not after it when causal, and not before t's document start lo.
+ * Bounds (key and query inside the tensor and the staged tiles) are the callers'. */
+__device__ __forceinline__ bool att_sees(const att_shape &s, int key, int t, int lo) {
+    return (!s.causal || key <= t) && key >= lo;
+}
+
 /* One past the last query that may see a key before kend: the first t >= kend whose document
  * starts at or after kend (doc starts never decrease along a row). */
 __device__ __forceinline__ int query_end(const att_shape &s, int b, int kend) {

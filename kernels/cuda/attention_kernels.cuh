@@ -20,6 +20,38 @@ __device__ __forceinline__ void load_tile(float *tile, const T *src, int64_t row
     }
 }
 
+/* Key tile k0 (nk keys of group g) into sk and sv, once every warp is done with the last one. */
+template <typename T>
+__device__ __forceinline__ void load_kv_tiles(float *sk, float *sv, const T *k, const T *v,
+                                              const att_shape &s, int b, int g, int k0, int nk) {
+    const int64_t stride = (int64_t)s.G * s.D;
+    __syncthreads();
+    load_tile(sk, k + kv_off(s, b, k0, g), stride, nk, s.D);
+    load_tile(sv, v + kv_off(s, b, k0, g), stride, nk, s.D);
+    __syncthreads();
+}
+
+/* One past the last key the block's query rows may see: its last row (causal) or T. */
+__device__ __forceinline__ int block_key_end(const att_shape &s) {
+    return s.causal ? min(s.T, (int)(blockIdx.x + 1) * ATT_WARPS) : s.T;
+}
+
+/* acc[n] += sum_j x_j tile[j][lane + 32 n] over the tile's first rows rows, x_j being lane j's
+ * x: a row of P (or dS) held one entry per lane, times the staged V (or K). */
+template <int NE>
+__device__ __forceinline__ void acc_lane_weighted(float (&acc)[NE], float x, const float *tile,
+                                                  int rows, int D, int lane) {
+    for (int j = 0; j < rows; j++) {
+        float xj = __shfl_sync(0xffffffffu, x, j);
+        const float *tr = tile + j * (D + 1);
+#pragma unroll
+        for (int n = 0; n < NE; n++) {
+            int e = lane + 32 * n;
+            if (e < D) acc[n] += xj * tr[e];
+        }
+    }
+}
+
 __device__ __forceinline__ float dot_row(const float *a, const float *b, int D) {
     float s = 0.0f;
     for (int e = 0; e < D; e++) s += a[e] * b[e];
@@ -42,19 +74,14 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 #pragma unroll
     for (int n = 0; n < NE; n++) acc[n] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    int last = min(s.T, (int)(blockIdx.x + 1) * ATT_WARPS);
-    int kend = s.causal ? last : s.T;
+    int kend = block_key_end(s);
     int lo = active ? doc_lo(s, b, i) : 0;
-    int64_t kstride = (int64_t)s.G * D;
     for (int k0 = doc_lo(s, b, blockIdx.x * ATT_WARPS); k0 < kend; k0 += ATT_KT) {
         int nk = min(ATT_KT, kend - k0);
-        __syncthreads();
-        load_tile(sk, k + kv_off(s, b, k0, g), kstride, nk, D);
-        load_tile(sv, v + kv_off(s, b, k0, g), kstride, nk, D);
-        __syncthreads();
+        load_kv_tiles(sk, sv, k, v, s, b, g, k0, nk);
         if (!active) continue;
         int key = k0 + lane;
-        bool valid = lane < nk && (!s.causal || key <= i) && key >= lo;
+        bool valid = lane < nk && att_sees(s, key, i, lo);
         float sc = valid ? dot_row(myq, sk + lane * (D + 1), D) * s.scale : -INFINITY;
         float mnew = fmaxf(m, tr_warp_max(sc));
         if (mnew == -INFINITY) continue; /* nothing visible yet */
@@ -64,15 +91,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         m = mnew;
 #pragma unroll
         for (int n = 0; n < NE; n++) acc[n] *= alpha;
-        for (int j = 0; j < nk; j++) {
-            float pj = __shfl_sync(0xffffffffu, p, j);
-            const float *vr = sv + j * (D + 1);
-#pragma unroll
-            for (int n = 0; n < NE; n++) {
-                int e = lane + 32 * n;
-                if (e < D) acc[n] += pj * vr[e];
-            }
-        }
+        acc_lane_weighted(acc, p, sv, nk, D, lane);
     }
     if (!active) return;
     float inv = 1.0f / l;
@@ -124,33 +143,20 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     float acc[NE];
 #pragma unroll
     for (int n = 0; n < NE; n++) acc[n] = 0.0f;
-    int last = min(s.T, (int)(blockIdx.x + 1) * ATT_WARPS);
-    int kend = s.causal ? last : s.T;
+    int kend = block_key_end(s);
     int lo = active ? doc_lo(s, b, i) : 0;
-    int64_t kstride = (int64_t)s.G * D;
     for (int k0 = doc_lo(s, b, blockIdx.x * ATT_WARPS); k0 < kend; k0 += ATT_KT) {
         int nk = min(ATT_KT, kend - k0);
-        __syncthreads();
-        load_tile(sk, k + kv_off(s, b, k0, g), kstride, nk, D);
-        load_tile(sv, v + kv_off(s, b, k0, g), kstride, nk, D);
-        __syncthreads();
+        load_kv_tiles(sk, sv, k, v, s, b, g, k0, nk);
         if (!active) continue;
-        bool valid = lane < nk && (!s.causal || k0 + lane <= i) && k0 + lane >= lo;
+        bool valid = lane < nk && att_sees(s, k0 + lane, i, lo);
         float ds = 0.0f;
         if (valid) {
             float p = expf(dot_row(myq, sk + lane * (D + 1), D) * s.scale - row_lse);
             float dp = dot_row(mydo, sv + lane * (D + 1), D);
             ds = s.scale * p * (dp - row_di);
         }
-        for (int j = 0; j < nk; j++) {
-            float dj = __shfl_sync(0xffffffffu, ds, j);
-            const float *kr = sk + j * (D + 1);
-#pragma unroll
-            for (int n = 0; n < NE; n++) {
-                int e = lane + 32 * n;
-                if (e < D) acc[n] += dj * kr[e];
-            }
-        }
+        acc_lane_weighted(acc, ds, sk, nk, D, lane);
     }
     if (!active) return;
     int64_t o = q_off(s, b, i, h);
@@ -201,7 +207,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             }
             __syncthreads();
             if (!active) continue;
-            bool valid = lane < nq && (!s.causal || q0 + lane >= j) && sds[lane] <= j;
+            bool valid = lane < nq && att_sees(s, j, q0 + lane, sds[lane]);
             float p = 0.0f, ds = 0.0f;
             if (valid) {
                 p = expf(dot_row(sq + lane * (D + 1), myk, D) * s.scale - slse[lane]);

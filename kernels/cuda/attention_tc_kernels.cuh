@@ -128,6 +128,34 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float c0[4], const f
     a[3] = half_ops<H>::pack(c1[2], c1[3]);
 }
 
+/* acc[n] += a B_n for the N n8 tiles of one k16 step (at k0) of a B tile stored [n][k]. */
+template <int N, typename H>
+__device__ __forceinline__ void mma_tiles(float (&acc)[N][4], const uint32_t a[4], const H *tb,
+                                          int ld, int k0, int lane) {
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        uint32_t b0, b1;
+        load_b(b0, b1, tb, ld, 8 * n, k0, lane);
+        half_ops<H>::mma(acc[n], a, b0, b1);
+    }
+}
+
+/* Two products over the same k16 step, acc1 += a1 B1 and acc2 += a2 B2, issued tile by tile in
+ * turn: the backward's order, whose registers docs/cuda.md lists. */
+template <int N, typename H>
+__device__ __forceinline__ void mma_tiles2(float (&acc1)[N][4], const uint32_t a1[4], const H *tb1,
+                                           float (&acc2)[N][4], const uint32_t a2[4], const H *tb2,
+                                           int ld, int k0, int lane) {
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        uint32_t b0, b1;
+        load_b(b0, b1, tb1, ld, 8 * n, k0, lane);
+        half_ops<H>::mma(acc1[n], a1, b0, b1);
+        load_b(b0, b1, tb2, ld, 8 * n, k0, lane);
+        half_ops<H>::mma(acc2[n], a2, b0, b1);
+    }
+}
+
 /* Four consecutive elements at p as floats, in one 16-byte (fp32) or 8-byte (bf16) load. */
 __device__ __forceinline__ void ld4(const float *p, float x[4]) {
     float4 v = *reinterpret_cast<const float4 *>(p);
@@ -328,6 +356,37 @@ __global__ void __launch_bounds__(FW_THREADS)
                 lse[((int64_t)b * s.H + h) * s.T + row[r]] = (m[r] + log2f(l[r])) * TC_LN2;
 }
 
+/* ---- backward: shared steps --------------------------------------------------------------- */
+
+/* The two score-shaped products of a backward tile, c1 = A1 B1 and c2 = A2 B2 for the warp's 16
+ * rows over KS k16 steps: A from row-major tiles, B from [n][k] tiles, all of row stride ld. S
+ * and dP in dq; S^T and dP^T in dkv. */
+template <int KS, int NT, typename H>
+__device__ __forceinline__ void two_products(float (&c1)[NT][4], const H *a1, const H *b1,
+                                             float (&c2)[NT][4], const H *a2, const H *b2, int ld,
+                                             int w, int lane) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) c1[j][e] = c2[j][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        uint32_t x1[4], x2[4];
+        load_a(x1, a1, ld, 16 * w, 16 * kk, lane);
+        load_a(x2, a2, ld, 16 * w, 16 * kk, lane);
+        mma_tiles2(c1, x1, b1, c2, x2, b2, ld, 16 * kk, lane);
+    }
+}
+
+/* In place, one element: the score sc becomes P = exp2(sc sl2 - lse2) (0 where not visible) and
+ * dp becomes dS = P (dP - di). lse2 is the row's lse in log2 units. */
+__device__ __forceinline__ void p_and_ds(float &sc, float &dp, bool ok, float sl2, float lse2,
+                                         float di) {
+    const float p = ok ? exp2f(sc * sl2 - lse2) : 0.0f;
+    sc = p;
+    dp = p * (dp - di);
+}
+
 /* ---- backward: dK, dV ------------------------------------------------------------------- */
 
 template <int D> constexpr size_t dkv_smem() {
@@ -391,24 +450,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             __syncthreads();
 
             float sc[NT][4], dp[NT][4];
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) sc[j][e] = dp[j][e] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                uint32_t ka[4], va[4];
-                load_a(ka, sk, LD, 16 * w, 16 * kk, lane);
-                load_a(va, sv, LD, 16 * w, 16 * kk, lane);
-#pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    uint32_t b0, b1;
-                    load_b(b0, b1, sq, LD, 8 * j, 16 * kk, lane);
-                    half_ops<H>::mma(sc[j], ka, b0, b1);
-                    load_b(b0, b1, sdo, LD, 8 * j, 16 * kk, lane);
-                    half_ops<H>::mma(dp[j], va, b0, b1);
-                }
-            }
+            two_products<KS>(sc, sk, sq, dp, sv, sdo, LD, w, lane);
             /* P^T and dS^T = P^T (dP^T - di) for key `key[r]`, query q0 + i: visible when the
              * query is loaded (i < nq; so t < T), the key exists, t >= key (causal) and the
              * query's document starts at or before the key. */
@@ -417,11 +459,8 @@ __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int r = e >> 1, i = 8 * j + tr_mma_c_elem(lane, e).col;
-                    const bool ok = i < nq && key[r] < s.T && (!s.causal || key[r] <= q0 + i) &&
-                                    key[r] >= sds[i];
-                    const float p = ok ? exp2f(sc[j][e] * sl2 - slse[i]) : 0.0f;
-                    sc[j][e] = p;
-                    dp[j][e] = p * (dp[j][e] - sdi[i]);
+                    const bool ok = i < nq && key[r] < s.T && att_sees(s, key[r], q0 + i, sds[i]);
+                    p_and_ds(sc[j][e], dp[j][e], ok, sl2, slse[i], sdi[i]);
                 }
                 /* dV += P^T dO and dK += dS^T Q, the queries as k16 steps. */
 #pragma unroll
@@ -429,14 +468,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                 uint32_t pa[4], da[4];
                 c_to_a<H>(pa, sc[2 * kk], sc[2 * kk + 1]);
                 c_to_a<H>(da, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-                for (int n = 0; n < ND; n++) {
-                    uint32_t b0, b1;
-                    load_b(b0, b1, sdot, LT, 8 * n, 16 * kk, lane);
-                    half_ops<H>::mma(av[n], pa, b0, b1);
-                    load_b(b0, b1, sqt, LT, 8 * n, 16 * kk, lane);
-                    half_ops<H>::mma(ak[n], da, b0, b1);
-                }
+                mma_tiles2(av, pa, sdot, ak, da, sqt, LT, 16 * kk, lane);
             }
         }
 
@@ -507,46 +539,24 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads();
 
         float sc[NT][4], dp[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) sc[j][e] = dp[j][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t qa[4], da[4];
-            load_a(qa, sq, LD, 16 * w, 16 * kk, lane);
-            load_a(da, sdo, LD, 16 * w, 16 * kk, lane);
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, sk, LD, 8 * j, 16 * kk, lane);
-                half_ops<H>::mma(sc[j], qa, b0, b1);
-                load_b(b0, b1, sv, LD, 8 * j, 16 * kk, lane);
-                half_ops<H>::mma(dp[j], da, b0, b1);
-            }
-        }
+        two_products<KS>(sc, sq, sk, dp, sdo, sv, LD, w, lane);
         /* P and dS = P (dP - di) as in the forward's masks; rows past T masked out. */
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1, key = k0 + 8 * j + tr_mma_c_elem(lane, e).col;
+                /* att_sees spelled out: through it ptxas gives dq 12 more registers at D=64 */
                 const bool ok =
                     row[r] < s.T && key < k0 + nk && (!s.causal || key <= row[r]) && key >= lo[r];
-                const float p = ok ? exp2f(sc[j][e] * sl2 - rl[r]) : 0.0f;
-                dp[j][e] = p * (dp[j][e] - rd[r]);
+                p_and_ds(sc[j][e], dp[j][e], ok, sl2, rl[r], rd[r]);
             }
             /* dQ += dS K, the keys as k16 steps. */
 #pragma unroll
         for (int kk = 0; kk < NT / 2; kk++) {
             uint32_t da[4];
             c_to_a<H>(da, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-            for (int n = 0; n < ND; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, skt, LT, 8 * n, 16 * kk, lane);
-                half_ops<H>::mma(aq[n], da, b0, b1);
-            }
+            mma_tiles(aq, da, skt, LT, 16 * kk, lane);
         }
     }
 

@@ -3,6 +3,7 @@
 #ifndef TR_CUDA_CROSS_ENTROPY_KERNELS_CUH
 #define TR_CUDA_CROSS_ENTROPY_KERNELS_CUH
 
+#include "kernels/common/ce_stats.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 #define CE_THREADS 256
@@ -36,35 +37,18 @@ __global__ void ce_stats_kernel(float *stats, const float *logits, const int32_t
 
 __global__ void ce_merge_kernel(float *stats, const float *other, int rows) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    float m1 = stats[r], m2 = other[r], m = m1 > m2 ? m1 : m2;
-    if (m == -INFINITY) return; /* both shards empty */
-    double s = 0.0;
-    if (m1 > -INFINITY) s += stats[rows + r] * exp((double)m1 - m);
-    if (m2 > -INFINITY) s += other[rows + r] * exp((double)m2 - m);
-    stats[r] = m;
-    stats[rows + r] = (float)s;
-    stats[2 * rows + r] += other[2 * rows + r];
+    if (r < rows) tr_ce_merge_row(stats, other, rows, r);
 }
 
 __global__ void ce_rebase_kernel(float *stats, const float *global_max, int rows, int *bad) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    float m = stats[r], g = global_max[r];
-    if (g < m) { /* not the max over all shards: leave the row, report */
-        atomicExch(bad, 1);
-        return;
-    }
-    stats[rows + r] = m > -INFINITY ? (float)(stats[rows + r] * exp((double)m - g)) : 0.0f;
-    stats[r] = g;
+    /* not the max over all shards: the row is left as it is, and reported */
+    if (r < rows && !tr_ce_rebase_row(stats, global_max[r], rows, r)) atomicExch(bad, 1);
 }
 
 __global__ void ce_loss_kernel(float *loss, const float *stats, const int32_t *targets, int rows) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    loss[r] = targets[r] < 0
-                  ? 0.0f
-                  : (float)((double)stats[r] + log((double)stats[rows + r]) - stats[2 * rows + r]);
+    if (r < rows) loss[r] = tr_ce_row_loss(stats, targets, rows, r);
 }
 
 /* logits <- dloss[r] * (softmax - onehot), in place; ignored rows become zeros. */

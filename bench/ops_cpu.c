@@ -20,7 +20,7 @@
 #include <cblas.h>
 
 #include "kernels/common/activations.h"
-#include "kernels/cpu/simd.h"
+#include "kernels/cpu/simd/simd.h"
 #include "kernels/cpu/threadpool.h"
 #include "kernels/ops.h"
 

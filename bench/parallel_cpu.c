@@ -15,10 +15,10 @@
 #include <time.h>
 
 #include "recipes/resolve.h"
-#include "runtime/comm.h"
-#include "runtime/parallel_config.h"
-#include "runtime/parallel_state.h"
-#include "runtime/train.h"
+#include "runtime/comm/comm.h"
+#include "runtime/parallel/config.h"
+#include "runtime/parallel/state.h"
+#include "runtime/train/train.h"
 
 static double now_s(void) {
     struct timespec ts;

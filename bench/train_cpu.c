@@ -18,8 +18,8 @@
 #include <time.h>
 
 #include "kernels/cpu/blas_env.h"
-#include "runtime/model.h"
-#include "runtime/optimizer.h"
+#include "runtime/model/model.h"
+#include "runtime/optimizer/optimizer.h"
 
 typedef struct bench_case {
     const char *name;

@@ -5,7 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
-#include "core/rules_util.h"
+#include "core/rules/rule.h"
 
 #define E TR_SEV_ERROR
 #define W TR_SEV_WARNING

@@ -10,12 +10,12 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "runtime/comm.h"
-#include "runtime/device.h"
-#include "runtime/launch.h"
-#include "runtime/parallel_config.h"
-#include "runtime/parallel_state.h"
-#include "runtime/train.h"
+#include "runtime/comm/comm.h"
+#include "runtime/device/device.h"
+#include "runtime/parallel/launch.h"
+#include "runtime/parallel/config.h"
+#include "runtime/parallel/state.h"
+#include "runtime/train/train.h"
 #include "scripts/cli_resolve.h"
 
 /* See docs/cli.md: 4 = the loss became NaN/Inf; 128 + N = stopped cleanly by signal N. */

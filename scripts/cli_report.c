@@ -7,8 +7,8 @@
 
 #include "core/docs_gen.h"
 #include "recipes/resolve.h"
-#include "runtime/parallel_config.h"
-#include "runtime/rank_groups.h"
+#include "runtime/parallel/config.h"
+#include "runtime/parallel/rank_groups.h"
 
 void tr_cli_format_count(double x, char *buf, size_t cap) {
     static const struct {

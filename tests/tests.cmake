@@ -1,4 +1,4 @@
-# Every tests/unit/test_*.c is one ctest executable linked against the whole stack.
+# Every tests/unit/<area>/test_*.c is one ctest executable linked against the whole stack.
 # Areas with special needs (mpirun, CLI scripts, fuzz corpora) add tests/<area>.cmake.
 # tr_harness_test(TARGET TEST LABEL TIMEOUT SOURCE): one executable on tests/unit/harness.c, run
 # as ctest TEST; the areas use it too, so their sources include the harness as "harness.h".
@@ -10,7 +10,7 @@ function(tr_harness_test target test label timeout src)
   add_test(NAME ${test} COMMAND ${target})
   set_tests_properties(${test} PROPERTIES LABELS "${label}" TIMEOUT ${timeout})
 endfunction()
-file(GLOB TRESTLE_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/test_*.c)
+file(GLOB TRESTLE_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/*/test_*.c)
 foreach(src ${TRESTLE_UNIT_TESTS})
   get_filename_component(name ${src} NAME_WE)
   tr_harness_test(${name} ${name} unit 300 ${src})

@@ -8,9 +8,9 @@
  *  - C and D, 16x8 (rows x n), 4 fp32 registers, element e = 0..3.
  *
  * The CUDA attention (kernels/cuda/attention_tc.cu) addresses its shared-memory tiles, masks and
- * output stores through these functions, and tests/unit/test_mma_layout.c checks the properties
- * it relies on (each fragment covered exactly once; register pairs adjacent along the dimension
- * that is contiguous in shared memory; two n8 C tiles are one k16 A fragment). */
+ * output stores through these functions, and tests/unit/kernels/test_mma_layout.c checks the
+ * properties it relies on (each fragment covered exactly once; register pairs adjacent along the
+ * dimension that is contiguous in shared memory; two n8 C tiles are one k16 A fragment). */
 #ifndef TR_KERNELS_MMA_LAYOUT_H
 #define TR_KERNELS_MMA_LAYOUT_H
 

@@ -4,7 +4,7 @@
 #include "kernels/common/activations.h"
 #include "kernels/common/philox.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/simd.h"
+#include "kernels/cpu/simd/simd.h"
 #include "kernels/cpu/threadpool.h"
 
 #define TR_ACT_GRAIN 4096

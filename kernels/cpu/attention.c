@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/simd.h"
+#include "kernels/cpu/simd/simd.h"
 #include "kernels/cpu/threadpool.h"
 
 #define TR_ATTN_BLOCK_Q 64

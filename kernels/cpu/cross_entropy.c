@@ -7,7 +7,7 @@
 
 #include "kernels/common/ce_stats.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/simd.h"
+#include "kernels/cpu/simd/simd.h"
 #include "kernels/cpu/threadpool.h"
 
 /* Chunk the vocab so the max pass and the exp pass reuse the chunk from L1/L2. */

@@ -3,7 +3,7 @@
  * and lse as the fp32 kernels of attention.cu, which own the checks and the di vector.
  *
  * Fragment layouts are those of kernels/common/mma_layout.h (checked on the CPU by
- * tests/unit/test_mma_layout.c); every shared-memory address below is derived from them:
+ * tests/unit/kernels/test_mma_layout.c); every shared-memory address below is derived from them:
  *  - an A operand (rows x k) is read from a row-major tile [row][k]: a register's two halves are
  *    neighbours along k, so one aligned 32-bit load fills it;
  *  - a B operand (k x n) is read from a tile stored [n][k] (n-major), for the same reason. For

@@ -1,5 +1,5 @@
 # The CUDA backend: kernels/cuda/*.cu -> trestle_cuda (op table, cuBLASLt GEMMs, mixed-precision
-# casts, device arenas), NCCL for runtime/comm_nccl.c. Included by the top CMakeLists only when
+# casts, device arenas), NCCL for runtime/comm/nccl.c. Included by the top CMakeLists only when
 # nvcc was found; CI compiles and links all of it even without a GPU.
 find_package(CUDAToolkit REQUIRED)
 
@@ -44,10 +44,10 @@ if(TRESTLE_NCCL_LIB AND TRESTLE_NCCL_INCLUDE)
   target_include_directories(trestle_cuda PUBLIC ${TRESTLE_NCCL_INCLUDE})
   target_link_libraries(trestle_cuda PUBLIC ${TRESTLE_NCCL_LIB})
 else()
-  message(STATUS "NCCL not found: runtime/comm_nccl.c builds only the host-staged MPI path")
+  message(STATUS "NCCL not found: runtime/comm/nccl.c builds only the host-staged MPI path")
 endif()
 
-# runtime/comm_nccl.c lives in trestle_runtime (compiled always; stubs without CUDA), so the
+# runtime/comm/nccl.c lives in trestle_runtime (compiled always; stubs without CUDA), so the
 # runtime gets the CUDA headers and, through trestle_cuda, the libraries; consumers of the
 # runtime link the CUDA backend only in this configuration.
 if(TARGET trestle_runtime)

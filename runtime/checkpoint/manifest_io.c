@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "runtime/checkpoint/manifest.h"
-#include "runtime/data/json.h"
+#include "runtime/io/json.h"
 
 #define FORMAT_NAME      "trestle-checkpoint"
 #define RANK_FORMAT_NAME "trestle-checkpoint-rank"

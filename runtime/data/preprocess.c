@@ -5,8 +5,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/data/indexed_dataset.h"
-#include "runtime/data/json.h"
+#include "runtime/data/datasets/indexed_dataset.h"
+#include "runtime/io/json.h"
 
 enum { BATCH = 2048 };
 

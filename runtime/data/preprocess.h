@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "runtime/data/tokenizer.h"
+#include "runtime/data/tokenizer/tokenizer.h"
 
 typedef struct tr_preprocess_opts {
     const char *input;         /* JSONL file */

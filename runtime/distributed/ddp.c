@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 tr_status tr_ddp_create(tr_ddp *d, const tr_grad_layout *layout, float *grads, tr_comm *comm,
                         const tr_ops *ops, const tr_ddp_options *opt, tr_diags *diags) {

@@ -24,7 +24,7 @@
 #include "core/config.h"
 #include "core/diag.h"
 #include "kernels/ops.h"
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 #include "runtime/distributed/grad_buffer.h"
 
 typedef struct tr_ddp_options {
@@ -62,7 +62,7 @@ typedef struct tr_ddp {
     int started_early;          /* buckets started from grad_ready this iteration */
     int bad_bucket;             /* first bucket whose local gradient was not finite, or -1 */
     bool synced;                /* finish_grad_sync completed for this iteration */
-    /* Where grads live (runtime/device.h), for the scalars read back; NULL: host memory. */
+    /* Where grads live (runtime/device/device.h), for the scalars read back; NULL: host memory. */
     struct tr_device *dev;
 } tr_ddp;
 

@@ -2,7 +2,7 @@
 #include "runtime/distributed/ddp.h"
 
 #include "core/field.h"
-#include "runtime/loss_scaler.h"
+#include "runtime/optimizer/loss_scaler.h"
 
 /* Megatron's DDP default when overlapping: max(40M, 1M * dp) elements per bucket. */
 static int64_t default_bucket_size(int dp_size) {

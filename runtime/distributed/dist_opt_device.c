@@ -1,7 +1,7 @@
 /* The distributed optimizer's state in device memory (runtime/distributed/dist_optimizer.h). */
 #include <stdlib.h>
 
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 #include "runtime/distributed/dist_optimizer.h"
 
 tr_status tr_dist_opt_use_device(tr_dist_opt *o, tr_device *dev) {

@@ -18,7 +18,7 @@
 
 #include "core/diag.h"
 #include "kernels/ops.h"
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 #include "runtime/distributed/grad_buffer.h"
 
 typedef enum tr_dist_opt_kind { TR_DIST_OPT_ADAMW = 0, TR_DIST_OPT_SGD } tr_dist_opt_kind;

@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 int tr_grad_norm_group(bool distributed_optimizer) {
     return distributed_optimizer ? TR_GROUP_INTRA_DIST_OPT : TR_GROUP_TP_PP;

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "kernels/ops.h"
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 #include "runtime/distributed/grad_buffer.h"
 
 /* Megatron's grad-stats group: with the distributed optimizer the ranks holding disjoint shards
@@ -40,7 +40,7 @@ tr_status tr_grad_clip(tr_comm *comm, int group, const tr_grad_layout *layout,
                        const tr_ops *ops, double max_norm, double *norm, bool *clipped);
 
 /* The same on gradients in dev's memory with dev's ops: the local sums come back as scalars
- * and are reduced through device scratch (runtime/device.h). */
+ * and are reduced through device scratch (runtime/device/device.h). */
 struct tr_device;
 tr_status tr_grad_clip_on(struct tr_device *dev, tr_comm *comm, int group,
                           const tr_grad_layout *layout, const tr_grad_owned *owned, float *grads,

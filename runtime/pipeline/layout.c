@@ -1,6 +1,6 @@
 /* Layer assignment to virtual stages (megatron-bridge-config.md §3.4, megatron-core.md §3.2):
  * even split, uneven first/last stages, account_for_embedding/loss, and the layout string.
- * validate() has already accepted the config (core/rules_pipeline.c); the checks here only
+ * validate() has already accepted the config (core/rules/pipeline.c); the checks here only
  * guard against being handed an unvalidated one. */
 #include <stdlib.h>
 #include <string.h>

@@ -25,10 +25,10 @@
 #include "recipes/resolve.h"
 #include "runtime/checkpoint/ckpt.h"
 #include "runtime/checkpoint/reader.h"
-#include "runtime/comm.h"
-#include "runtime/parallel_config.h"
-#include "runtime/parallel_state.h"
-#include "runtime/train.h"
+#include "runtime/comm/comm.h"
+#include "runtime/parallel/config.h"
+#include "runtime/parallel/state.h"
+#include "runtime/train/train.h"
 
 enum { MAX_KEYS = 64, MAX_ITERS = 64 };
 

@@ -1,4 +1,4 @@
-# The cpu-strict device (runtime/device.h, a test mode): every device buffer is PROT_NONE outside
+# The cpu-strict device (runtime/device/device.h, a test mode): every device buffer is PROT_NONE outside
 # ops, copies and collectives, and every pointer an op or a collective gets must be device
 # memory. Training through it proves the model and the loop touch their buffers only through the
 # device layer, on the layouts that move data around: one rank (GPT: learned positions, biases,

@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "core/config.h"
-#include "runtime/comm.h"
-#include "runtime/parallel_state.h"
+#include "runtime/comm/comm.h"
+#include "runtime/parallel/state.h"
 
 static int g_rank, g_fail;
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/data/indexed_dataset.h"
+#include "runtime/data/datasets/indexed_dataset.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

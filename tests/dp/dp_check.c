@@ -20,11 +20,11 @@
 #include <string.h>
 
 #include "core/config.h"
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 #include "runtime/distributed/ddp.h"
 #include "runtime/distributed/dist_optimizer.h"
 #include "runtime/distributed/grad_clip.h"
-#include "runtime/parallel_state.h"
+#include "runtime/parallel/state.h"
 
 #define N_SAMPLES   12
 #define N_ITERS     3

@@ -76,7 +76,7 @@ tr_equiv_test(gpt_tp2_sp_dp2_sgd_clip 4 gpt_tiny_pretrain ${TR_EQUIV_COMMON}
 tr_equiv_test(detects_difference 2 --expect-differ gpt_tiny_pretrain ${TR_EQUIV_COMMON} --
               rng.seed=4321)
 
-# Pipeline parallel (runtime/pipeline_exec.c over the schedules of runtime/pipeline): 8 layers so
+# Pipeline parallel (runtime/pipeline/executor.c over the schedules of runtime/pipeline): 8 layers so
 # that PP 4 x VPP 2 has a layer per virtual stage; 8 microbatches per iteration. Each rank holds
 # only its stages; equiv_check also checks that (parameters and activation sets per layer), that
 # the tied embedding's two copies stay bitwise equal, and the comm volume of the rank's own

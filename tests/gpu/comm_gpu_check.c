@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_ops.h"
-#include "runtime/comm_nccl.h"
-#include "runtime/parallel_state.h"
+#include "runtime/comm/cuda.h"
+#include "runtime/parallel/state.h"
 
 static int g_rank, g_fail;
 

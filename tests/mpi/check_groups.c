@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/launch.h"
-#include "runtime/parallel_state.h"
+#include "runtime/parallel/launch.h"
+#include "runtime/parallel/state.h"
 
 static int parse(int argc, char **argv, tr_parallel_dims *d, int *split_local) {
     int etp = 0;

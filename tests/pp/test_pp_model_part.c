@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/model.h"
+#include "runtime/model/model.h"
 
 static tr_model_spec spec(void) {
     return (tr_model_spec){.num_layers = 4,

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tests/unit/test_ops_util.h"
+#include "tests/unit/kernels/test_ops_util.h"
 
 #define ops (tr_ops_cpu())
 

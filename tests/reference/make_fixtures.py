@@ -7,7 +7,7 @@ with fixed seeds, runs one batch, and stores, already mapped to Trestle's parame
 layouts (Megatron's grouped QKV rows, fc1 = [gate; up], HF GPT-2 Conv1D weights transposed):
   tokens, targets, logits, loss, every parameter (w:NAME), its gradient (g:NAME), and the
   parameters after 3 AdamW steps on the same batch (p3:NAME; no decay on biases and norms).
-The C test (tests/unit/test_model_torch_parity.c) reads fixtures/model_<arch>.bin. Rerun only
+The C test (tests/unit/model/test_model_torch_parity.c) reads fixtures/model_<arch>.bin. Rerun only
 when the cases change (CI reads the committed files):
 
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch transformers

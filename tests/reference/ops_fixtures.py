@@ -2,7 +2,7 @@
 """Writes PyTorch reference values for Trestle's CPU ops to fixtures/ops.bin.
 
 Inputs are seeded fp32 tensors; references are computed by PyTorch in float64 from those exact
-fp32 values, so the C parity test (tests/unit/test_ops_torch_parity.c) measures only the C
+fp32 values, so the C parity test (tests/unit/kernels/test_ops_torch_parity.c) measures only the C
 kernels' own fp32 error. Run once and commit the output; CI never needs torch:
 
     pip install torch numpy

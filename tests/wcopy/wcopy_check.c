@@ -14,12 +14,12 @@
 #include <string.h>
 
 #include "recipes/resolve.h"
-#include "runtime/comm.h"
-#include "runtime/device.h"
-#include "runtime/model.h"
-#include "runtime/parallel_config.h"
-#include "runtime/parallel_state.h"
-#include "runtime/train.h"
+#include "runtime/comm/comm.h"
+#include "runtime/device/device.h"
+#include "runtime/model/model.h"
+#include "runtime/parallel/config.h"
+#include "runtime/parallel/state.h"
+#include "runtime/train/train.h"
 
 enum { MAX_ITERS = 64 };
 

@@ -1,0 +1,97 @@
+/* See runtime/data/train_data.h. */
+#include "runtime/data/train_data.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/common/philox.h"
+#include "runtime/data/dataset_indexed.h"
+#include "runtime/data/dataset_mock.h"
+#include "runtime/data/dataset_sft.h"
+#include "runtime/data/dataset_text.h"
+
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+int64_t tr_train_data_shuffle(int64_t index, int64_t n, uint64_t seed) {
+    if (n <= 1) return 0;
+    uint64_t epoch = (uint64_t)(index / n);
+    int64_t j = index % n;
+    tr_philox4 r = tr_philox4x32_10(epoch, seed ^ 0x73687566ull);
+    uint64_t a64 = ((uint64_t)r.v[0] << 32 | r.v[1]) % (uint64_t)n;
+    int64_t a = (int64_t)a64;
+    if (a == 0) a = 1;
+    while (gcd64(a, n) != 1) a = a + 1 < n ? a + 1 : 1;
+    int64_t b = (int64_t)((((uint64_t)r.v[2] << 32) | r.v[3]) % (uint64_t)n);
+    return (int64_t)(((__int128)a * j + b) % n);
+}
+
+tr_status tr_train_data_split(const char *split, const char *fallback, double out[3], tr_diags *d) {
+    const char *s = split ? split : fallback;
+    double v[3] = {0, 0, 0}, sum = 0.0;
+    int n = 0;
+    const char *p = s;
+    while (*p && n < 3) {
+        char *end;
+        v[n] = strtod(p, &end);
+        if (end == p || v[n] < 0) break;
+        sum += v[n++];
+        p = end;
+        if (*p == ',' || *p == '/') p++;
+    }
+    if (*p || n == 0 || !(sum > 0))
+        return tr_diag_add(d, TR_SEV_ERROR, "data.bad_split", NULL, "dataset.split",
+                           "write the split as up to three non-negative weights, e.g. 98,2,0",
+                           "cannot read dataset.split \"%s\"", s);
+    for (int i = 0; i < 3; i++) out[i] = v[i] / sum;
+    return TR_OK;
+}
+
+tr_status tr_train_data_open(const tr_config *c, tr_token_dataset *ds, tr_diags *d) {
+    memset(ds, 0, sizeof *ds);
+    const tr_dataset_config *dc = &c->dataset;
+    int seq = (int)c->model.seq_length;
+    double split[3];
+    if (dc->type == TR_DS_TEXT) {
+        if (dc->data_path.null || dc->data_path.n != 1)
+            return tr_diag_add(d, TR_SEV_ERROR, "data.text_path", NULL, "dataset.data_path",
+                               "set dataset.data_path=FILE.txt",
+                               "dataset.type text needs one "
+                               "text file in dataset.data_path");
+        TR_TRY(tr_train_data_split(dc->split, "95,5,0", split, d));
+        return tr_dataset_text_open(ds, dc->data_path.v[0], seq, (uint64_t)dc->random_seed, split,
+                                    d);
+    }
+    if (dc->type == TR_DS_SFT) return tr_dataset_sft_open(c, ds, d);
+    /* Megatron-prepared data: indexed .bin/.idx files, a blend, or per-split blends. */
+    if (dc->type == TR_DS_GPT && (!dc->data_path.null || !dc->train_data_path.null ||
+                                  !dc->valid_data_path.null || !dc->test_data_path.null))
+        return tr_indexed_token_dataset_open(c, true, ds, d);
+    if (dc->type == TR_DS_GPT && dc->data_path.null && dc->train_data_path.null) {
+        TR_TRY(tr_train_data_split(dc->split, "1,1,1", split, d));
+        int64_t vocab = c->model.vocab_size;
+        if (vocab == TR_NULL_INT) vocab = c->derived.padded_vocab_size;
+        if (vocab == TR_NULL_INT || vocab < 2)
+            return tr_diag_add(d, TR_SEV_ERROR, "data.mock_vocab", NULL, "model.vocab_size",
+                               "set model.vocab_size", "mock data needs a vocabulary size");
+        return tr_dataset_mock_open(ds, seq, (int)vocab, (int32_t)(vocab - 1),
+                                    (uint64_t)dc->random_seed, split);
+    }
+    return tr_diag_add(
+        d, TR_SEV_ERROR, "runtime.unsupported", NULL, "dataset.type,dataset.data_path",
+        "train on mock data (dataset.type=gpt without data_path) or a text file "
+        "(dataset.type=text dataset.data_path=FILE), indexed data (dataset.data_path) "
+        "or JSONL fine-tuning data (dataset.type=sft dataset.dataset_root=DIR)",
+        "the training runtime does not read this kind of dataset");
+}
+
+void tr_train_data_close(tr_token_dataset *ds) {
+    if (ds->destroy) ds->destroy(ds);
+    memset(ds, 0, sizeof *ds);
+}

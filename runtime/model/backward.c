@@ -1,0 +1,145 @@
+/* Backward pass of the last forward. Parameter gradients ACCUMULATE into the flat gradient
+ * buffer (the ops' convention), so microbatches of one step simply add up. */
+#include "runtime/model/internal.h"
+#include "runtime/model/tensor_parallel.h"
+
+static tr_status norm_bwd(const tr_model *m, float *dx, float *dw, float *db, const float *dy,
+                          const float *x, const float *w, const float *mean, const float *rstd,
+                          int rows) {
+    const tr_model_spec *s = &m->spec;
+    if (s->layernorm)
+        return m->ops->layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, rows, s->hidden,
+                                     s->zero_centered);
+    return m->ops->rmsnorm_bwd(dx, dw, dy, x, w, rstd, rows, s->hidden, s->zero_centered);
+}
+
+/* The gradient entering a residual branch: dy itself, or through the branch's dropout mask. */
+static const float *branch_grad(const tr_model *m, const float *dy, float *scratch, int site) {
+    if (m->spec.hidden_dropout <= 0.0f || !m->training) return dy;
+    return tr_model_dropout(m, scratch, dy, site, false) == TR_OK ? scratch : NULL;
+}
+
+/* Backward of a column-parallel layer fed by a norm, whose input was saved in fp32 (x) or in
+ * half precision (half, when not NULL); its input gradient goes to the scratch dtmp. */
+static tr_status linear_input_bwd(const tr_model *m, const tr_linear *l, const float *x,
+                                  const uint16_t *half, const float *dy, int rows) {
+    if (half) return tr_linear_bwd_half(m->ops, l, half, dy, m->dtmp, rows);
+    return tr_linear_bwd(m->ops, l, x, dy, m->dtmp, rows);
+}
+
+static tr_status layer_bwd(tr_model *m, int i) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    const tr_layer_views *p = &m->p.layers[i];
+    const tr_layer_views *g = &m->g.layers[i];
+    const tr_layer_acts *a = &m->acts[i];
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    bool sp = s->sequence_parallel;
+
+    /* MLP branch: m->dx holds dL/d(layer output). */
+    const float *dy = branch_grad(m, m->dx, m->dtmp, 2 + 2 * i);
+    if (!dy) return TR_ERR_INVALID;
+    tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
+    if (a->act_h)
+        TR_TRY(tr_linear_bwd_half(ops, &fc2, a->act_h, dy, m->dact, rows));
+    else
+        TR_TRY(tr_linear_bwd(ops, &fc2, a->act, dy, m->dact, rows));
+    if (s->swiglu)
+        TR_TRY(ops->swiglu_bwd(m->dbig, m->dact, a->fc1, rows, s->ffn));
+    else
+        TR_TRY(ops->gelu_bwd(m->dbig, m->dact, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
+    tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
+    TR_TRY(linear_input_bwd(m, &fc1, sp ? a->ln2_full : a->ln2, a->ln2_h, m->dbig, rows));
+    TR_TRY(norm_bwd(m, m->dx, g->ln2_w, g->ln2_b, m->dtmp, a->x_mid, p->ln2_w, a->ln2_mean,
+                    a->ln2_rstd, lrows));
+
+    /* Attention branch: m->dx now holds dL/d(x_mid). */
+    dy = branch_grad(m, m->dx, m->dtmp, 1 + 2 * i);
+    if (!dy) return TR_ERR_INVALID;
+    tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
+    float *dattn = m->dbig;
+    TR_TRY(tr_linear_bwd(ops, &proj, a->attn, dy, dattn, rows));
+    tr_attn_desc ad = tr_model_attn_desc(m);
+    TR_TRY(ops->attention_bwd(m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse, &ad));
+    if (s->rope) {
+        TR_TRY(tr_model_rope(m, m->dq, s->heads, false));
+        TR_TRY(tr_model_rope(m, m->dk, s->groups, false));
+    }
+    TR_TRY(tr_model_qkv_merge(m, m->dbig, m->dq, m->dk, m->dv, rows));
+    tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
+    TR_TRY(linear_input_bwd(m, &qkv, sp ? a->ln1_full : a->ln1, a->ln1_h, m->dbig, rows));
+    return norm_bwd(m, m->dx, g->ln1_w, g->ln1_b, m->dtmp, a->x_in, p->ln1_w, a->ln1_mean,
+                    a->ln1_rstd, lrows);
+}
+
+/* The loss through the output layer and the final norm: leaves dL/d(x_final) in m->dx. */
+static tr_status head_bwd(tr_model *m, float loss_scale) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    int64_t n = (int64_t)lrows * s->hidden;
+    bool sp = s->sequence_parallel;
+    float per_token = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
+    if (m->grad_loss_scale != 0.0f) per_token *= m->grad_loss_scale;
+    /* ce_bwd zeroes the rows of ignored targets whatever their dloss. */
+    TR_TRY(ops->fill(m->dloss, rows, per_token));
+    int vocab_start = m->tp.rank * s->vocab;
+    TR_TRY(ops->ce_bwd(m->logits, m->ce_stats, m->targets, m->dloss, rows, s->vocab, vocab_start));
+    tr_linear out = tr_model_output_linear(m);
+    TR_TRY(linear_input_bwd(m, &out, sp ? m->lnf_full : m->lnf, m->lnf_h, m->logits, rows));
+    TR_TRY(ops->fill(m->dx, n, 0.0f));
+    TR_TRY(norm_bwd(m, m->dx, m->g.final_w, m->g.final_b, m->dtmp, m->x_final, m->p.final_w,
+                    m->lnf_mean, m->lnf_rstd, lrows));
+    return tr_model_grads_done(m, TR_MODEL_AT_HEAD);
+}
+
+/* m->dx (dL/d(embedding output)) into the embedding tables. */
+static tr_status embed_bwd(tr_model *m) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq;
+    bool sp = s->sequence_parallel;
+    int vocab_start = m->tp.rank * s->vocab;
+    TR_TRY(tr_model_dropout(m, m->dx, m->dx, 0, false));
+    if (s->learned_pos) TR_TRY(tr_model_pos_embedding(m, m->dx, false));
+    const float *demb = m->dx;
+    if (sp) { /* the lookup's shard sees every token of the microbatch */
+        TR_TRY(tr_tp_seq_gather(m, m->dx, m->sp_full, s->hidden));
+        demb = m->sp_full;
+    }
+    TR_TRY(ops->embedding_bwd(m->g.word_emb, m->ids, demb, rows, s->hidden, vocab_start,
+                              vocab_start + s->vocab));
+    return tr_model_grads_done(m, TR_MODEL_AT_EMBEDDING);
+}
+
+tr_status tr_model_backward_part(tr_model *m, int part_index, int slot, float loss_scale,
+                                 const float *dy, float *dx_out) {
+    TR_TRY(tr_model_select_slot(m, part_index, slot));
+    TR_TRY(tr_model_slot_sequences(m, part_index, slot, false));
+    const tr_model_part *part = &m->parts[part_index];
+    int64_t n = (int64_t)tr_tp_local_rows(m) * m->spec.hidden;
+    if ((!part->has_loss && !dy) || (!part->has_embedding && !dx_out)) return TR_ERR_INVALID;
+    /* The forward's dropout masks and token count, whatever ran since. */
+    const tr_slot_acts *a = &m->slot_acts[m->slot_start[part_index] + slot];
+    m->dropout_round = a->dropout_round;
+    m->n_valid = a->n_valid;
+    if (part->has_loss)
+        TR_TRY(head_bwd(m, loss_scale));
+    else
+        TR_TRY(tr_model_copy(m, m->dx, dy, n));
+    for (int i = part->first_layer + part->num_layers - 1; i >= part->first_layer; i--) {
+        TR_TRY(layer_bwd(m, i));
+        TR_TRY(tr_model_grads_done(m, i));
+    }
+    if (part->has_embedding)
+        TR_TRY(embed_bwd(m));
+    else
+        TR_TRY(tr_model_copy(m, dx_out, m->dx, n));
+    return m->spec.lora_rank ? tr_model_clear_frozen_grads(m) : TR_OK;
+}
+
+tr_status tr_model_backward(tr_model *m, float loss_scale) {
+    if (m->n_parts != 1 || !m->parts[0].has_embedding || !m->parts[0].has_loss)
+        return TR_ERR_INVALID;
+    return tr_model_backward_part(m, 0, 0, loss_scale, NULL, NULL);
+}

@@ -1,0 +1,372 @@
+/* Forward pass of one microbatch: embedding, pre-norm transformer layers, final norm, output
+ * layer and the vocab-parallel cross entropy (stats, then loss), all through the op table. */
+#include <math.h>
+#include <string.h>
+
+#include "runtime/device/device.h"
+#include "runtime/model/internal.h"
+#include "runtime/model/tensor_parallel.h"
+
+tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rstd, const float *x,
+                            const float *w, const float *b, int rows) {
+    const tr_model_spec *s = &m->spec;
+    if (s->layernorm)
+        return m->ops->layernorm_fwd(y, mean, rstd, x, w, b, rows, s->hidden, s->eps,
+                                     s->zero_centered);
+    return m->ops->rmsnorm_fwd(y, rstd, x, w, rows, s->hidden, s->eps, s->zero_centered);
+}
+
+bool tr_model_half_input(const tr_model *m, int id) {
+    const tr_model_spec *s = &m->spec;
+    if (!s->lowp || s->no_half_acts) return false;
+    if (id == TR_MODEL_AT_HEAD) return true; /* the output layer never has an adapter */
+    return !(s->lora_rank && (s->lora_targets & (1u << id)));
+}
+
+/* A linear layer without adapter (LoRA fills its adapter fields). */
+static tr_linear base_linear(const float *w, const float *b, float *dw, float *db, int in, int out,
+                             tr_linear_kind kind, const tr_model *m) {
+    return (tr_linear){
+        .w = w, .b = b, .dw = dw, .db = db, .in = in, .out = out, .kind = kind, .model = m};
+}
+
+static tr_linear layer_linear(const tr_model *m, int layer, tr_model_linear_id id) {
+    const tr_model_spec *s = &m->spec;
+    const tr_layer_views *p = &m->p.layers[layer], *g = &m->g.layers[layer];
+    int hd = s->heads * s->head_dim;
+    switch (id) {
+    case TR_LIN_QKV:
+        return base_linear(p->qkv_w, p->qkv_b, g->qkv_w, g->qkv_b, s->hidden, m->qkv_dim,
+                           TR_LINEAR_COLUMN, m);
+    case TR_LIN_PROJ:
+        return base_linear(p->proj_w, p->proj_b, g->proj_w, g->proj_b, hd, s->hidden, TR_LINEAR_ROW,
+                           m);
+    case TR_LIN_FC1:
+        return base_linear(p->fc1_w, p->fc1_b, g->fc1_w, g->fc1_b, s->hidden, m->fc1_dim,
+                           TR_LINEAR_COLUMN, m);
+    case TR_LIN_FC2:
+    default:
+        return base_linear(p->fc2_w, p->fc2_b, g->fc2_w, g->fc2_b, s->ffn, s->hidden, TR_LINEAR_ROW,
+                           m);
+    }
+}
+
+/* With LoRA the base weights are frozen (no dW, no db) and targeted layers carry adapters. */
+tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id) {
+    tr_linear l = layer_linear(m, layer, id);
+    if (!m->spec.lora_rank) return l;
+    l.dw = l.db = NULL;
+    const tr_layer_views *p = &m->p.layers[layer], *g = &m->g.layers[layer];
+    l.lora_a = p->lora_a[id];
+    l.lora_b = p->lora_b[id];
+    l.lora_da = g->lora_a[id];
+    l.lora_db = g->lora_b[id];
+    l.lora_site = layer * TR_LORA_TARGETS + (int)id;
+    return l;
+}
+
+tr_linear tr_model_output_linear(const tr_model *m) {
+    return base_linear(m->p.out_w, NULL, m->spec.lora_rank ? NULL : m->g.out_w, NULL,
+                       m->spec.hidden, m->spec.vocab, TR_LINEAR_COLUMN, m);
+}
+
+/* Megatron's fused QKV rows are grouped: per KV group, its (heads/groups) query heads, then
+ * its key head, then its value head. Attention wants q [B,T,H,D], k and v [B,T,G,D]. Each
+ * group's three pieces are strided copies over all rows (3 * groups ops). */
+tr_status tr_model_qkv_split(const tr_model *m, const float *qkv, float *q, float *k, float *v,
+                             int64_t rows) {
+    const tr_model_spec *s = &m->spec;
+    int64_t D = s->head_dim, G = s->groups, hpg = s->heads / s->groups, qd = hpg * D;
+    for (int64_t g = 0; g < G; g++) {
+        const float *src = qkv + g * (qd + 2 * D);
+        TR_TRY(m->ops->copy_2d(q + g * qd, s->heads * D, src, m->qkv_dim, rows, qd));
+        TR_TRY(m->ops->copy_2d(k + g * D, G * D, src + qd, m->qkv_dim, rows, D));
+        TR_TRY(m->ops->copy_2d(v + g * D, G * D, src + qd + D, m->qkv_dim, rows, D));
+    }
+    return TR_OK;
+}
+
+tr_status tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, const float *k,
+                             const float *v, int64_t rows) {
+    const tr_model_spec *s = &m->spec;
+    int64_t D = s->head_dim, G = s->groups, hpg = s->heads / s->groups, qd = hpg * D;
+    for (int64_t g = 0; g < G; g++) {
+        float *dst = qkv + g * (qd + 2 * D);
+        TR_TRY(m->ops->copy_2d(dst, m->qkv_dim, q + g * qd, s->heads * D, rows, qd));
+        TR_TRY(m->ops->copy_2d(dst + qd, m->qkv_dim, k + g * D, G * D, rows, D));
+        TR_TRY(m->ops->copy_2d(dst + qd + D, m->qkv_dim, v + g * D, G * D, rows, D));
+    }
+    return TR_OK;
+}
+
+/* dst = src for n floats of device memory. */
+tr_status tr_model_copy(const tr_model *m, float *dst, const float *src, int64_t n) {
+    if (dst == src) return TR_OK;
+    return tr_device_copy(m->dev, dst, src, (size_t)n * sizeof(float));
+}
+
+tr_attn_desc tr_model_attn_desc(const tr_model *m) {
+    const tr_model_spec *s = &m->spec;
+    return (tr_attn_desc){.batch = m->batch,
+                          .seq = s->seq,
+                          .heads = s->heads,
+                          .groups = s->groups,
+                          .head_dim = s->head_dim,
+                          .scale = 1.0f / sqrtf((float)s->head_dim),
+                          .causal = 1,
+                          .doc_start = m->doc_start,
+                          /* the mixed-precision contract of the GEMMs, so CUDA uses tensor cores */
+                          .lowp = s->lowp,
+                          /* built by runtime/model/positions.c from document boundaries */
+                          .doc_start_trusted = 1};
+}
+
+/* Dropout site `site` of the current microbatch: a disjoint Philox counter range per site and
+ * per microbatch, so backward regenerates exactly the forward mask. */
+uint64_t tr_model_dropout_offset(const tr_model *m, int site) {
+    uint64_t n = (uint64_t)m->batch * (uint64_t)m->spec.seq * (uint64_t)m->spec.hidden;
+    uint64_t sites = 2u * (uint64_t)m->spec.num_layers + 1u;
+    return (m->dropout_round * sites + (uint64_t)site) * n;
+}
+
+tr_status tr_model_dropout(const tr_model *m, float *y, const float *x, int site, bool forward) {
+    float p = m->spec.hidden_dropout;
+    if (p <= 0.0f || !m->training) return TR_OK;
+    uint64_t base = tr_model_dropout_offset(m, site);
+    int64_t h = m->spec.hidden, T = m->spec.seq;
+    if (!m->spec.sequence_parallel) {
+        int64_t n = (int64_t)m->batch * T * h;
+        return forward ? m->ops->dropout_fwd(y, x, n, p, m->dropout_seed, base)
+                       : m->ops->dropout_bwd(y, x, n, p, m->dropout_seed, base);
+    }
+    /* This rank's chunk of each sequence draws the bits the whole sequence would. */
+    int64_t Tl = T / m->tp.size, seg = Tl * h;
+    for (int b = 0; b < m->batch; b++) {
+        uint64_t off = base + (uint64_t)(((int64_t)b * T + (int64_t)m->tp.rank * Tl) * h);
+        int64_t at = (int64_t)b * seg;
+        TR_TRY(forward ? m->ops->dropout_fwd(y + at, x + at, seg, p, m->dropout_seed, off)
+                       : m->ops->dropout_bwd(y + at, x + at, seg, p, m->dropout_seed, off));
+    }
+    return TR_OK;
+}
+
+static tr_status dropout_fwd(const tr_model *m, float *x, int site) {
+    return tr_model_dropout(m, x, x, site, true);
+}
+
+/* The input of a column-parallel layer: the norm output, gathered over the sequence chunks with
+ * sequence parallelism. */
+static tr_status region_input(const tr_model *m, const float *local, float *full,
+                              const float **in) {
+    *in = local;
+    if (!m->spec.sequence_parallel) return TR_OK;
+    *in = full;
+    return tr_tp_seq_gather(m, local, full, m->spec.hidden);
+}
+
+/* The input of a column-parallel layer saved in half precision: the norm output (rows of this
+ * rank, in the shared scratch `local`), gathered in fp32 with sequence parallelism, then cast
+ * once into `saved`, which the layer's forward and weight-gradient GEMMs read. */
+static tr_status region_input_half(const tr_model *m, const float *local, uint16_t *saved) {
+    const float *full;
+    TR_TRY(region_input(m, local, m->sp_full, &full));
+    int64_t n = (int64_t)m->batch * m->spec.seq * m->spec.hidden;
+    return m->ops->cast_lowp((tr_lowp)m->spec.lowp, saved, full, n);
+}
+
+/* A norm of the layer feeding column-parallel linear l: into the saved fp32 output (and its
+ * gathered rows), or with a half-precision input through the scratch dtmp into `half`. */
+static tr_status norm_to_linear(tr_model *m, const tr_linear *l, float *y, float *y_full,
+                                uint16_t *half, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, float *out) {
+    int rows = m->batch * m->spec.seq, lrows = tr_tp_local_rows(m);
+    if (half) {
+        TR_TRY(tr_model_norm_fwd(m, m->dtmp, mean, rstd, x, w, b, lrows));
+        TR_TRY(region_input_half(m, m->dtmp, half));
+        return tr_linear_fwd_half(m->ops, l, half, out, rows);
+    }
+    TR_TRY(tr_model_norm_fwd(m, y, mean, rstd, x, w, b, lrows));
+    const float *in;
+    TR_TRY(region_input(m, y, y_full, &in));
+    return tr_linear_fwd(m->ops, l, in, out, rows);
+}
+
+static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    const tr_layer_views *p = &m->p.layers[i];
+    tr_layer_acts *a = &m->acts[i];
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    int64_t n = (int64_t)lrows * s->hidden;
+    TR_TRY(tr_model_copy(m, a->x_in, x_in, n));
+
+    tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
+    TR_TRY(norm_to_linear(m, &qkv, a->ln1, a->ln1_full, a->ln1_h, a->ln1_mean, a->ln1_rstd, a->x_in,
+                          p->ln1_w, p->ln1_b, m->dbig));
+    TR_TRY(tr_model_qkv_split(m, m->dbig, a->q, a->k, a->v, rows));
+    if (s->rope) {
+        TR_TRY(tr_model_rope(m, a->q, s->heads, true));
+        TR_TRY(tr_model_rope(m, a->k, s->groups, true));
+    }
+    tr_attn_desc ad = tr_model_attn_desc(m);
+    TR_TRY(ops->attention_fwd(a->attn, a->lse, a->q, a->k, a->v, &ad));
+    tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
+    TR_TRY(tr_linear_fwd(ops, &proj, a->attn, m->dtmp, rows));
+    TR_TRY(dropout_fwd(m, m->dtmp, 1 + 2 * i));
+    TR_TRY(tr_model_copy(m, a->x_mid, a->x_in, n));
+    TR_TRY(ops->add(a->x_mid, m->dtmp, n));
+
+    tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
+    TR_TRY(norm_to_linear(m, &fc1, a->ln2, a->ln2_full, a->ln2_h, a->ln2_mean, a->ln2_rstd,
+                          a->x_mid, p->ln2_w, p->ln2_b, a->fc1));
+    /* The MLP activation: saved as it is, or (half precision) through the backward's scratch
+     * dact, which is free during a forward. */
+    float *act = a->act_h ? m->dact : a->act;
+    if (s->swiglu)
+        TR_TRY(ops->swiglu_fwd(act, a->fc1, rows, s->ffn));
+    else
+        TR_TRY(ops->gelu_fwd(act, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
+    tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
+    if (a->act_h) {
+        TR_TRY(ops->cast_lowp((tr_lowp)s->lowp, a->act_h, act, (int64_t)rows * s->ffn));
+        TR_TRY(tr_linear_fwd_half(ops, &fc2, a->act_h, m->dtmp, rows));
+    } else {
+        TR_TRY(tr_linear_fwd(ops, &fc2, a->act, m->dtmp, rows));
+    }
+    TR_TRY(dropout_fwd(m, m->dtmp, 2 + 2 * i));
+    TR_TRY(tr_model_copy(m, x_out, a->x_mid, n));
+    return ops->add(x_out, m->dtmp, n);
+}
+
+/* Padding ids [real, vocab) get a logit so low that exp() of it is exactly 0 next to any real
+ * logit: the softmax, the loss and every gradient are the unpadded model's. (Not -inf: a shard
+ * of padding alone would make its local max -inf and exp(-inf - -inf) undefined.) */
+static tr_status mask_padding(tr_model *m, int vocab_start, int real, int rows) {
+    int V = m->spec.vocab, first = real - vocab_start;
+    if (first >= V) return TR_OK;
+    if (first < 0) first = 0;
+    return m->ops->fill_2d(m->logits + first, V, rows, V - first, -1e30f);
+}
+
+/* The embedding output into x0 (the stream's start). */
+static tr_status embed_fwd(tr_model *m, float *x0) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    int64_t n = (int64_t)lrows * s->hidden;
+    int vocab_start = m->tp.rank * s->vocab;
+    TR_TRY(tr_model_before_params(m, TR_MODEL_AT_EMBEDDING));
+    /* Each row comes from the one shard owning its id: a sum over shards (reduce-scattered to the
+     * sequence chunks with sequence parallelism). */
+    if (s->sequence_parallel) {
+        TR_TRY(ops->embedding_fwd(m->sp_full, m->ids, m->p.word_emb, rows, s->hidden, vocab_start,
+                                  vocab_start + s->vocab));
+        TR_TRY(tr_tp_seq_reduce_scatter(m, m->sp_full, x0, s->hidden));
+    } else {
+        TR_TRY(ops->embedding_fwd(x0, m->ids, m->p.word_emb, rows, s->hidden, vocab_start,
+                                  vocab_start + s->vocab));
+        TR_TRY(tr_tp_all_reduce(m, x0, n));
+    }
+    if (s->learned_pos) TR_TRY(tr_model_pos_embedding(m, x0, true));
+    return dropout_fwd(m, x0, 0);
+}
+
+/* loss: one float in the device's memory; the host reads it when it needs it (a step's losses
+ * together, runtime/model/loss_buffer.h), so the forward queues without waiting for the device. */
+static tr_status head_fwd(tr_model *m, float *loss) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq;
+    int vocab_start = m->tp.rank * s->vocab, vocab = m->full.vocab;
+    int real = m->full.vocab_real > 0 ? m->full.vocab_real : vocab;
+    TR_TRY(tr_model_before_params(m, TR_MODEL_AT_HEAD));
+    tr_linear out = tr_model_output_linear(m);
+    TR_TRY(norm_to_linear(m, &out, m->lnf, m->lnf_full, m->lnf_h, m->lnf_mean, m->lnf_rstd,
+                          m->x_final, m->p.final_w, m->p.final_b, m->logits));
+    TR_TRY(mask_padding(m, vocab_start, real, rows));
+    TR_TRY(ops->ce_stats(m->ce_stats, m->logits, m->targets, rows, s->vocab, vocab_start));
+    TR_TRY(tr_tp_ce_combine(m, m->ce_stats, m->ce_stats + 3 * rows, rows));
+    TR_TRY(ops->ce_loss(m->losses, m->ce_stats, m->targets, rows));
+    /* m->n_valid, the other per-microbatch number the loop needs, was counted from the host's
+     * targets. */
+    return ops->loss_mean(loss ? loss : m->loss_dev, m->losses, m->targets, rows);
+}
+
+tr_status tr_model_select_slot(tr_model *m, int part, int slot) {
+    if (part < 0 || part >= m->n_parts) return TR_ERR_INVALID;
+    const tr_model_part *p = &m->parts[part];
+    if (slot < 0 || slot >= (p->slots > 0 ? p->slots : 1)) return TR_ERR_INVALID;
+    const tr_slot_acts *a = &m->slot_acts[m->slot_start[part] + slot];
+    for (int i = 0; i < p->num_layers; i++) m->acts[p->first_layer + i] = a->layers[i];
+    m->x_final = a->x_final;
+    m->lnf = a->lnf;
+    m->lnf_mean = a->lnf_mean;
+    m->lnf_rstd = a->lnf_rstd;
+    m->lnf_full = a->lnf_full;
+    m->lnf_h = a->lnf_h;
+    m->logits = a->logits;
+    m->ce_stats = a->ce_stats;
+    m->losses = a->losses;
+    m->dloss = a->dloss;
+    m->ids = a->ids;
+    m->targets = a->targets;
+    return TR_OK;
+}
+
+tr_status tr_model_forward_part(tr_model *m, int part_index, int slot, const int32_t *ids,
+                                const int32_t *targets, const float *x_in, float *x_out,
+                                float *loss) {
+    TR_TRY(tr_model_select_slot(m, part_index, slot));
+    TR_TRY(tr_model_slot_sequences(m, part_index, slot, true));
+    const tr_model_part *part = &m->parts[part_index];
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
+    int64_t n = (int64_t)lrows * s->hidden;
+    int first = part->first_layer, last = part->first_layer + part->num_layers;
+    int vocab = m->full.vocab;
+    int real = m->full.vocab_real > 0 ? m->full.vocab_real : vocab;
+    if ((!part->has_embedding && !x_in) || (!part->has_loss && !x_out)) return TR_ERR_INVALID;
+    if (part->has_embedding)
+        for (int r = 0; r < rows; r++)
+            if (ids[r] < 0 || ids[r] >= real) return TR_ERR_INVALID;
+    int64_t valid = 0;
+    if (part->has_loss)
+        for (int r = 0; r < rows; r++) {
+            if (targets[r] >= real) return TR_ERR_INVALID;
+            valid += targets[r] >= 0;
+        }
+    /* The residual stream: into the first layer's kept input, and out of the last layer into
+     * the head's kept input or straight into x_out (nothing of a stage's output is needed for
+     * its backward). */
+    float *end = part->has_loss ? m->x_final : x_out;
+    float *start = first < last ? m->acts[first].x_in : end;
+    if (part->has_embedding) {
+        TR_TRY(tr_device_to_device(m->dev, m->ids, ids, (size_t)rows * sizeof *ids));
+        TR_TRY(embed_fwd(m, start));
+    } else {
+        TR_TRY(tr_model_copy(m, start, x_in, n));
+    }
+    for (int i = first; i < last; i++) {
+        TR_TRY(tr_model_before_params(m, i));
+        TR_TRY(layer_fwd(m, i, m->acts[i].x_in, i + 1 < last ? m->acts[i + 1].x_in : end));
+    }
+    tr_slot_acts *a = &m->slot_acts[m->slot_start[part_index] + slot];
+    a->dropout_round = m->dropout_round;
+    if (part->has_loss) {
+        if (x_out) TR_TRY(tr_model_copy(m, x_out, m->x_final, n));
+        TR_TRY(tr_device_to_device(m->dev, m->targets, targets, (size_t)rows * sizeof *targets));
+        m->n_valid = valid;
+        TR_TRY(head_fwd(m, loss));
+        a->n_valid = m->n_valid;
+    }
+    return TR_OK;
+}
+
+tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targets, float *loss) {
+    if (m->n_parts != 1 || !m->parts[0].has_embedding || !m->parts[0].has_loss || !loss)
+        return TR_ERR_INVALID;
+    if (!m->dev || tr_device_host_visible(m->dev))
+        return tr_model_forward_part(m, 0, 0, ids, targets, NULL, NULL, loss);
+    TR_TRY(tr_model_forward_part(m, 0, 0, ids, targets, NULL, NULL, m->loss_dev));
+    return tr_device_to_host(m->dev, loss, m->loss_dev, sizeof *loss);
+}

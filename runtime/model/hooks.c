@@ -1,0 +1,113 @@
+/* Placing the parameters where a data-parallel gradient layout wants them, and the per-parameter
+ * events (forward about to read, backward finished) the training loop hangs communication on. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/device/device.h"
+#include "runtime/model/internal.h"
+
+tr_status tr_model_relayout(tr_model *m, const int64_t *offsets, int64_t numel) {
+    for (int i = 0; i < m->n_info; i++)
+        if (offsets[i] < 0 || offsets[i] + m->info[i].numel > numel) return TR_ERR_INVALID;
+    size_t bytes = (size_t)numel * sizeof(float);
+    float *params = NULL, *grads = NULL;
+    /* The weight copy is the newest parameter allocation: freed first so the device arena takes
+     * it back, and laid out again below (its versions restart: every tensor is re-cast). */
+    tr_model_wcopy_free(m);
+    tr_status st = tr_device_alloc(m->dev, TR_MEM_PARAMS, bytes, (void **)&params);
+    if (st == TR_OK) st = tr_device_alloc(m->dev, TR_MEM_GRADS, bytes, (void **)&grads);
+    for (int i = 0; i < m->n_info && st == TR_OK; i++)
+        st = tr_device_copy(m->dev, params + offsets[i], m->params + m->info[i].offset,
+                            (size_t)m->info[i].numel * sizeof(float));
+    if (st != TR_OK) {
+        tr_device_free(m->dev, TR_MEM_GRADS, grads);
+        tr_device_free(m->dev, TR_MEM_PARAMS, params);
+        return st;
+    }
+    for (int i = 0; i < m->n_info; i++) m->info[i].offset = offsets[i];
+    /* Newest first, so a device arena gets the old buffers back when it can. */
+    tr_device_free(m->dev, TR_MEM_GRADS, m->grads);
+    tr_device_free(m->dev, TR_MEM_PARAMS, m->params);
+    m->params = params;
+    m->grads = grads;
+    m->n_params = numel;
+    free(m->p.layers);
+    free(m->g.layers);
+    m->p.layers = m->g.layers = NULL;
+    TR_TRY(tr_model_bind_views(m, m->params, &m->p));
+    TR_TRY(tr_model_bind_views(m, m->grads, &m->g));
+    return tr_model_wcopy_create(m);
+}
+
+/* The index of the parameter whose first element is `at` inside `base`, or -1. */
+static int param_index(const tr_model *m, const float *base, const float *at) {
+    int64_t off = at - base;
+    for (int i = 0; i < m->n_info; i++)
+        if (m->info[i].offset == off) return i;
+    return -1;
+}
+
+static tr_status notify(const tr_model *m, const float *base, const float *const *views, int n,
+                        tr_status (*fn)(void *, int)) {
+    if (!fn) return TR_OK;
+    for (int i = 0; i < n; i++) {
+        if (!views[i]) continue;
+        int p = param_index(m, base, views[i]);
+        if (p < 0) return TR_ERR_INVALID;
+        TR_TRY(fn(m->hooks.ctx, p));
+    }
+    return TR_OK;
+}
+
+static int layer_list(const tr_layer_views *v, const float *out[12]) {
+    const float *l[12] = {v->ln1_w, v->ln1_b, v->qkv_w, v->qkv_b, v->proj_w, v->proj_b,
+                          v->ln2_w, v->ln2_b, v->fc1_w, v->fc1_b, v->fc2_w,  v->fc2_b};
+    memcpy(out, l, sizeof l);
+    return 12;
+}
+
+tr_status tr_model_before_params(const tr_model *m, int where) {
+    const float *v[12];
+    int n;
+    if (where == TR_MODEL_AT_EMBEDDING) {
+        v[0] = m->p.word_emb;
+        v[1] = m->p.pos_emb;
+        n = 2;
+    } else if (where == TR_MODEL_AT_HEAD) {
+        v[0] = m->p.final_w;
+        v[1] = m->p.final_b;
+        /* A tied weight is read first by the embedding, unless this stage holds its own copy. */
+        v[2] = m->spec.tied && !m->has_tied_copy ? NULL : m->p.out_w;
+        n = 3;
+    } else {
+        n = layer_list(&m->p.layers[where], v);
+    }
+    TR_TRY(notify(m, m->params, v, n, m->hooks.before_param));
+    /* The parameters are complete now (a pending all-gather has landed): bring the weight copy
+     * of the linear layers about to run up to date. */
+    if (where == TR_MODEL_AT_EMBEDDING) return TR_OK;
+    if (where == TR_MODEL_AT_HEAD) return tr_model_wcopy_refresh(m, m->p.out_w);
+    const tr_layer_views *L = &m->p.layers[where];
+    const float *w[4] = {L->qkv_w, L->proj_w, L->fc1_w, L->fc2_w};
+    for (int i = 0; i < 4; i++) TR_TRY(tr_model_wcopy_refresh(m, w[i]));
+    return TR_OK;
+}
+
+tr_status tr_model_grads_done(const tr_model *m, int where) {
+    const float *v[12];
+    int n;
+    if (where == TR_MODEL_AT_EMBEDDING) {
+        v[0] = m->g.pos_emb;
+        v[1] = m->g.word_emb;
+        n = 2;
+    } else if (where == TR_MODEL_AT_HEAD) {
+        /* A tied weight's last use is the embedding lookup, unless this stage holds a copy. */
+        v[0] = m->spec.tied && !m->has_tied_copy ? NULL : m->g.out_w;
+        v[1] = m->g.final_w;
+        v[2] = m->g.final_b;
+        n = 3;
+    } else {
+        n = layer_list(&m->g.layers[where], v);
+    }
+    return notify(m, m->grads, v, n, m->hooks.grad_ready);
+}

@@ -1,0 +1,77 @@
+/* Internal to the files of runtime/model/: the pieces forward and backward share. */
+#ifndef TR_RUNTIME_MODEL_INTERNAL_H
+#define TR_RUNTIME_MODEL_INTERNAL_H
+
+#include <math.h>
+
+#include "runtime/model/model.h"
+#include "runtime/model/linear.h"
+
+typedef enum tr_model_linear_id {
+    TR_LIN_QKV,
+    TR_LIN_PROJ,
+    TR_LIN_FC1,
+    TR_LIN_FC2
+} tr_model_linear_id;
+
+/* Where the forward is about to read parameters / the backward has finished gradients: a layer
+ * index, or one of these. before_params also brings those linear weights' half-precision copy
+ * up to date, after the hook (a pending parameter all-gather) has returned. */
+enum { TR_MODEL_AT_EMBEDDING = -1, TR_MODEL_AT_HEAD = -2 };
+tr_status tr_model_before_params(const tr_model *m, int where);
+tr_status tr_model_grads_done(const tr_model *m, int where);
+/* The half-precision weight copy (runtime/model/wcopy.c): laid out and allocated after the
+ * parameters' views are bound (nothing without spec.lowp or with spec.no_weight_copy), freed;
+ * the copy of the linear weight w refreshed when stale (the model is const because the forward
+ * holds it so; only the copy and its versions change); and the copy the GEMMs read, NULL when
+ * the model keeps none, TR_ERR_INTERNAL when it is stale. */
+tr_status tr_model_wcopy_create(tr_model *m);
+void tr_model_wcopy_free(tr_model *m);
+tr_status tr_model_wcopy_refresh(const tr_model *m, const float *w);
+tr_status tr_model_wcopy_of(const tr_model *m, const float *w, const uint16_t **out);
+/* Points the current activation fields (acts of the part's layers, head, ids, targets) at the
+ * storage of (part, slot). */
+tr_status tr_model_select_slot(tr_model *m, int part, int slot);
+tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v);
+
+/* true when the input of linear `id` (a tr_model_linear_id, or TR_MODEL_AT_HEAD for the output
+ * layer) is saved in half precision: mixed precision, not switched off (spec.no_half_acts), and
+ * no LoRA adapter on that layer, which reads its input in fp32. The layout and both passes ask
+ * this one function, so they agree on which buffers exist. */
+bool tr_model_half_input(const tr_model *m, int id);
+tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rstd, const float *x,
+                            const float *w, const float *b, int rows);
+tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id);
+tr_linear tr_model_output_linear(const tr_model *m);
+tr_status tr_model_qkv_split(const tr_model *m, const float *qkv, float *q, float *k, float *v,
+                             int64_t rows);
+tr_status tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, const float *k,
+                             const float *v, int64_t rows);
+/* dst = src (n floats, device memory; a no-op when they are the same). */
+tr_status tr_model_copy(const tr_model *m, float *dst, const float *src, int64_t n);
+tr_attn_desc tr_model_attn_desc(const tr_model *m);
+/* Dropout of the hidden activations at `site` (y = x allowed): the rows this rank holds (its
+ * sequence chunks with sequence parallelism) with the mask the whole microbatch would draw. */
+tr_status tr_model_dropout(const tr_model *m, float *y, const float *x, int site, bool forward);
+/* Philox counter offset of dropout site `site` (0 embedding, 1 + 2i attention, 2 + 2i MLP). */
+uint64_t tr_model_dropout_offset(const tr_model *m, int site);
+/* Makes the packed-sequence layout of (part, slot) current: a forward first stores the layout
+ * set by tr_model_set_sequences into the slot, a backward takes the one its forward stored. */
+tr_status tr_model_slot_sequences(tr_model *m, int part, int slot, bool forward);
+/* RoPE on x [batch, seq, heads, head_dim] in place (the inverse rotation when !forward), at
+ * positions 0..seq-1 or at the tokens' position ids. */
+tr_status tr_model_rope(const tr_model *m, float *x, int heads, bool forward);
+/* Learned positions of this rank's rows: added to x0 (forward) or their gradient accumulated
+ * from dx (backward). */
+tr_status tr_model_pos_embedding(tr_model *m, float *x, bool forward);
+/* LoRA: zeroes the gradients the backward leaves in frozen tensors (norms, embeddings), so only
+ * adapters carry a gradient (runtime/peft/lora.c). */
+tr_status tr_model_clear_frozen_grads(tr_model *m);
+/* true when the adapters' input dropout is active (peft.dropout > 0, training). */
+bool tr_lora_dropout_on(const tr_model *m);
+/* The adapter dropout of linear l on its input x [rows, in] (forward: y = the dropped-out input;
+ * backward: y = the gradient through the same mask), drawn per logical element, so a
+ * row-parallel shard draws its columns of the unsharded layer's mask. y == x allowed. */
+tr_status tr_lora_dropout(const tr_linear *l, float *y, const float *x, int rows, bool forward);
+
+#endif

@@ -1,0 +1,641 @@
+/* Parameter layout (one flat buffer, Megatron's names and order), activation buffers, and
+ * Megatron's initialisation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/common/philox.h"
+#include "runtime/comm/comm.h"
+#include "runtime/device/device.h"
+#include "runtime/model/internal.h"
+
+/* Each tensor starts on a 64-byte boundary so vector loads never straddle two tensors. */
+#define TR_PARAM_ALIGN 16
+
+typedef struct layout {
+    tr_param_info *info;
+    int n, cap;
+    int64_t total;
+    bool freeze; /* LoRA: parameters added now are frozen base weights */
+} layout;
+
+/* How the next parameter added is split over TP (reset after each add). */
+typedef struct split {
+    int dim; /* -1, 0 (rows) or 1 (columns) */
+    bool swiglu;
+    int tp;
+} split;
+
+/* prefix + suffix into a parameter name; a name that would not fit tr_param_info.name is an
+ * error rather than a silently shortened (and then ambiguous) name. */
+static tr_status param_name(char *out, size_t n, const char *prefix, const char *suffix) {
+    int len = snprintf(out, n, "%s%s", prefix, suffix);
+    return len >= 0 && (size_t)len < n ? TR_OK : TR_ERR_INVALID;
+}
+
+static tr_status add_param_split(layout *l, const char *name, int rows, int cols, bool no_decay,
+                                 int init, split sp) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 32;
+        tr_param_info *p = realloc(l->info, (size_t)cap * sizeof *p);
+        if (!p) return TR_ERR_NOMEM;
+        l->info = p;
+        l->cap = cap;
+    }
+    tr_param_info *p = &l->info[l->n++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->rows = rows;
+    p->cols = cols;
+    p->numel = (int64_t)rows * cols;
+    p->offset = l->total;
+    p->no_decay = no_decay;
+    p->init = init;
+    p->frozen = l->freeze;
+    p->split_dim = sp.tp > 1 ? sp.dim : -1;
+    p->swiglu_split = sp.swiglu && p->split_dim >= 0;
+    p->full_rows = sp.dim == 0 ? rows * sp.tp : rows;
+    p->full_cols = sp.dim == 1 ? cols * sp.tp : cols;
+    l->total += (p->numel + TR_PARAM_ALIGN - 1) / TR_PARAM_ALIGN * TR_PARAM_ALIGN;
+    return TR_OK;
+}
+
+static tr_status add_param(layout *l, const char *name, int rows, int cols, bool no_decay,
+                           int init) {
+    return add_param_split(l, name, rows, cols, no_decay, init, (split){-1, false, 1});
+}
+
+static tr_status add_norm(layout *l, const tr_model_spec *s, const char *prefix) {
+    char name[80];
+    int init = s->zero_centered ? TR_INIT_ZERO : TR_INIT_ONE;
+    TR_TRY(param_name(name, sizeof name, prefix, ".weight"));
+    TR_TRY(add_param(l, name, 1, s->hidden, true, init));
+    l->info[l->n - 1].sp_partial = s->sequence_parallel;
+    if (!s->layernorm) return TR_OK;
+    TR_TRY(param_name(name, sizeof name, prefix, ".bias"));
+    TR_TRY(add_param(l, name, 1, s->hidden, true, TR_INIT_ZERO));
+    l->info[l->n - 1].sp_partial = s->sequence_parallel;
+    return TR_OK;
+}
+
+/* A column-parallel layer splits its weight's rows and its bias; a row-parallel one splits its
+ * weight's columns and keeps the whole bias on every rank. */
+static tr_status add_linear(layout *l, const char *prefix, int out, int in, bool bias, int init,
+                            bool column, bool swiglu, int tp) {
+    char name[80];
+    TR_TRY(param_name(name, sizeof name, prefix, ".weight"));
+    TR_TRY(add_param_split(l, name, out, in, false, init, (split){column ? 0 : 1, swiglu, tp}));
+    if (!bias) return TR_OK;
+    TR_TRY(param_name(name, sizeof name, prefix, ".bias"));
+    return add_param_split(l, name, 1, out, true, TR_INIT_ZERO,
+                           (split){column ? 1 : -1, swiglu, tp});
+}
+
+/* LoRA's adapter of linear layer `prefix` (Megatron-Bridge's names): A = linear_in [rank, in],
+ * B = linear_out [out, rank]. Under TP the adapter follows its layer (Megatron's
+ * ParallelLinearAdapter): a column-parallel layer's B splits its rows (SwiGLU's fc1: the rank's
+ * slice of gate and of up, like the layer), a row-parallel layer's A its columns. */
+static tr_status add_adapter(layout *l, const tr_model_spec *s, const char *prefix, int target,
+                             int out, int in, bool column, bool swiglu, int tp) {
+    if (!s->lora_rank || !(s->lora_targets & (1u << target))) return TR_OK;
+    char name[80];
+    bool freeze = l->freeze;
+    l->freeze = false;
+    TR_TRY(param_name(name, sizeof name, prefix, ".adapter.linear_in.weight"));
+    tr_status st = add_param_split(l, name, s->lora_rank, in, false, s->lora_a_init,
+                                   (split){column ? -1 : 1, false, tp});
+    TR_TRY(param_name(name, sizeof name, prefix, ".adapter.linear_out.weight"));
+    if (st == TR_OK)
+        st = add_param_split(l, name, out, s->lora_rank, false, s->lora_b_init,
+                             (split){column ? 0 : -1, column && swiglu, tp});
+    l->freeze = freeze;
+    return st;
+}
+
+static bool holds_layer(const tr_model_part *parts, int n_parts, int layer) {
+    for (int k = 0; k < n_parts; k++)
+        if (layer >= parts[k].first_layer && layer < parts[k].first_layer + parts[k].num_layers)
+            return true;
+    return false;
+}
+
+static bool any_part(const tr_model_part *parts, int n_parts, bool loss) {
+    for (int k = 0; k < n_parts; k++)
+        if (loss ? parts[k].has_loss : parts[k].has_embedding) return true;
+    return false;
+}
+
+static tr_status add_word_embedding(layout *l, const tr_model_spec *s, int tp, bool tied_copy) {
+    TR_TRY(add_param_split(l, "embedding.word_embeddings.weight", s->vocab, s->hidden, false,
+                           TR_INIT_EMBEDDING, (split){0, false, tp}));
+    l->info[l->n - 1].tied_copy = tied_copy;
+    return TR_OK;
+}
+
+/* The order is the module order of Megatron's GPTModel, so a name lists like its state dict;
+ * a stage lists only its own modules, under their global layer numbers. */
+static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, int fc1_dim, int tp,
+                              const tr_model_part *parts, int n_parts) {
+    bool has_embedding = any_part(parts, n_parts, false), has_loss = any_part(parts, n_parts, true);
+    l->freeze = s->lora_rank > 0;
+    if (has_embedding) {
+        TR_TRY(add_word_embedding(l, s, tp, false));
+        if (s->learned_pos) {
+            TR_TRY(add_param(l, "embedding.position_embeddings.weight", s->seq, s->hidden, false,
+                             TR_INIT_EMBEDDING));
+            l->info[l->n - 1].sp_partial = s->sequence_parallel;
+        }
+    }
+    char pre[80];
+    for (int i = 0; i < s->num_layers; i++) {
+        if (!holds_layer(parts, n_parts, i)) continue;
+        snprintf(pre, sizeof pre, "decoder.layers.%d.input_layernorm", i);
+        TR_TRY(add_norm(l, s, pre));
+        snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_qkv", i);
+        TR_TRY(
+            add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL, true, false, tp));
+        TR_TRY(add_adapter(l, s, pre, TR_LORA_QKV, qkv_dim, s->hidden, true, false, tp));
+        snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_proj", i);
+        TR_TRY(add_linear(l, pre, s->hidden, s->heads * s->head_dim, s->bias_linear,
+                          TR_INIT_SCALED_NORMAL, false, false, tp));
+        TR_TRY(add_adapter(l, s, pre, TR_LORA_PROJ, s->hidden, s->heads * s->head_dim, false, false,
+                           tp));
+        snprintf(pre, sizeof pre, "decoder.layers.%d.pre_mlp_layernorm", i);
+        TR_TRY(add_norm(l, s, pre));
+        snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.linear_fc1", i);
+        TR_TRY(add_linear(l, pre, fc1_dim, s->hidden, s->bias_linear, TR_INIT_NORMAL, true,
+                          s->swiglu, tp));
+        TR_TRY(add_adapter(l, s, pre, TR_LORA_FC1, fc1_dim, s->hidden, true, s->swiglu, tp));
+        snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.linear_fc2", i);
+        TR_TRY(add_linear(l, pre, s->hidden, s->ffn, s->bias_linear, TR_INIT_SCALED_NORMAL, false,
+                          false, tp));
+        TR_TRY(add_adapter(l, s, pre, TR_LORA_FC2, s->hidden, s->ffn, false, false, tp));
+    }
+    if (!has_loss) return TR_OK;
+    TR_TRY(add_norm(l, s, "decoder.final_layernorm"));
+    if (!s->tied)
+        return add_param_split(l, "output_layer.weight", s->vocab, s->hidden, false, TR_INIT_NORMAL,
+                               (split){0, false, tp});
+    /* Megatron's last stage owns a second copy of the tied weight; same name and
+     * initialisation, so it starts equal to the first stage's and the embedding group's
+     * gradient all-reduce keeps it equal. */
+    return has_embedding ? TR_OK : add_word_embedding(l, s, tp, true);
+}
+
+const tr_param_info *tr_model_find_param(const tr_model *m, const char *name) {
+    for (int i = 0; i < m->n_info; i++)
+        if (strcmp(m->info[i].name, name) == 0) return &m->info[i];
+    return NULL;
+}
+
+static float *view(const tr_model *m, float *base, const char *name) {
+    const tr_param_info *p = tr_model_find_param(m, name);
+    return p ? base + p->offset : NULL;
+}
+
+tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
+    const tr_model_spec *s = &m->spec;
+    v->layers = calloc((size_t)s->num_layers, sizeof *v->layers);
+    if (!v->layers) return TR_ERR_NOMEM;
+    float *word_emb = view(m, base, "embedding.word_embeddings.weight");
+    v->word_emb = m->has_tied_copy ? NULL : word_emb;
+    v->pos_emb = view(m, base, "embedding.position_embeddings.weight");
+    v->final_w = view(m, base, "decoder.final_layernorm.weight");
+    v->final_b = view(m, base, "decoder.final_layernorm.bias");
+    v->out_w = s->tied ? word_emb : view(m, base, "output_layer.weight");
+    char n[96];
+#define BIND(field, fmt)                                                                           \
+    snprintf(n, sizeof n, "decoder.layers.%d." fmt, i);                                            \
+    L->field = view(m, base, n)
+    for (int i = 0; i < s->num_layers; i++) {
+        tr_layer_views *L = &v->layers[i];
+        BIND(ln1_w, "input_layernorm.weight");
+        BIND(ln1_b, "input_layernorm.bias");
+        BIND(qkv_w, "self_attention.linear_qkv.weight");
+        BIND(qkv_b, "self_attention.linear_qkv.bias");
+        BIND(proj_w, "self_attention.linear_proj.weight");
+        BIND(proj_b, "self_attention.linear_proj.bias");
+        BIND(ln2_w, "pre_mlp_layernorm.weight");
+        BIND(ln2_b, "pre_mlp_layernorm.bias");
+        BIND(fc1_w, "mlp.linear_fc1.weight");
+        BIND(fc1_b, "mlp.linear_fc1.bias");
+        BIND(fc2_w, "mlp.linear_fc2.weight");
+        BIND(fc2_b, "mlp.linear_fc2.bias");
+        static const char *const adapted[TR_LORA_TARGETS] = {"self_attention.linear_qkv",
+                                                             "self_attention.linear_proj",
+                                                             "mlp.linear_fc1", "mlp.linear_fc2"};
+        for (int t = 0; t < TR_LORA_TARGETS; t++) {
+            snprintf(n, sizeof n, "decoder.layers.%d.%s.adapter.linear_in.weight", i, adapted[t]);
+            L->lora_a[t] = view(m, base, n);
+            snprintf(n, sizeof n, "decoder.layers.%d.%s.adapter.linear_out.weight", i, adapted[t]);
+            L->lora_b[t] = view(m, base, n);
+        }
+    }
+#undef BIND
+    return TR_OK;
+}
+
+/* Carves activation buffers out of one allocation: sizes first (base NULL), then pointers. */
+typedef struct carver {
+    float *base;
+    int64_t used;
+} carver;
+
+static float *carve(carver *c, int64_t n) {
+    float *p = c->base ? c->base + c->used : NULL;
+    c->used += (n + TR_PARAM_ALIGN - 1) / TR_PARAM_ALIGN * TR_PARAM_ALIGN;
+    return p;
+}
+
+/* n bf16/fp16 values, in whole floats of the same allocation (aligned as every buffer). */
+static uint16_t *carve_half(carver *c, int64_t n) {
+    return (uint16_t *)carve(c, (n + 1) / 2);
+}
+
+/* A saved norm output feeding column-parallel linear `id`: in half precision (the gathered rows
+ * under sequence parallelism; the norm writes its fp32 result into shared scratch), else fp32
+ * with, under sequence parallelism, its gathered rows. */
+static void carve_norm_out(const tr_model *m, carver *c, int id, float **y, float **y_full,
+                           uint16_t **half) {
+    int64_t n = (int64_t)m->batch * m->spec.seq * m->spec.hidden;
+    bool sp = m->spec.sequence_parallel;
+    *y = *y_full = NULL;
+    *half = NULL;
+    if (tr_model_half_input(m, id)) {
+        *half = carve_half(c, n);
+        return;
+    }
+    *y = carve(c, n);
+    if (sp) *y_full = carve(c, n);
+}
+
+static int part_slots(const tr_model_part *p) {
+    return p->slots > 0 ? p->slots : 1;
+}
+
+static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a) {
+    const tr_model_spec *s = &m->spec;
+    int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
+    int64_t hd = (int64_t)s->heads * s->head_dim, gd = (int64_t)s->groups * s->head_dim;
+    a->x_in = carve(c, bt * C);
+    carve_norm_out(m, c, TR_LIN_QKV, &a->ln1, &a->ln1_full, &a->ln1_h);
+    a->ln1_mean = carve(c, bt);
+    a->ln1_rstd = carve(c, bt);
+    a->q = carve(c, bt * hd);
+    a->k = carve(c, bt * gd);
+    a->v = carve(c, bt * gd);
+    a->attn = carve(c, bt * hd);
+    a->lse = carve(c, (int64_t)m->batch * s->heads * s->seq);
+    a->x_mid = carve(c, bt * C);
+    carve_norm_out(m, c, TR_LIN_FC1, &a->ln2, &a->ln2_full, &a->ln2_h);
+    a->ln2_mean = carve(c, bt);
+    a->ln2_rstd = carve(c, bt);
+    a->fc1 = carve(c, bt * m->fc1_dim);
+    /* The MLP activation: fc2's input only (its backward reads fc1). */
+    bool half = tr_model_half_input(m, TR_LIN_FC2);
+    a->act = half ? NULL : carve(c, bt * s->ffn);
+    a->act_h = half ? carve_half(c, bt * s->ffn) : NULL;
+}
+
+static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
+    const tr_model_spec *s = &m->spec;
+    int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
+    a->x_final = carve(c, bt * C);
+    carve_norm_out(m, c, TR_MODEL_AT_HEAD, &a->lnf, &a->lnf_full, &a->lnf_h);
+    a->lnf_mean = carve(c, bt);
+    a->lnf_rstd = carve(c, bt);
+    a->logits = carve(c, bt * s->vocab);
+    a->ce_stats = carve(c, 4 * bt); /* [3, bt] stats, then bt floats of TP scratch */
+    a->losses = carve(c, bt);
+    a->dloss = carve(c, bt);
+}
+
+/* Every (part, slot) gets its own layers' (and head's) activations; scratch is shared. */
+static void carve_acts(tr_model *m, carver *c) {
+    const tr_model_spec *s = &m->spec;
+    int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
+    int64_t hd = (int64_t)s->heads * s->head_dim, gd = (int64_t)s->groups * s->head_dim;
+    for (int k = 0; k < m->n_parts; k++) {
+        const tr_model_part *p = &m->parts[k];
+        for (int slot = 0; slot < part_slots(p); slot++) {
+            tr_slot_acts *a = &m->slot_acts[m->slot_start[k] + slot];
+            for (int i = 0; i < p->num_layers; i++) carve_layer(m, c, &a->layers[i]);
+            if (p->has_loss) carve_head(m, c, a);
+        }
+    }
+    m->sp_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
+    m->sp_perm = s->sequence_parallel ? carve(c, bt * C) : NULL;
+    int64_t big = m->fc1_dim > m->qkv_dim ? m->fc1_dim : m->qkv_dim;
+    if (big < C) big = C;
+    m->rope_cos = carve(c, (int64_t)s->seq * (s->head_dim / 2 + 1));
+    m->rope_sin = carve(c, (int64_t)s->seq * (s->head_dim / 2 + 1));
+    m->dx = carve(c, bt * C);
+    m->dtmp = carve(c, bt * C);
+    m->dbig = carve(c, bt * big);
+    m->dact = carve(c, bt * s->ffn);
+    m->dq = carve(c, bt * hd);
+    m->dk = carve(c, bt * gd);
+    m->dv = carve(c, bt * gd);
+    m->loss_dev = carve(c, 1);
+    m->lora_u = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
+    m->lora_du = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
+    int64_t widest = C > s->ffn ? C : s->ffn;
+    if (hd > widest) widest = hd;
+    m->lora_x = s->lora_rank && s->lora_dropout > 0.0f ? carve(c, bt * widest) : NULL;
+}
+
+static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
+    if (s->num_layers < 1 || s->hidden < 1 || s->heads < 1 || s->groups < 1 || s->head_dim < 1 ||
+        s->ffn < 1 || s->vocab < 1 || s->seq < 1 || batch < 1)
+        return TR_ERR_INVALID;
+    if (s->heads % s->groups != 0) return TR_ERR_INVALID;
+    if (s->rope && (s->rope_p.rot_dim < 2 || s->rope_p.rot_dim > s->head_dim))
+        return TR_ERR_INVALID;
+    if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) return TR_ERR_INVALID;
+    /* Query groups, their heads, the MLP width and the padded vocabulary split evenly. */
+    if (s->groups % tp.size || s->ffn % tp.size || s->vocab % tp.size) return TR_ERR_INVALID;
+    if (s->sequence_parallel && s->seq % tp.size) return TR_ERR_INVALID;
+    return TR_OK;
+}
+
+/* Parts must be stages of the model: inside it, disjoint, the embedding in front of layer 0 and
+ * the loss behind the last layer, each at most once. */
+static tr_status check_parts(const tr_model_spec *s, const tr_model_part *parts, int n_parts) {
+    if (!parts || n_parts < 1) return TR_ERR_INVALID;
+    int emb = 0, loss = 0;
+    for (int k = 0; k < n_parts; k++) {
+        const tr_model_part *p = &parts[k];
+        int end = p->first_layer + p->num_layers;
+        if (p->first_layer < 0 || p->num_layers < 0 || end > s->num_layers || p->slots < 0)
+            return TR_ERR_INVALID;
+        if ((p->has_embedding && p->first_layer != 0) || (p->has_loss && end != s->num_layers))
+            return TR_ERR_INVALID;
+        emb += p->has_embedding;
+        loss += p->has_loss;
+        for (int j = 0; j < k; j++) {
+            const tr_model_part *q = &parts[j];
+            if (p->first_layer < q->first_layer + q->num_layers && q->first_layer < end)
+                return TR_ERR_INVALID;
+        }
+    }
+    return emb <= 1 && loss <= 1 ? TR_OK : TR_ERR_INVALID;
+}
+
+/* This rank's sizes: the TP-split dimensions divided by tp.size. */
+static tr_model_spec local_spec(const tr_model_spec *s, tr_tp_shard tp) {
+    tr_model_spec l = *s;
+    l.heads = s->heads / tp.size;
+    l.groups = s->groups / tp.size;
+    l.ffn = s->ffn / tp.size;
+    l.vocab = s->vocab / tp.size;
+    l.sequence_parallel = s->sequence_parallel && tp.size > 1;
+    return l;
+}
+
+tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_model_part *parts,
+                              int n_parts, tr_param_info **info, int *n_info, int64_t *numel) {
+    *info = NULL;
+    *n_info = 0;
+    *numel = 0;
+    TR_TRY(check_spec(s, tp, 1));
+    TR_TRY(check_parts(s, parts, n_parts));
+    tr_model_spec l = local_spec(s, tp);
+    int qkv_dim = (l.heads + 2 * l.groups) * l.head_dim, fc1_dim = l.swiglu ? 2 * l.ffn : l.ffn;
+    layout lay = {0};
+    tr_status st = build_layout(&lay, &l, qkv_dim, fc1_dim, tp.size, parts, n_parts);
+    if (st != TR_OK) {
+        free(lay.info);
+        return st;
+    }
+    *info = lay.info;
+    *n_info = lay.n;
+    *numel = lay.total;
+    return TR_OK;
+}
+
+int tr_model_layer_slots(const tr_model *m, int layer) {
+    for (int k = 0; k < m->n_parts; k++) {
+        const tr_model_part *p = &m->parts[k];
+        if (layer >= p->first_layer && layer < p->first_layer + p->num_layers) return part_slots(p);
+    }
+    return 0;
+}
+
+static tr_status alloc_slots(tr_model *m) {
+    int n_slots = 0;
+    m->slot_start = calloc((size_t)m->n_parts, sizeof *m->slot_start);
+    if (!m->slot_start) return TR_ERR_NOMEM;
+    for (int k = 0; k < m->n_parts; k++) {
+        m->slot_start[k] = n_slots;
+        n_slots += part_slots(&m->parts[k]);
+    }
+    m->slot_acts = calloc((size_t)n_slots, sizeof *m->slot_acts);
+    int64_t bt = (int64_t)m->batch * m->spec.seq;
+    if (!m->slot_acts) return TR_ERR_NOMEM;
+    /* Per slot: ids, targets, document starts, position ids. */
+    TR_TRY(tr_device_alloc(m->dev, TR_MEM_ACTIVATIONS,
+                           (size_t)(4 * n_slots) * (size_t)bt * sizeof *m->tok_buf,
+                           (void **)&m->tok_buf));
+    for (int k = 0; k < m->n_parts; k++) {
+        const tr_model_part *p = &m->parts[k];
+        for (int slot = 0; slot < part_slots(p); slot++) {
+            int at = m->slot_start[k] + slot;
+            tr_slot_acts *a = &m->slot_acts[at];
+            a->layers = calloc((size_t)(p->num_layers > 0 ? p->num_layers : 1), sizeof *a->layers);
+            if (!a->layers) return TR_ERR_NOMEM;
+            if (p->has_embedding) a->ids = m->tok_buf + (int64_t)(4 * at) * bt;
+            if (p->has_loss) a->targets = m->tok_buf + (int64_t)(4 * at + 1) * bt;
+            a->doc_start = m->tok_buf + (int64_t)(4 * at + 2) * bt;
+            a->pos_ids = m->tok_buf + (int64_t)(4 * at + 3) * bt;
+        }
+    }
+    return TR_OK;
+}
+
+static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *s, tr_tp_shard tp,
+                              const tr_ops *ops, int batch, const tr_model_part *parts,
+                              int n_parts) {
+    memset(m, 0, sizeof *m);
+    m->dev = dev;
+    TR_TRY(check_spec(s, tp, batch));
+    TR_TRY(check_parts(s, parts, n_parts));
+    m->full = *s;
+    m->spec = local_spec(s, tp);
+    m->full.sequence_parallel = m->spec.sequence_parallel;
+    m->tp = tp;
+    m->tp_group = TR_GROUP_TP;
+    s = &m->spec;
+    m->ops = ops;
+    m->batch = batch;
+    m->training = 1;
+    m->qkv_dim = (s->heads + 2 * s->groups) * s->head_dim;
+    m->fc1_dim = s->swiglu ? 2 * s->ffn : s->ffn;
+    tr_status st = TR_ERR_NOMEM;
+    m->parts = malloc((size_t)n_parts * sizeof *m->parts);
+    if (!m->parts) goto fail;
+    memcpy(m->parts, parts, (size_t)n_parts * sizeof *parts);
+    m->n_parts = n_parts;
+    layout l = {0};
+    st = build_layout(&l, s, m->qkv_dim, m->fc1_dim, tp.size, parts, n_parts);
+    m->info = l.info;
+    m->n_info = l.n;
+    m->n_params = l.total;
+    if (st != TR_OK) goto fail;
+    for (int i = 0; i < m->n_info; i++) m->has_tied_copy |= m->info[i].tied_copy;
+    st = TR_ERR_NOMEM;
+    size_t param_bytes = (size_t)l.total * sizeof(float);
+    if ((st = tr_device_alloc(dev, TR_MEM_PARAMS, param_bytes, (void **)&m->params)) != TR_OK ||
+        (st = tr_device_alloc(dev, TR_MEM_GRADS, param_bytes, (void **)&m->grads)) != TR_OK)
+        goto fail;
+    st = TR_ERR_NOMEM;
+    m->acts = calloc((size_t)s->num_layers, sizeof *m->acts);
+    if (!m->acts) goto fail;
+    if ((st = alloc_slots(m)) != TR_OK) goto fail;
+    st = TR_ERR_NOMEM;
+    carver c = {0};
+    carve_acts(m, &c);
+    m->act_numel = c.used;
+    st = tr_device_alloc(dev, TR_MEM_ACTIVATIONS, (size_t)c.used * sizeof(float),
+                         (void **)&m->act_buf);
+    if (st != TR_OK) goto fail;
+    c = (carver){m->act_buf, 0};
+    carve_acts(m, &c);
+    if ((st = tr_model_bind_views(m, m->params, &m->p)) != TR_OK) goto fail;
+    if ((st = tr_model_bind_views(m, m->grads, &m->g)) != TR_OK) goto fail;
+    if ((st = tr_model_wcopy_create(m)) != TR_OK) goto fail;
+    if (s->rope) {
+        st = ops->rope_table(m->rope_cos, m->rope_sin, &s->rope_p, s->seq, 0);
+        if (st != TR_OK) goto fail;
+    }
+    return TR_OK;
+fail:
+    tr_model_free(m);
+    return st;
+}
+
+tr_status tr_model_create_parts(tr_model *m, const tr_model_spec *s, tr_tp_shard tp,
+                                const tr_ops *ops, int batch, const tr_model_part *parts,
+                                int n_parts) {
+    return create_parts(m, tr_device_host(), s, tp, ops, batch, parts, n_parts);
+}
+
+tr_status tr_model_create_parts_on(tr_model *m, tr_device *dev, const tr_model_spec *s,
+                                   tr_tp_shard tp, int batch, const tr_model_part *parts,
+                                   int n_parts) {
+    return create_parts(m, dev, s, tp, tr_device_ops(dev), batch, parts, n_parts);
+}
+
+tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, const tr_ops *ops,
+                          int batch) {
+    tr_model_part whole = {0, s->num_layers, true, true, 1};
+    return tr_model_create_parts(m, s, tp, ops, batch, &whole, 1);
+}
+
+void tr_model_free(tr_model *m) {
+    tr_device *dev = m->dev ? m->dev : tr_device_host();
+    tr_model_wcopy_free(m); /* the newest parameter allocation: freed first */
+    tr_device_free(dev, TR_MEM_PARAMS, m->params);
+    tr_device_free(dev, TR_MEM_GRADS, m->grads);
+    free(m->info);
+    free(m->p.layers);
+    free(m->g.layers);
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->act_buf);
+    free(m->acts);
+    if (m->slot_acts)
+        for (int k = 0; k < m->n_parts; k++)
+            for (int slot = 0; slot < part_slots(&m->parts[k]); slot++)
+                free(m->slot_acts[m->slot_start[k] + slot].layers);
+    free(m->slot_acts);
+    free(m->slot_start);
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->tok_buf);
+    free(m->parts);
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->pos_local);
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->pos_sin);
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->pos_cos);
+    memset(m, 0, sizeof *m);
+}
+
+/* The stream of a tensor is keyed by its name, so adding or reordering other tensors never
+ * changes its values. */
+static uint64_t name_key(const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    return h;
+}
+
+/* Box-Muller on two Philox uniforms per logical element, so a shard can initialise its slice of
+ * a tensor to exactly the values the unsharded model has. */
+static float normal_at(uint64_t seed, uint64_t tensor, uint64_t e) {
+    uint64_t key = seed * 0x9E3779B97F4A7C15ull + tensor;
+    float u1 = tr_philox_uniform(key, 2 * e), u2 = tr_philox_uniform(key, 2 * e + 1);
+    double r = sqrt(-2.0 * log(1.0 - (double)u1));
+    return (float)(r * cos(2.0 * 3.14159265358979323846 * (double)u2));
+}
+
+/* Position along a split dimension of local size n in the logical dimension: a plain slice, or
+ * for SwiGLU's [gate; up] the rank's slice of each half. */
+static int64_t logical_coord(int64_t x, int64_t n, tr_tp_shard tp, bool swiglu) {
+    if (!swiglu) return (int64_t)tp.rank * n + x;
+    int64_t half = n / 2;
+    return x < half ? (int64_t)tp.rank * half + x
+                    : half * tp.size + (int64_t)tp.rank * half + x - half;
+}
+
+int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_t e) {
+    int64_t r = e / p->cols, c = e % p->cols;
+    if (p->split_dim == 0) r = logical_coord(r, p->rows, m->tp, p->swiglu_split);
+    if (p->split_dim == 1) c = logical_coord(c, p->cols, m->tp, p->swiglu_split);
+    return r * p->full_cols + c;
+}
+
+tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
+    const tr_model_spec *s = &m->spec;
+    double scaled = s->init_std / sqrt(2.0 * s->num_layers);
+    bool direct = tr_device_host_visible(m->dev);
+    for (int i = 0; i < m->n_info; i++) {
+        const tr_param_info *p = &m->info[i];
+        /* On a device each tensor is drawn on the host and copied over. */
+        float *w =
+            direct ? m->params + p->offset : malloc((size_t)(p->numel ? p->numel : 1) * sizeof *w);
+        if (!w) return TR_ERR_NOMEM;
+        uint64_t key = name_key(p->name);
+        double std = p->init == TR_INIT_SCALED_NORMAL ? scaled
+                     : p->init == TR_INIT_EMBEDDING   ? s->embed_init_std
+                     : p->init == TR_INIT_XAVIER      ? sqrt(2.0 / (p->full_rows + p->full_cols))
+                     : p->init == TR_INIT_NORMAL02    ? 0.2
+                                                      : s->init_std;
+        /* kaiming_uniform_(a = sqrt(5)) on [out, in]: bound sqrt(6 / ((1 + 5) fan_in)). */
+        double bound = 1.0 / sqrt((double)p->full_cols);
+        for (int64_t e = 0; e < p->numel; e++) {
+            uint64_t at = (uint64_t)tr_model_logical_index(m, p, e);
+            if (p->init == TR_INIT_ZERO)
+                w[e] = 0.0f;
+            else if (p->init == TR_INIT_ONE)
+                w[e] = 1.0f;
+            else if (p->init == TR_INIT_KAIMING)
+                w[e] = (float)(bound *
+                               (2.0 * tr_philox_uniform(seed * 0x9E3779B97F4A7C15ull + key, at) -
+                                1.0));
+            else
+                w[e] = (float)std * normal_at(seed, key, at);
+        }
+        if (direct) continue;
+        tr_status st =
+            tr_device_to_device(m->dev, m->params + p->offset, w, (size_t)p->numel * sizeof *w);
+        free(w);
+        TR_TRY(st);
+    }
+    tr_model_params_changed(m);
+    return TR_OK;
+}
+
+double tr_model_flops_per_seq(const tr_model_spec *s) {
+    double T = s->seq, C = s->hidden, hd = (double)s->heads * s->head_dim;
+    double qkv = (double)(s->heads + 2 * s->groups) * s->head_dim;
+    double fc1 = s->swiglu ? 2.0 * s->ffn : s->ffn;
+    double per_tok = 2.0 * (C * qkv + hd * C + C * fc1 + s->ffn * C);
+    /* causal attention: QK^T and PV over on average T/2 keys */
+    double attn = 2.0 * 2.0 * hd * (T / 2.0);
+    return s->num_layers * T * (per_tok + attn) + 2.0 * T * C * s->vocab;
+}

@@ -1,0 +1,171 @@
+/* See runtime/model/linear.h. */
+#include "runtime/model/linear.h"
+
+#include "runtime/model/internal.h"
+#include "runtime/model/tensor_parallel.h"
+
+static bool seq_split(const tr_linear *l) {
+    return l->model->spec.sequence_parallel;
+}
+
+/* Mixed precision: the GEMM sees bf16/fp16 copies of the fp32 weights and activations and
+ * accumulates in fp32, as a tensor core does. */
+static tr_status lin_gemm(const tr_ops *ops, const tr_linear *l, tr_transpose ta, tr_transpose tb,
+                          int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                          float beta, float *c, int ldc) {
+    int lowp = l->model->spec.lowp;
+    if (lowp)
+        return ops->gemm_lowp((tr_lowp)lowp, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    return ops->gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* C = x op(W) with the activation x (fp32, or already half precision: a saved activation) and
+ * the layer's weight as B: the model's half-precision weight copy when it keeps one (made once
+ * per parameter change), else the fp32 weight rounded by the GEMM. bias (forward only, NULL
+ * otherwise) is added to the product; through gemm_lowp_ex it is fused into the GEMM, which adds
+ * it as bias_add would. */
+static tr_status weight_gemm(const tr_ops *ops, const tr_linear *l, tr_transpose tb, int m, int n,
+                             int k, tr_gemm_operand x, float *c, const float *bias) {
+    const uint16_t *wc = NULL;
+    TR_TRY(tr_model_wcopy_of(l->model, l->w, &wc));
+    if (wc || x.lowp) {
+        if (!l->model->spec.lowp) return TR_ERR_INTERNAL;
+        tr_gemm_operand b = {wc ? (const void *)wc : (const void *)l->w, l->in, wc != NULL};
+        return ops->gemm_lowp_ex((tr_lowp)l->model->spec.lowp, TR_NOTRANS, tb, m, n, k, 1.0f, x, b,
+                                 0.0f, c, n, bias);
+    }
+    TR_TRY(lin_gemm(ops, l, TR_NOTRANS, tb, m, n, k, x.p, x.ld, l->w, l->in, 0.0f, c, n));
+    return bias ? ops->bias_add(c, bias, m, n) : TR_OK;
+}
+
+/* LoRA's low-rank path, in fp32 (the adapters are small), as Megatron's ParallelLinearAdapter
+ * splits it under TP: a column-parallel layer's adapter holds all of A and its rows of B, a
+ * row-parallel layer's its columns of A (summed over TP into u) and all of B. No sequence
+ * parallelism (runtime/peft/lora.c refuses it). u = x A^T [rows, rank]. */
+static tr_status lora_down(const tr_ops *ops, const tr_linear *l, const float *x, int rows) {
+    int r = l->model->spec.lora_rank;
+    TR_TRY(ops->gemm(TR_NOTRANS, TR_TRANS, rows, r, l->in, 1.0f, x, l->in, l->lora_a, l->in, 0.0f,
+                     l->model->lora_u, r));
+    if (l->kind != TR_LINEAR_ROW) return TR_OK;
+    return tr_tp_all_reduce(l->model, l->model->lora_u, (int64_t)rows * r);
+}
+
+/* The adapter's input: x, or x through the adapter dropout (peft.dropout, position "pre"). */
+static tr_status lora_input(const tr_linear *l, const float *x, int rows, const float **xa) {
+    *xa = x;
+    if (!tr_lora_dropout_on(l->model)) return TR_OK;
+    *xa = l->model->lora_x;
+    return tr_lora_dropout(l, l->model->lora_x, x, rows, true);
+}
+
+/* y += scale * u B^T; B = 0 (its initial value) adds exact zeros, so the output is bitwise the
+ * base layer's. */
+static tr_status lora_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y,
+                          int rows) {
+    int r = l->model->spec.lora_rank;
+    TR_TRY(lora_input(l, x, rows, &x));
+    TR_TRY(lora_down(ops, l, x, rows));
+    return ops->gemm(TR_NOTRANS, TR_TRANS, rows, l->out, r, l->model->spec.lora_scale,
+                     l->model->lora_u, r, l->lora_b, r, 1.0f, y, l->out);
+}
+
+/* dB += scale dy^T u, du = scale dy B (summed over a column layer's output shards), dA += du^T x,
+ * and dx += du A when dx is wanted: a column layer's dx is then already complete (the caller
+ * adds it after the base layer's all-reduce), a row layer's is its own input shard. */
+static tr_status lora_bwd(const tr_ops *ops, const tr_linear *l, const float *x, const float *dy,
+                          float *dx, int rows) {
+    const tr_model *m = l->model;
+    int r = m->spec.lora_rank;
+    float scale = m->spec.lora_scale;
+    TR_TRY(lora_input(l, x, rows, &x));
+    TR_TRY(lora_down(ops, l, x, rows));
+    TR_TRY(ops->gemm(TR_TRANS, TR_NOTRANS, l->out, r, rows, scale, dy, l->out, m->lora_u, r, 1.0f,
+                     l->lora_db, r));
+    TR_TRY(ops->gemm(TR_NOTRANS, TR_NOTRANS, rows, r, l->out, scale, dy, l->out, l->lora_b, r, 0.0f,
+                     m->lora_du, r));
+    if (l->kind == TR_LINEAR_COLUMN) TR_TRY(tr_tp_all_reduce(m, m->lora_du, (int64_t)rows * r));
+    TR_TRY(ops->gemm(TR_TRANS, TR_NOTRANS, r, l->in, rows, 1.0f, m->lora_du, r, x, l->in, 1.0f,
+                     l->lora_da, l->in));
+    if (!dx) return TR_OK;
+    if (!tr_lora_dropout_on(m))
+        return ops->gemm(TR_NOTRANS, TR_NOTRANS, rows, l->in, r, 1.0f, m->lora_du, r, l->lora_a,
+                         l->in, 1.0f, dx, l->in);
+    /* Through the dropout mask: du A into the (no longer needed) dropped-out input, then back. */
+    TR_TRY(ops->gemm(TR_NOTRANS, TR_NOTRANS, rows, l->in, r, 1.0f, m->lora_du, r, l->lora_a, l->in,
+                     0.0f, m->lora_x, l->in));
+    TR_TRY(tr_lora_dropout(l, m->lora_x, m->lora_x, rows, false));
+    return ops->add(dx, m->lora_x, (int64_t)rows * l->in);
+}
+
+/* The layer's input as a GEMM operand [rows, in]; an adapter reads it in fp32. */
+static tr_status linear_fwd(const tr_ops *ops, const tr_linear *l, tr_gemm_operand x, float *y,
+                            int rows) {
+    if (x.lowp && l->lora_a) return TR_ERR_INTERNAL;
+    bool sp_out = l->kind == TR_LINEAR_ROW && seq_split(l);
+    float *out = sp_out ? l->model->sp_full : y;
+    /* The bias goes with the GEMM unless a TP reduction of the output comes in between (a
+     * row-parallel layer's partial sums); either way it is added after the product, so the
+     * order of the additions is the same. */
+    bool bias_now = l->b && (l->kind == TR_LINEAR_COLUMN || l->model->tp.size == 1);
+    TR_TRY(weight_gemm(ops, l, TR_TRANS, rows, l->out, l->in, x, out, bias_now ? l->b : NULL));
+    if (sp_out) {
+        TR_TRY(tr_tp_seq_reduce_scatter(l->model, out, y, l->out));
+        rows = tr_tp_local_rows(l->model);
+    } else if (l->kind == TR_LINEAR_ROW) {
+        TR_TRY(tr_tp_all_reduce(l->model, y, (int64_t)rows * l->out));
+    }
+    if (l->b && !bias_now) TR_TRY(ops->bias_add(y, l->b, rows, l->out));
+    if (l->lora_a) TR_TRY(lora_fwd(ops, l, x.p, y, rows));
+    return TR_OK;
+}
+
+/* dW += dy^T x: a half-precision x is a ready operand, an fp32 one is rounded by the GEMM. */
+static tr_status weight_grad(const tr_ops *ops, const tr_linear *l, tr_gemm_operand x,
+                             const float *dy, int rows) {
+    if (!x.lowp)
+        return lin_gemm(ops, l, TR_TRANS, TR_NOTRANS, l->out, l->in, rows, dy, l->out, x.p, l->in,
+                        1.0f, l->dw, l->in);
+    if (!l->model->spec.lowp) return TR_ERR_INTERNAL;
+    tr_gemm_operand a = {dy, l->out, false};
+    return ops->gemm_lowp_ex((tr_lowp)l->model->spec.lowp, TR_TRANS, TR_NOTRANS, l->out, l->in,
+                             rows, 1.0f, a, x, 1.0f, l->dw, l->in, NULL);
+}
+
+static tr_status linear_bwd(const tr_ops *ops, const tr_linear *l, tr_gemm_operand x,
+                            const float *dy, float *dx, int rows) {
+    if (x.lowp && l->lora_a) return TR_ERR_INTERNAL;
+    if (l->kind == TR_LINEAR_ROW && seq_split(l)) {
+        /* The whole sequence's output gradient; the bias gradient from it is complete. */
+        TR_TRY(tr_tp_seq_gather(l->model, dy, l->model->sp_full, l->out));
+        dy = l->model->sp_full;
+    }
+    if (l->dw) TR_TRY(weight_grad(ops, l, x, dy, rows));
+    if (l->db) TR_TRY(ops->bias_grad(l->db, dy, rows, l->out));
+    if (!dx) return l->lora_a ? lora_bwd(ops, l, x.p, dy, NULL, rows) : TR_OK;
+    bool sp_dx = l->kind == TR_LINEAR_COLUMN && seq_split(l);
+    float *out = sp_dx ? l->model->sp_full : dx;
+    tr_gemm_operand g = {dy, l->out, false};
+    TR_TRY(weight_gemm(ops, l, TR_NOTRANS, rows, l->in, l->out, g, out, NULL));
+    if (sp_dx) return tr_tp_seq_reduce_scatter(l->model, out, dx, l->in);
+    if (l->kind == TR_LINEAR_COLUMN) TR_TRY(tr_tp_all_reduce(l->model, dx, (int64_t)rows * l->in));
+    return l->lora_a ? lora_bwd(ops, l, x.p, dy, dx, rows) : TR_OK;
+}
+
+tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y, int rows) {
+    return linear_fwd(ops, l, (tr_gemm_operand){x, l->in, false}, y, rows);
+}
+
+tr_status tr_linear_bwd(const tr_ops *ops, const tr_linear *l, const float *x, const float *dy,
+                        float *dx, int rows) {
+    return linear_bwd(ops, l, (tr_gemm_operand){x, l->in, false}, dy, dx, rows);
+}
+
+tr_status tr_linear_fwd_half(const tr_ops *ops, const tr_linear *l, const uint16_t *x, float *y,
+                             int rows) {
+    return linear_fwd(ops, l, (tr_gemm_operand){x, l->in, true}, y, rows);
+}
+
+tr_status tr_linear_bwd_half(const tr_ops *ops, const tr_linear *l, const uint16_t *x,
+                             const float *dy, float *dx, int rows) {
+    return linear_bwd(ops, l, (tr_gemm_operand){x, l->in, true}, dy, dx, rows);
+}

@@ -1,0 +1,46 @@
+/* A linear layer y = x W^T + b as the model sees it: the weight it holds is one shard of a
+ * logical [out, in] matrix. A column-parallel layer holds rows (out/TP) and needs no input
+ * communication in forward; a row-parallel layer holds columns (in/TP) and sums partial outputs
+ * over the TP group (Megatron's ColumnParallelLinear / RowParallelLinear without sequence
+ * parallelism: the column layer all-reduces its input gradient in backward, the row layer its
+ * output in forward, before the bias, which it keeps whole). With one shard both are plain GEMMs.
+ */
+#ifndef TR_RUNTIME_MODEL_LINEAR_H
+#define TR_RUNTIME_MODEL_LINEAR_H
+
+#include "kernels/ops.h"
+#include "runtime/model/model.h"
+
+typedef enum tr_linear_kind { TR_LINEAR_COLUMN, TR_LINEAR_ROW } tr_linear_kind;
+
+typedef struct tr_linear {
+    const float *w, *b; /* w [out_local, in_local]; b may be NULL */
+    float *dw, *db;     /* gradients (accumulated); db NULL when there is no bias */
+    int in, out;        /* local (shard) sizes */
+    tr_linear_kind kind;
+    const tr_model *model; /* its TP group and shard */
+    /* LoRA (runtime/peft/lora.h): y += scale * (x A^T) B^T with A [rank, in], B [out, rank]; a NULL
+     * lora_a means no adapter. A frozen layer has dw (and db) NULL: no weight gradient. */
+    const float *lora_a, *lora_b;
+    float *lora_da, *lora_db;
+    int lora_site; /* layer * TR_LORA_TARGETS + target: the adapter's dropout stream */
+} tr_linear;
+
+/* y [rows, out] = x [rows, in] W^T + b (overwrites y). rows counts whole sequences; with sequence
+ * parallelism a row-parallel layer's y holds this rank's sequence chunk only (rows/tp). */
+tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y, int rows);
+/* dW += dy^T x, db += column sums of dy (each skipped when NULL), and dx = dy W (overwritten;
+ * skipped when dx is NULL); with an adapter also its gradients and its part of dx.
+ * With sequence parallelism a column-parallel layer's dx and a row-parallel layer's dy are this
+ * rank's sequence chunk (rows/tp). */
+tr_status tr_linear_bwd(const tr_ops *ops, const tr_linear *l, const float *x, const float *dy,
+                        float *dx, int rows);
+/* The same with the input saved in half precision (bf16/fp16 bit patterns of spec.lowp, as
+ * cast_lowp writes them): the GEMMs read it as a ready operand, so the results are those of the
+ * fp32 input they were rounded from. Only for layers without an adapter (TR_ERR_INTERNAL). */
+tr_status tr_linear_fwd_half(const tr_ops *ops, const tr_linear *l, const uint16_t *x, float *y,
+                             int rows);
+tr_status tr_linear_bwd_half(const tr_ops *ops, const tr_linear *l, const uint16_t *x,
+                             const float *dy, float *dx, int rows);
+
+#endif

@@ -1,0 +1,344 @@
+/* The decoder-only transformer (GPT and Llama families) written once against the op table.
+ *
+ * Parameters and gradients are views into one flat buffer each, so data-parallel buckets and
+ * distributed-optimizer shards are plain ranges. A model holds either the whole network or the
+ * parts (pipeline stages) one rank runs: only their parameters, gradients and activations exist.
+ * Each part keeps `slots` sets of activations (the microbatches it has in flight): forward fills
+ * one, backward consumes it and ACCUMULATES parameter gradients, so gradient accumulation is
+ * "forward/backward per microbatch, one optimizer step".
+ *
+ * Parallelism stays out of the maths: every linear layer is a tr_linear that knows which shard
+ * of the logical weight it holds (tensor-parallel rank/size), and a pipeline rank's model is
+ * built from its parts. See docs/runtime.md and docs/pipeline.md. */
+#ifndef TR_RUNTIME_MODEL_H
+#define TR_RUNTIME_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/diag.h"
+#include "kernels/ops.h"
+
+/* Everything the maths needs, read once from a validated config (tr_model_spec_from_config) or
+ * filled directly by tests and benchmarks. */
+typedef struct tr_model_spec {
+    int num_layers, hidden, heads, groups, head_dim, ffn;
+    int vocab;      /* padded vocabulary: rows of the embedding and of the output layer */
+    int vocab_real; /* model.vocab_size: ids from here to vocab are padding, never in the
+                     * softmax, so the loss is the unpadded model's (0: no padding) */
+    int seq;        /* model.seq_length: rows of the learned position table */
+    int layernorm;  /* 1: LayerNorm (GPT), 0: RMSNorm (Llama) */
+    int swiglu;     /* gated MLP with silu; else a plain GeLU MLP */
+    int gelu_tanh;  /* tanh-approximated GeLU ("gelu_new") instead of the erf form */
+    int learned_pos;
+    int rope; /* rotary embedding on q and k (rope_p is used only then) */
+    tr_rope_params rope_p;
+    int bias_linear; /* biases on every linear layer */
+    int bias_qkv;    /* a bias on the QKV projection only */
+    int tied;        /* output layer reuses the word embedding */
+    int zero_centered;
+    float eps;
+    double init_std, embed_init_std;
+    float hidden_dropout; /* on the embedding output and both residual branches */
+    /* Megatron's sequence parallelism (used with TP > 1): outside the TP regions activations are
+     * split along the sequence; all-gathers and reduce-scatters replace the all-reduces. */
+    int sequence_parallel;
+    /* Mixed precision: 0 for fp32, else the tr_lowp the linear layers' GEMM operands are rounded
+     * to (docs/runtime.md, "Mixed precision"). */
+    int lowp;
+    /* Mixed precision without the half-precision weight copy: every linear-layer GEMM rounds the
+     * fp32 weights itself (gemm_lowp), as before the copy existed. Bitwise the same results; for
+     * tests that prove it (tr_train_opts.no_weight_copy sets it). */
+    int no_weight_copy;
+    /* Mixed precision with every saved activation in fp32: the inputs of the linear layers (norm
+     * outputs, the MLP activation) are then rounded by each GEMM that reads them instead of
+     * being stored rounded once. Bitwise the same results, twice the memory of those tensors;
+     * for tests that prove it (tr_train_opts.no_half_acts sets it). */
+    int no_half_acts;
+    /* LoRA (runtime/peft/lora.h): 0, or the adapters' rank on the linear layers whose bit
+     * (1 << TR_LORA_*) is set in lora_targets; every other parameter is then frozen. */
+    int lora_rank;
+    unsigned lora_targets;
+    float lora_scale;             /* alpha / rank */
+    int lora_a_init, lora_b_init; /* TR_INIT_* of the adapters' A [rank, in] and B [out, rank] */
+    float lora_dropout;           /* dropout on the adapter's input (training only) */
+} tr_model_spec;
+
+/* The adaptable linear layers of a transformer layer (Megatron's module names). */
+enum { TR_LORA_QKV, TR_LORA_PROJ, TR_LORA_FC1, TR_LORA_FC2, TR_LORA_TARGETS };
+
+/* Which shard of the logical tensors this rank holds (tensor parallelism). */
+typedef struct tr_tp_shard {
+    int rank, size;
+} tr_tp_shard;
+
+/* One parameter tensor: a named range of the flat buffer. Under tensor parallelism it is this
+ * rank's shard of a logical [full_rows, full_cols] tensor, split along split_dim. */
+typedef struct tr_param_info {
+    char name[80]; /* Megatron's names, e.g. decoder.layers.0.self_attention.linear_qkv.weight */
+    int64_t offset, numel;
+    int rows, cols; /* 2-D view of the shard; vectors have rows == 1 */
+    bool no_decay;  /* biases and norm weights: Megatron applies no weight decay to them */
+    int init;       /* TR_INIT_* */
+    int split_dim;  /* -1: the same on every TP rank; 0: rows split; 1: columns split */
+    /* SwiGLU's fc1: the split dimension is [gate; up] and each rank holds its slice of both. */
+    bool swiglu_split;
+    /* Sequence parallel: each TP rank's gradient covers its sequence chunk only (norms, position
+     * embedding); the sum over the TP group is the gradient. */
+    bool sp_partial;
+    /* Pipeline parallel with tied embeddings: the last stage's own copy of the word embedding
+     * (the output layer's weight). The first stage's tensor is the one that counts once (grad
+     * norm, checkpoint); the copy is kept equal by the embedding group's gradient all-reduce. */
+    bool tied_copy;
+    /* LoRA: a base weight that is never trained (no gradient, no update, no weight decay). */
+    bool frozen;
+    int full_rows, full_cols; /* the logical tensor */
+} tr_param_info;
+
+enum {
+    TR_INIT_NORMAL,
+    TR_INIT_SCALED_NORMAL,
+    TR_INIT_EMBEDDING,
+    TR_INIT_ZERO,
+    TR_INIT_ONE,
+    TR_INIT_XAVIER,   /* normal, std sqrt(2 / (fan_in + fan_out)) (LoRA "xavier") */
+    TR_INIT_NORMAL02, /* normal, std 0.2 (LoRA "normal") */
+    TR_INIT_KAIMING   /* uniform in +-1/sqrt(fan_in) (LoRA "kaiming", a = sqrt(5)) */
+};
+
+typedef struct tr_layer_views {
+    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    float *lora_a[TR_LORA_TARGETS], *lora_b[TR_LORA_TARGETS]; /* NULL: no adapter */
+} tr_layer_views;
+
+/* Pointers into one flat buffer (parameters or their gradients); NULL where absent. */
+typedef struct tr_model_views {
+    float *word_emb, *pos_emb, *final_w, *final_b, *out_w;
+    tr_layer_views *layers;
+} tr_model_views;
+
+/* One layer's saved activations. In mixed precision the inputs of QKV, fc1 and fc2 are kept
+ * only as their bf16/fp16 bit patterns (the *_h fields; the gathered rows under sequence
+ * parallelism), because those GEMMs are their only consumers and round them anyway; the fp32
+ * fields they replace are then NULL (docs/runtime.md, "Saved activations"). An input a LoRA
+ * adapter also reads (fp32) stays fp32. */
+typedef struct tr_layer_acts {
+    float *x_in, *ln1, *ln1_mean, *ln1_rstd, *q, *k, *v, *attn, *lse;
+    float *x_mid, *ln2, *ln2_mean, *ln2_rstd, *fc1, *act;
+    float *ln1_full, *ln2_full; /* sequence parallel: the gathered norm outputs */
+    uint16_t *ln1_h, *ln2_h, *act_h;
+} tr_layer_acts;
+
+/* A contiguous part of the model (a pipeline stage): layers [first_layer, first_layer +
+ * num_layers) with their GLOBAL numbers, plus the embedding in front (first_layer 0) and/or the
+ * final norm, output layer and loss behind (the last layer). slots: how many microbatches of
+ * the part are in flight at once (forwarded, not yet backwarded), one activation set each;
+ * 0 counts as 1. */
+typedef struct tr_model_part {
+    int first_layer, num_layers;
+    bool has_embedding, has_loss;
+    int slots;
+} tr_model_part;
+
+/* What the backward of one (part, slot) needs from its forward. Head fields are NULL unless
+ * the part has the loss, ids unless it has the embedding. */
+typedef struct tr_slot_acts {
+    tr_layer_acts *layers; /* the part's layers, first_layer first */
+    float *x_final, *lnf, *lnf_mean, *lnf_rstd, *lnf_full, *logits, *ce_stats, *losses, *dloss;
+    uint16_t *lnf_h; /* mixed precision: the output layer's input, half precision (lnf NULL) */
+    int32_t *ids, *targets;
+    int64_t n_valid;
+    uint64_t dropout_round;
+    /* The microbatch's packed-sequence layout (tr_model_set_sequences), kept for its backward;
+     * unused (NULL in m->doc_start / m->pos_ids) when has_doc / has_pos is false. */
+    int32_t *doc_start, *pos_ids;
+    bool has_doc, has_pos;
+} tr_slot_acts;
+
+/* Per-parameter events for the training loop's communication (index = position in info, the
+ * model order). before_param: the forward is about to read the parameter (a pending parameter
+ * all-gather must finish). grad_ready: the backward has added this microbatch's last
+ * contribution to its gradient (a tied embedding after both of its uses). NULL: no event. */
+typedef struct tr_model_hooks {
+    void *ctx;
+    tr_status (*before_param)(void *ctx, int param);
+    tr_status (*grad_ready)(void *ctx, int param);
+} tr_model_hooks;
+
+typedef struct tr_model {
+    /* This rank's sizes: heads, groups, ffn and vocab are the logical ones divided by tp.size. */
+    tr_model_spec spec;
+    tr_model_spec full; /* the logical model */
+    tr_tp_shard tp;
+    /* The TP group's collectives (tensor_parallel.h); NULL when tp.size == 1. */
+    struct tr_comm *comm;
+    int tp_group;
+    const tr_ops *ops;
+    /* Where params, grads, activations and token ids live (runtime/device/device.h); the host
+     * device unless created with tr_model_create_parts_on. Host code never dereferences them unless
+     * tr_device_host_visible(dev). */
+    struct tr_device *dev;
+    int batch; /* micro batch size the activations are sized for */
+    int qkv_dim, fc1_dim;
+
+    float *params, *grads; /* the flat buffers */
+    int64_t n_params;
+    tr_param_info *info;
+    int n_info;
+    tr_model_views p, g;
+    /* The parts this model holds (one whole part for a plain model). */
+    tr_model_part *parts;
+    int n_parts;
+    /* Pipeline parallel with tied embeddings: this last stage holds its own copy of the word
+     * embedding as the output layer (tr_param_info.tied_copy). */
+    bool has_tied_copy;
+
+    /* Activations: per (part, slot) in slot_acts[slot_start[part] + slot]; the fields below
+     * point at the (part, slot) the current forward or backward works on (acts is indexed by
+     * global layer, valid for the current part's layers only). */
+    float *act_buf;
+    int64_t act_numel; /* floats in act_buf: every slot plus the shared scratch */
+    int32_t *tok_buf;
+    tr_slot_acts *slot_acts;
+    int *slot_start;
+    tr_layer_acts *acts;
+    float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *ce_stats, *losses, *dloss;
+    uint16_t *lnf_h;
+    float *rope_cos, *rope_sin;
+    float *loss_dev; /* tr_model_forward's microbatch loss, before its copy to the host */
+    float *lnf_full, *sp_full, *sp_perm; /* sequence parallel: gathered rows and scratch */
+    int32_t *ids, *targets;
+    /* Backward scratch. */
+    float *dx, *dtmp, *dbig, *dact, *dq, *dk, *dv;
+    int64_t n_valid;        /* targets >= 0 in the current microbatch */
+    uint64_t dropout_seed;  /* rng.seed-derived; the offset below makes each site distinct */
+    uint64_t dropout_round; /* set by the caller to a new value for every training microbatch */
+    int training;           /* 0 during evaluation: no dropout */
+    /* fp16 loss scaling (runtime/optimizer/loss_scaler.h): the loss gradient is multiplied by this,
+     * so every parameter gradient comes out scaled; 0 means no scaling. */
+    float grad_loss_scale;
+    tr_model_hooks hooks;
+    /* Mixed precision: the linear layers' weights rounded to spec.lowp (bf16/fp16 bit patterns),
+     * what their forward and input-gradient GEMMs read (docs/runtime.md, "Mixed precision").
+     * NULL in fp32 or with spec.no_weight_copy. Tensor i's copy starts at wcopy_off[i] (-1: none;
+     * own aligned offsets, independent of the fp32 layout) and was made from the parameters of
+     * version wcopy_version[i]; params_version counts the changes of the fp32 parameters
+     * (tr_model_params_changed / _stepped), frozen_version is the last change that may have
+     * touched frozen tensors (LoRA's base). A tensor is re-cast when the forward is about to
+     * read it (tr_model_before_params, after any pending parameter all-gather) if its copy is
+     * older than that; a GEMM that finds a stale copy fails. wcopy_verify (host-visible
+     * devices): a copy found current is compared with a fresh cast, so a parameter write that
+     * forgot to report itself is an error, not a silent use of old weights. */
+    uint16_t *wcopy;
+    int64_t *wcopy_off;
+    uint64_t *wcopy_version;
+    uint64_t params_version, frozen_version;
+    bool wcopy_verify;
+    /* Packed fine-tuning sequences: the layout the next forwards take (tr_model_set_sequences),
+     * and the one of the (part, slot) in progress, else NULL: one document per row, positions
+     * 0..seq-1 (pretraining). */
+    const int32_t *next_doc_start, *next_pos_ids;
+    const int32_t *doc_start, *pos_ids;
+    float *pos_cos, *pos_sin; /* RoPE tables gathered per token by position id */
+    int32_t *pos_local;       /* the positions of the rows this rank holds */
+    float *lora_u, *lora_du;  /* LoRA scratch [batch * seq, rank]: x A^T and its gradient */
+    float *lora_x;            /* [batch * seq, widest input]: the adapter's dropped-out input */
+} tr_model;
+
+/* Reads the model section (and the derived padded vocab) into a spec; features the CPU runtime
+ * does not implement yet are reported as diagnostics (id runtime.unsupported) with the key and
+ * the fix. */
+tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d);
+
+/* Lays out parameters, gradients and activations of `parts` (a pipeline rank's chunks: disjoint
+ * layers, at most one with the embedding and one with the loss) for micro batches of `batch`
+ * sequences of spec.seq tokens, for TP shard `tp` of the logical model s (heads, query groups,
+ * ffn and the padded vocabulary must divide by tp.size). Only the parts' parameters exist, named
+ * with global layer numbers; a tied model whose parts have the loss but not the embedding gets a
+ * tied copy of the word embedding. Parameters are zero until tr_model_init_weights or a load.
+ * With tp.size > 1 set m->comm (and m->tp_group) before the first forward. */
+tr_status tr_model_create_parts(tr_model *m, const tr_model_spec *s, tr_tp_shard tp,
+                                const tr_ops *ops, int batch, const tr_model_part *parts,
+                                int n_parts);
+/* The same on a device (runtime/device/device.h): its op table and its memory. */
+tr_status tr_model_create_parts_on(tr_model *m, struct tr_device *dev, const tr_model_spec *s,
+                                   tr_tp_shard tp, int batch, const tr_model_part *parts,
+                                   int n_parts);
+/* The whole model as one part with one activation set. */
+tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, const tr_ops *ops,
+                          int batch);
+void tr_model_free(tr_model *m);
+
+/* Megatron's initialisation: N(0, init_std) for QKV, fc1, an untied output layer; embeddings
+ * N(0, embed_init_std); attention and MLP output projections N(0, init_std/sqrt(2 L)); biases 0;
+ * norm weights 1 (0 with zero-centred gamma). Each element is drawn from a counter-based stream
+ * keyed by (seed, tensor, logical element), so the values do not depend on the layout. */
+tr_status tr_model_init_weights(tr_model *m, uint64_t seed);
+
+/* Every write of m->params outside the model's own functions (optimizer steps, checkpoint
+ * loads, tests) must be followed by this before the next forward: the half-precision weight copy
+ * is re-cast from the new values when the forward reaches each tensor. Cheap (a counter). */
+void tr_model_params_changed(tr_model *m);
+/* The same for an optimizer step, which leaves frozen tensors (tr_param_info.frozen) as they
+ * are: LoRA's frozen base keeps its copy instead of being re-cast every step. */
+void tr_model_params_stepped(tr_model *m);
+
+/* Forward of one microbatch through a whole model: ids and targets are [batch, seq] (targets < 0
+ * are not trained on). Writes the mean loss over the trained tokens to *loss (0 when there are
+ * none), a host float: on a device this waits for the forward (the training loop uses
+ * tr_model_forward_part, which leaves the loss in device memory). */
+tr_status tr_model_forward(tr_model *m, const int32_t *ids, const int32_t *targets, float *loss);
+
+/* Backward of the last forward, ACCUMULATING into m->grads; loss_scale multiplies the
+ * microbatch's mean loss (1/num_microbatches under gradient accumulation). Call it once per
+ * forward: it overwrites the logits with their gradient. */
+tr_status tr_model_backward(tr_model *m, float loss_scale);
+
+/* Forward of m->parts[part] for one microbatch into activation set `slot`: ids are read with the
+ * embedding, targets with the loss (written to *loss, one float in the model device's memory,
+ * as tr_model_forward's value but not read back: NULL keeps it in the model's own scratch;
+ * host memory on the cpu device); otherwise the part starts from
+ * x_in and leaves its output in x_out, both [batch, seq (/ tp with sequence parallelism),
+ * hidden]. The slot keeps what the backward needs (and m->dropout_round) until then. */
+tr_status tr_model_forward_part(tr_model *m, int part, int slot, const int32_t *ids,
+                                const int32_t *targets, const float *x_in, float *x_out,
+                                float *loss);
+/* Backward of the forward stored in (part, slot) (gradients accumulate): from the loss (scaled
+ * as in tr_model_backward) or from dy, the gradient of its output; without the embedding the
+ * gradient of its input goes to dx_out. */
+tr_status tr_model_backward_part(tr_model *m, int part, int slot, float loss_scale, const float *dy,
+                                 float *dx_out);
+
+/* The document layout of the microbatches forwarded from now on, each array [batch, seq]
+ * (tr_token_sequence): a token attends only within its document (doc_start, the attention op's
+ * document mask) and its position (RoPE, learned positions) is pos_ids. Both NULL restores
+ * pretraining. Each forward copies the layout into its activation slot, so the caller may reuse
+ * the arrays for the next microbatch before this one's backward (pipeline schedules). */
+tr_status tr_model_set_sequences(tr_model *m, const int32_t *doc_start, const int32_t *pos_ids);
+
+/* Activation sets this model keeps for global layer `layer` (0: a layer it does not hold). */
+int tr_model_layer_slots(const tr_model *m, int layer);
+
+/* The parameter list tr_model_create_parts would lay out (no buffers): *info is allocated
+ * (free it), offsets are those of the model's own flat buffer, *numel its size. */
+tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_model_part *parts,
+                              int n_parts, tr_param_info **info, int *n_info, int64_t *numel);
+
+/* Moves every parameter i to offsets[i] of new flat buffers of numel floats (a data-parallel
+ * gradient layout's offsets), keeping the values; the gradients restart at zero and elements
+ * outside every parameter stay zero. */
+tr_status tr_model_relayout(tr_model *m, const int64_t *offsets, int64_t numel);
+
+/* The logical element (row-major in the full_rows x full_cols tensor) of element e of p's shard
+ * on this rank. */
+int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_t e);
+
+/* The parameter named `name` (Megatron's name), or NULL. */
+const tr_param_info *tr_model_find_param(const tr_model *m, const char *name);
+
+/* Forward FLOPs of one sequence of spec.seq tokens (matmuls and attention), for throughput. */
+double tr_model_flops_per_seq(const tr_model_spec *s);
+
+#endif

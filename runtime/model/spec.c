@@ -1,0 +1,128 @@
+/* The model section of a validated config, reduced to what the CPU maths implements. Anything
+ * the config can express but the runtime cannot yet run is an error here, never silently
+ * dropped. */
+#include <math.h>
+
+#include "runtime/model/model.h"
+
+static tr_status unsupported(tr_diags *d, const char *key, const char *hint, const char *what) {
+    return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key, hint,
+                       "the CPU training runtime does not implement %s yet", what);
+}
+
+/* Mixed precision keeps fp32 main parameters and rounds the GEMM operands (docs/runtime.md):
+ * half-precision parameters are the working copy of an fp32 master, so params_dtype may name the
+ * training dtype (Megatron-Bridge's presets do) or fp32; half-precision weights with no fp32
+ * master, or a dtype other than the one trained in, are refused. */
+static int check_precision(const tr_model_config *m, tr_diags *d) {
+    int bad = 0, half = m->bf16 ? TR_DTYPE_BF16 : m->fp16 ? TR_DTYPE_FP16 : TR_DTYPE_FP32;
+    if (m->params_dtype != TR_DTYPE_FP32 && m->params_dtype != half)
+        bad |= unsupported(d, "model.params_dtype",
+                           half == TR_DTYPE_FP32
+                               ? "train in mixed precision (mixed_precision.preset=bf16_mixed or "
+                                 "fp16_mixed) or set model.params_dtype=fp32"
+                               : "set model.params_dtype to fp32 or to the dtype trained in",
+                           half == TR_DTYPE_FP32
+                               ? "half-precision parameters without fp32 main parameters"
+                               : "parameters in a dtype other than the mixed-precision dtype") !=
+               TR_OK;
+    if (m->fp16_lm_cross_entropy)
+        bad |=
+            unsupported(d, "model.fp16_lm_cross_entropy", "set model.fp16_lm_cross_entropy=false",
+                        "a half-precision cross entropy (it is computed in fp32)") != TR_OK;
+    return bad;
+}
+
+static int check_features(const tr_model_config *m, tr_diags *d) {
+    int bad = 0;
+    if (m->num_moe_experts != TR_NULL_INT)
+        bad |= unsupported(d, "model.num_moe_experts",
+                           "train a dense model (a MoE runtime is a "
+                           "separate issue)",
+                           "mixture-of-experts layers") != TR_OK;
+    if (m->qk_layernorm)
+        bad |= unsupported(d, "model.qk_layernorm", "set model.qk_layernorm=false",
+                           "query/key layernorm") != TR_OK;
+    if (m->attention_dropout > 0)
+        bad |= unsupported(d, "model.attention_dropout", "set model.attention_dropout=0",
+                           "dropout on the attention probabilities") != TR_OK;
+    if (m->rotary_interleaved)
+        bad |= unsupported(d, "model.rotary_interleaved", "set model.rotary_interleaved=false",
+                           "interleaved rotary embedding") != TR_OK;
+    if (m->position_embedding_type == TR_POSEMB_YARN)
+        bad |= unsupported(d, "model.position_embedding_type", "use position_embedding_type=rope",
+                           "YaRN rotary scaling") != TR_OK;
+    if (!m->window_size.null)
+        bad |= unsupported(d, "model.window_size", "set model.window_size=null",
+                           "sliding-window attention") != TR_OK;
+    if (m->mtp_num_layers != TR_NULL_INT && m->mtp_num_layers > 0)
+        bad |= unsupported(d, "model.mtp_num_layers", "set model.mtp_num_layers=null",
+                           "multi-token prediction") != TR_OK;
+    bad |= check_precision(m, d);
+    int act = m->activation_func;
+    if (m->gated_linear_unit && act != TR_ACT_SILU)
+        bad |= unsupported(d, "model.activation_func",
+                           "use activation_func=silu with "
+                           "gated_linear_unit=true (SwiGLU)",
+                           "this gated activation") != TR_OK;
+    if (!m->gated_linear_unit && act != TR_ACT_GELU && act != TR_ACT_FAST_GELU)
+        bad |= unsupported(d, "model.activation_func",
+                           "use gelu, fast_gelu, or silu with "
+                           "gated_linear_unit=true",
+                           "this MLP activation") != TR_OK;
+    return bad;
+}
+
+tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d) {
+    const tr_model_config *m = &c->model;
+    *s = (tr_model_spec){0};
+    if (check_features(m, d)) return TR_ERR_CONFIG;
+    s->num_layers = (int)m->num_layers;
+    s->hidden = (int)m->hidden_size;
+    s->heads = (int)m->num_attention_heads;
+    s->groups = m->num_query_groups != TR_NULL_INT ? (int)m->num_query_groups : s->heads;
+    s->head_dim = m->kv_channels != TR_NULL_INT ? (int)m->kv_channels : s->hidden / s->heads;
+    s->ffn = m->ffn_hidden_size != TR_NULL_INT ? (int)m->ffn_hidden_size : 4 * s->hidden;
+    int64_t v = c->derived.padded_vocab_size;
+    if (v == TR_NULL_INT) v = m->vocab_size;
+    if (v == TR_NULL_INT || v <= 0)
+        return tr_diag_add(d, TR_SEV_ERROR, "runtime.no_vocab", NULL, "model.vocab_size",
+                           "set model.vocab_size or a tokenizer that defines one",
+                           "the model has no vocabulary size");
+    s->vocab = (int)v;
+    s->sequence_parallel = m->sequence_parallel;
+    s->vocab_real = m->vocab_size != TR_NULL_INT && m->vocab_size < v ? (int)m->vocab_size : 0;
+    s->seq = (int)m->seq_length;
+    s->layernorm = m->normalization == TR_NORM_LAYERNORM;
+    s->swiglu = m->gated_linear_unit;
+    s->gelu_tanh = m->activation_func == TR_ACT_FAST_GELU;
+    s->learned_pos = m->position_embedding_type == TR_POSEMB_LEARNED_ABSOLUTE;
+    s->rope = m->position_embedding_type == TR_POSEMB_ROPE;
+    if (s->rope) {
+        int rot = (int)(s->head_dim * m->rotary_percent);
+        s->rope_p = (tr_rope_params){
+            .rot_dim = rot - rot % 2,
+            .base = m->rotary_base,
+            .interp_factor = tr_is_null_float(m->seq_len_interpolation_factor)
+                                 ? 0.0
+                                 : m->seq_len_interpolation_factor,
+            .llama3 = m->rope_scaling,
+            .factor = m->rope_scaling_factor,
+            .low_freq_factor = m->rope_scaling_low_freq_factor,
+            .high_freq_factor = m->rope_scaling_high_freq_factor,
+            .original_max_position = (double)m->rope_scaling_original_max_position_embeddings,
+        };
+    }
+    s->bias_linear = m->add_bias_linear;
+    s->bias_qkv = m->add_bias_linear || m->add_qkv_bias;
+    s->tied = m->share_embeddings_and_output_weights;
+    s->zero_centered = m->layernorm_zero_centered_gamma;
+    s->eps = (float)m->layernorm_epsilon;
+    s->init_std = m->init_method_std;
+    s->embed_init_std = tr_is_null_float(m->embedding_init_method_std)
+                            ? m->init_method_std
+                            : m->embedding_init_method_std;
+    s->hidden_dropout = (float)m->hidden_dropout;
+    s->lowp = m->bf16 ? TR_LOWP_BF16 : m->fp16 ? TR_LOWP_F16 : 0;
+    return TR_OK;
+}

@@ -1,0 +1,40 @@
+/* Megatron's tensor-parallel mappings on the TP group, as the model uses them. Without sequence
+ * parallelism the activations outside the TP regions are replicated on every TP rank:
+ *   - entering a column-parallel region is the identity forward and an all-reduce of the input
+ *     gradient backward;
+ *   - leaving a row-parallel region (and the vocab-parallel embedding) all-reduces forward and is
+ *     the identity backward.
+ * With sequence parallelism (spec.sequence_parallel) the activations outside the TP regions are
+ * split along the sequence: rank r holds tokens [r*T/tp, (r+1)*T/tp) of every sequence of the
+ * microbatch, rows [b][T/tp]. Entering a TP region all-gathers them (backward: reduce-scatter),
+ * leaving it reduce-scatters (backward: all-gather).
+ * Every call is a no-op on a model with one shard. */
+#ifndef TR_RUNTIME_TENSOR_PARALLEL_H
+#define TR_RUNTIME_TENSOR_PARALLEL_H
+
+#include <stdint.h>
+
+#include "runtime/comm/comm.h"
+#include "runtime/model/model.h"
+
+/* Sum of x [n] over the TP group, in place. */
+tr_status tr_tp_all_reduce(const tr_model *m, float *x, int64_t n);
+
+/* Rows of the activations outside the TP regions: batch*seq, or batch*seq/tp with sequence
+ * parallelism. */
+int tr_tp_local_rows(const tr_model *m);
+
+/* Sequence parallel: this rank's rows local [batch*T/tp, width] -> every rank's rows in
+ * sequence order, full [batch*T, width]. Uses m->sp_perm as scratch (full must not be it). */
+tr_status tr_tp_seq_gather(const tr_model *m, const float *local, float *full, int width);
+
+/* Sequence parallel: the sum over the TP group of full [batch*T, width], this rank's rows of it
+ * into local [batch*T/tp, width]. Uses m->sp_perm as scratch (full may not be it). */
+tr_status tr_tp_seq_reduce_scatter(const tr_model *m, const float *full, float *local, int width);
+
+/* Cross entropy over the vocab shards: this rank's stats [3, rows] of its logits are combined into
+ * the global row max, sum of exponentials and target logit (max all-reduce, rebase, sum
+ * all-reduce), so no rank ever holds the full logits. scratch holds rows floats. */
+tr_status tr_tp_ce_combine(const tr_model *m, float *stats, float *scratch, int rows);
+
+#endif

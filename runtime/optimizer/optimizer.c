@@ -1,0 +1,119 @@
+/* See runtime/optimizer/optimizer.h. */
+#include "runtime/optimizer/optimizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static tr_status unsupported(tr_diags *d, const char *key, const char *hint, const char *what) {
+    return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key, hint,
+                       "the CPU training runtime does not implement %s yet", what);
+}
+
+/* The optimizer always keeps fp32 main parameters, gradients and moments. */
+static int check_precision(const tr_config *c, tr_diags *d) {
+    const tr_optimizer_config *o = &c->optimizer;
+    const tr_model_config *m = &c->model;
+    int bad = 0;
+    if (o->bf16 != m->bf16 || o->fp16 != m->fp16)
+        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL,
+                           "optimizer.bf16,optimizer.fp16,model.bf16,model.fp16",
+                           "set the precision through mixed_precision.preset, which sets both",
+                           "the optimizer's bf16/fp16 flags must match the model's") != TR_OK;
+    const struct {
+        int32_t dtype;
+        const char *key;
+    } state[] = {{o->main_grads_dtype, "optimizer.main_grads_dtype"},
+                 {o->main_params_dtype, "optimizer.main_params_dtype"},
+                 {o->exp_avg_dtype, "optimizer.exp_avg_dtype"},
+                 {o->exp_avg_sq_dtype, "optimizer.exp_avg_sq_dtype"}};
+    for (size_t i = 0; i < sizeof state / sizeof state[0]; i++)
+        if (state[i].dtype != TR_DTYPE_FP32)
+            bad |= unsupported(d, state[i].key, "set it to fp32",
+                               "optimizer state below fp32 (precision-aware optimizer)") != TR_OK;
+    return bad;
+}
+
+tr_status tr_optimizer_spec_from_config(const tr_config *c, tr_optimizer_spec *s, tr_diags *d) {
+    const tr_optimizer_config *o = &c->optimizer;
+    int bad = 0;
+    if (o->optimizer == TR_OPTIM_ADAM && !o->decoupled_weight_decay)
+        bad |= unsupported(d, "optimizer.decoupled_weight_decay",
+                           "set optimizer.decoupled_weight_decay=true (AdamW)",
+                           "Adam with L2-coupled weight decay") != TR_OK;
+    if (!tr_is_null_float(o->decoupled_lr) || !tr_is_null_float(o->decoupled_min_lr))
+        bad |= unsupported(d, "optimizer.decoupled_lr",
+                           "unset optimizer.decoupled_lr and "
+                           "optimizer.decoupled_min_lr",
+                           "a separate embedding learning rate") != TR_OK;
+    bad |= check_precision(c, d);
+    if (bad) return TR_ERR_CONFIG;
+    *s = (tr_optimizer_spec){.sgd = o->optimizer == TR_OPTIM_SGD,
+                             .beta1 = (float)o->adam_beta1,
+                             .beta2 = (float)o->adam_beta2,
+                             .eps = (float)o->adam_eps,
+                             .momentum = (float)o->sgd_momentum,
+                             .clip_grad = o->clip_grad,
+                             .grad_norm_skip_threshold = o->grad_norm_skip_threshold};
+    return TR_OK;
+}
+
+tr_status tr_optimizer_create(tr_optimizer *o, const tr_optimizer_spec *s, const tr_ops *ops,
+                              const tr_param_info *info, int n_info, int64_t n) {
+    *o = (tr_optimizer){.spec = *s, .ops = ops, .info = info, .n_info = n_info, .n = n};
+    for (int i = 0; i < n_info; i++)
+        if (info[i].offset < 0 || info[i].offset + info[i].numel > n) return TR_ERR_INVALID;
+    o->m = calloc((size_t)n, sizeof(float));
+    if (!s->sgd) o->v = calloc((size_t)n, sizeof(float));
+    if (!o->m || (!s->sgd && !o->v)) {
+        tr_optimizer_free(o);
+        return TR_ERR_NOMEM;
+    }
+    return TR_OK;
+}
+
+void tr_optimizer_free(tr_optimizer *o) {
+    if (o->dev) {
+        tr_optimizer_free_on_device(o);
+        return;
+    }
+    free(o->m);
+    free(o->v);
+    o->m = o->v = NULL;
+}
+
+tr_status tr_grad_norm(const tr_ops *ops, const float *grads, int64_t n, double *norm) {
+    float sq = 0.0f;
+    TR_TRY(ops->sum_squares(&sq, grads, n));
+    *norm = sqrt((double)sq);
+    return TR_OK;
+}
+
+tr_status tr_clip_grads(const tr_ops *ops, float *grads, int64_t n, double max_norm, double norm) {
+    if (max_norm <= 0.0 || !(norm > max_norm)) return TR_OK;
+    return ops->scale(grads, n, (float)(max_norm / (norm + 1e-6)));
+}
+
+tr_status tr_optimizer_step(tr_optimizer *o, float *params, const float *grads, double lr,
+                            double wd) {
+    o->step++;
+    for (int i = 0; i < o->n_info; i++) {
+        const tr_param_info *p = &o->info[i];
+        if (p->frozen) continue; /* LoRA's base weights: no update, no weight decay */
+        float decay = p->no_decay ? 0.0f : (float)wd;
+        int64_t off = p->offset;
+        if (o->spec.sgd) {
+            tr_sgd_params sp = {
+                .lr = (float)lr, .momentum = o->spec.momentum, .weight_decay = decay};
+            TR_TRY(o->ops->sgd(params + off, grads + off, o->m + off, p->numel, &sp));
+        } else {
+            tr_adamw_params ap = {.lr = (float)lr,
+                                  .beta1 = o->spec.beta1,
+                                  .beta2 = o->spec.beta2,
+                                  .eps = o->spec.eps,
+                                  .weight_decay = decay,
+                                  .step = o->step};
+            TR_TRY(o->ops->adamw(params + off, grads + off, o->m + off, o->v + off, p->numel, &ap));
+        }
+    }
+    return TR_OK;
+}

@@ -1,0 +1,162 @@
+/* See runtime/peft/lora.h. */
+#include "runtime/peft/lora.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/device/device.h"
+#include "runtime/model/internal.h"
+
+static const char *const target_names[TR_LORA_TARGETS] = {"linear_qkv", "linear_proj", "linear_fc1",
+                                                          "linear_fc2"};
+
+static int target_index(const char *name) {
+    for (int t = 0; t < TR_LORA_TARGETS; t++)
+        if (strcmp(name, target_names[t]) == 0) return t;
+    return -1;
+}
+
+static int refuse(tr_diags *d, const char *key, const char *hint, const char *what) {
+    return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key, hint,
+                       "LoRA in the training runtime does not support %s yet", what) != TR_OK;
+}
+
+static int lora_init(int method) {
+    switch (method) {
+    case TR_LORAINIT_XAVIER:
+        return TR_INIT_XAVIER;
+    case TR_LORAINIT_NORMAL:
+        return TR_INIT_NORMAL02;
+    case TR_LORAINIT_KAIMING:
+        return TR_INIT_KAIMING;
+    default:
+        return TR_INIT_ZERO;
+    }
+}
+
+/* peft.target_modules by module name, or every linear layer but peft.exclude_modules. */
+static int read_targets(const tr_peft_config *p, unsigned *targets, tr_diags *d) {
+    bool exclude = p->target_modules.null || p->target_modules.n == 0;
+    const tr_str_list *l = exclude ? &p->exclude_modules : &p->target_modules;
+    *targets = exclude ? (1u << TR_LORA_TARGETS) - 1 : 0;
+    for (int i = 0; !l->null && i < l->n; i++) {
+        int t = target_index(l->v[i]);
+        if (t < 0)
+            return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL,
+                               exclude ? "peft.exclude_modules" : "peft.target_modules",
+                               "name modules among linear_qkv, linear_proj, linear_fc1, "
+                               "linear_fc2",
+                               "LoRA in the training runtime does not support the module "
+                               "pattern \"%s\" yet",
+                               l->v[i]) != TR_OK;
+        if (exclude)
+            *targets &= ~(1u << t);
+        else
+            *targets |= 1u << t;
+    }
+    return 0;
+}
+
+tr_status tr_lora_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d) {
+    const tr_peft_config *p = &c->peft;
+    s->lora_rank = 0;
+    if (p->scheme < 0) return TR_OK;
+    int bad = 0;
+    if (p->scheme != TR_PEFT_LORA) bad |= refuse(d, "peft.scheme", "use peft.scheme=lora", "DoRA");
+    if (p->dropout > 0.0 && p->dropout_position != TR_LORADROP_PRE)
+        bad |= refuse(d, "peft.dropout_position", "set peft.dropout_position=pre",
+                      "dropout after the low-rank projection");
+    if (c->model.sequence_parallel && c->model.tensor_model_parallel_size > 1)
+        bad |= refuse(d, "model.sequence_parallel", "set model.sequence_parallel=false",
+                      "sequence parallelism");
+    if (c->optimizer.use_distributed_optimizer || c->ddp.use_distributed_optimizer)
+        bad |= refuse(d, "ddp.use_distributed_optimizer,optimizer.use_distributed_optimizer",
+                      "set both to false (Megatron-Bridge's PEFT recipes do)",
+                      "the distributed optimizer");
+    if (c->ddp.overlap_grad_reduce)
+        bad |= refuse(d, "ddp.overlap_grad_reduce", "set ddp.overlap_grad_reduce=false",
+                      "gradient reduction overlapped with backward");
+    unsigned targets = 0;
+    bad |= read_targets(p, &targets, d);
+    if (bad) return TR_ERR_CONFIG;
+    if (!targets)
+        return tr_diag_add(d, TR_SEV_ERROR, "peft.no_targets", NULL,
+                           "peft.target_modules,peft.exclude_modules",
+                           "adapt at least one of linear_qkv, linear_proj, linear_fc1, linear_fc2",
+                           "LoRA adapts no linear layer: nothing would train");
+    s->lora_rank = (int)p->dim;
+    s->lora_targets = targets;
+    s->lora_scale = (float)((double)p->alpha / (double)p->dim);
+    s->lora_a_init = lora_init(p->lora_A_init_method);
+    s->lora_b_init = lora_init(p->lora_B_init_method);
+    s->lora_dropout = (float)p->dropout;
+    return TR_OK;
+}
+
+bool tr_lora_is_adapter(const char *name) {
+    return strstr(name, ".adapter.linear_") != NULL;
+}
+
+bool tr_lora_dropout_on(const tr_model *m) {
+    return m->spec.lora_dropout > 0.0f && m->training;
+}
+
+tr_status tr_lora_dropout(const tr_linear *l, float *y, const float *x, int rows, bool forward) {
+    const tr_model *m = l->model;
+    const tr_model_spec *f = &m->full;
+    float p = m->spec.lora_dropout;
+    /* Its own Philox key (the hidden dropout's counters would overlap), and one counter range
+     * per (microbatch, layer, target) wide enough for any layer's full input. */
+    uint64_t seed = m->dropout_seed ^ 0x4C6F524144524F50ull;
+    int64_t widest = f->hidden > f->ffn ? f->hidden : f->ffn;
+    if ((int64_t)f->heads * f->head_dim > widest) widest = (int64_t)f->heads * f->head_dim;
+    uint64_t span = (uint64_t)rows * (uint64_t)widest;
+    uint64_t sites = (uint64_t)f->num_layers * TR_LORA_TARGETS;
+    uint64_t base = (m->dropout_round * sites + (uint64_t)l->lora_site) * span;
+    bool shard = l->kind == TR_LINEAR_ROW && m->tp.size > 1;
+    if (!shard)
+        return forward ? m->ops->dropout_fwd(y, x, (int64_t)rows * l->in, p, seed, base)
+                       : m->ops->dropout_bwd(y, x, (int64_t)rows * l->in, p, seed, base);
+    int64_t full = (int64_t)l->in * m->tp.size, col0 = (int64_t)m->tp.rank * l->in;
+    for (int r = 0; r < rows; r++) {
+        int64_t at = (int64_t)r * l->in;
+        uint64_t off = base + (uint64_t)((int64_t)r * full + col0);
+        TR_TRY(forward ? m->ops->dropout_fwd(y + at, x + at, l->in, p, seed, off)
+                       : m->ops->dropout_bwd(y + at, x + at, l->in, p, seed, off));
+    }
+    return TR_OK;
+}
+
+tr_status tr_model_clear_frozen_grads(tr_model *m) {
+    for (int i = 0; i < m->n_info; i++)
+        if (m->info[i].frozen)
+            TR_TRY(m->ops->fill(m->grads + m->info[i].offset, m->info[i].numel, 0.0f));
+    return TR_OK;
+}
+
+tr_status tr_lora_merge(const tr_model *lora, tr_model *base) {
+    if (!lora->spec.lora_rank || base->spec.lora_rank || lora->tp.size != 1 || base->tp.size != 1)
+        return TR_ERR_INVALID;
+    /* An offline tool over host-visible models: it copies tensors with memcpy. */
+    if (!tr_device_host_visible(lora->dev) || !tr_device_host_visible(base->dev))
+        return TR_ERR_INVALID;
+    for (int i = 0; i < base->n_info; i++) {
+        const tr_param_info *b = &base->info[i];
+        const tr_param_info *l = tr_model_find_param(lora, b->name);
+        if (!l || l->numel != b->numel) return TR_ERR_INVALID;
+        memcpy(base->params + b->offset, lora->params + l->offset,
+               (size_t)b->numel * sizeof(float));
+    }
+    int r = lora->spec.lora_rank;
+    for (int layer = 0; layer < lora->spec.num_layers; layer++)
+        for (int t = 0; t < TR_LORA_TARGETS; t++) {
+            const tr_layer_views *v = &lora->p.layers[layer];
+            if (!v->lora_a[t]) continue;
+            tr_linear w = tr_model_layer_linear(base, layer, (tr_model_linear_id)t);
+            /* W [out, in] += scale * B [out, r] A [r, in] */
+            TR_TRY(lora->ops->gemm(TR_NOTRANS, TR_NOTRANS, w.out, w.in, r, lora->spec.lora_scale,
+                                   v->lora_b[t], r, v->lora_a[t], w.in, 1.0f, (float *)w.w, w.in));
+        }
+    tr_model_params_changed(base);
+    return TR_OK;
+}

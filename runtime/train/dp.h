@@ -1,0 +1,61 @@
+/* Data parallelism in the training loop: the model's parameters placed in the flat layout of
+ * runtime/distributed (buckets, shards), gradient synchronisation driven by the model's
+ * per-parameter events (overlap_grad_reduce), the distributed optimizer or a replicated one,
+ * global clipping, and the parameter all-gather the next forward waits on per bucket
+ * (overlap_param_gather). The wiring follows docs/distributed.md; the loop is in train.c. */
+#ifndef TR_RUNTIME_TRAIN_DP_H
+#define TR_RUNTIME_TRAIN_DP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/diag.h"
+#include "runtime/comm/comm.h"
+#include "runtime/distributed/ddp.h"
+#include "runtime/distributed/dist_optimizer.h"
+#include "runtime/distributed/grad_buffer.h"
+#include "runtime/model/model.h"
+#include "runtime/optimizer/optimizer.h"
+#include "runtime/train/precision.h"
+
+typedef struct tr_train_dp {
+    tr_comm *comm;         /* not owned */
+    const tr_model *model; /* not owned */
+    int group;             /* the DP group (dp x cp) */
+    int size, rank;
+    bool sharded, overlap_param_gather;
+    tr_grad_layout layout;
+    tr_ddp ddp;
+    tr_dist_opt opt;
+    uint8_t *counted; /* per parameter: enters the global grad norm on this rank */
+    bool have_layout, have_ddp, have_opt;
+} tr_train_dp;
+
+/* Builds the layout for m's parameters, moves them there (values kept) and installs m's hooks.
+ * Unsupported DDP settings are diagnostics. */
+tr_status tr_train_dp_setup(tr_train_dp *t, const tr_config *c, tr_comm *comm, tr_model *m,
+                            const tr_optimizer_spec *os, tr_diags *d);
+void tr_train_dp_free(tr_train_dp *t);
+
+/* Element-wise sum over the DP group of n doubles, in place (loss and token counts). */
+tr_status tr_train_dp_sum(tr_train_dp *t, double *v, int n);
+
+/* After finish, before update (mixed precision, runtime/train/precision.h): this rank's owned
+ * gradients rounded and/or unscaled, and the inf/NaN verdict of the whole world: the flag is
+ * all-reduced (MAX) over the grad-norm group, whose ranks together hold every gradient, and
+ * every DP rank of that group reduced the same values, so all ranks skip together. */
+tr_status tr_train_dp_check_grads(tr_train_dp *t, const tr_train_precision *p, bool *found_inf);
+
+/* After finish: the global norm (clipping as configured), and the step unless skipped. */
+tr_status tr_train_dp_update(tr_train_dp *t, const tr_optimizer_spec *os, double lr, double wd,
+                             double *grad_norm, bool *skipped);
+
+/* The L2 norm of the whole model's parameters (logger.log_params_norm): each rank's stages and
+ * TP shards, the tied copy and TP-replicated tensors counted once, summed over tp-pp. */
+tr_status tr_train_dp_params_norm(tr_train_dp *t, double *norm);
+
+/* Waits for parameter all-gathers still in flight (before reading all parameters at once). */
+tr_status tr_train_dp_params_ready(tr_train_dp *t);
+
+#endif

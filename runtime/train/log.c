@@ -1,0 +1,117 @@
+/* See runtime/train/log.h. */
+#include "runtime/train/log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "runtime/train/train.h"
+
+tr_status tr_train_log_open(tr_train_log *l, FILE *out, const char *metrics_path, int64_t interval,
+                            tr_diags *d) {
+    memset(l, 0, sizeof *l);
+    l->out = out;
+    l->interval = interval > 0 ? interval : 1;
+    l->loss_scale = NAN;
+    if (!metrics_path) return TR_OK;
+    l->metrics = fopen(metrics_path, "w");
+    if (!l->metrics)
+        return tr_diag_add(d, TR_SEV_ERROR, "train.metrics_file", NULL, "logger.metrics_path",
+                           "choose a writable path with logger.metrics_path=FILE",
+                           "cannot write %s: %s", metrics_path, strerror(errno));
+    return TR_OK;
+}
+
+void tr_train_log_close(tr_train_log *l) {
+    if (l->metrics) fclose(l->metrics);
+    l->metrics = NULL;
+}
+
+/* JSON has no NaN or Infinity: such values are written as null. */
+static void json_num(FILE *f, const char *key, double v) {
+    if (isfinite(v))
+        fprintf(f, ",\"%s\":%.9g", key, v);
+    else
+        fprintf(f, ",\"%s\":null", key);
+}
+
+bool tr_train_log_due(const tr_train_log *l, int64_t it, int64_t iters, bool stopping) {
+    return it % l->interval == 0 || it == iters || stopping;
+}
+
+void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool stopping,
+                            int64_t consumed, double loss, double lr, double grad_norm,
+                            double params_norm, bool skipped, double seconds, double flops,
+                            double tokens) {
+    l->n++;
+    if (isfinite(loss)) {
+        l->loss += loss;
+        l->n_loss++;
+    }
+    l->skipped_total += skipped;
+    l->seconds += seconds;
+    l->flops += flops;
+    l->tokens += tokens;
+    if (!tr_train_log_due(l, it, iters, stopping)) return;
+    double ms = 1e3 * l->seconds / l->n, tps = l->seconds > 0 ? l->tokens / l->seconds : 0.0;
+    double tflops = l->seconds > 0 ? l->flops / l->seconds / 1e12 : 0.0;
+    double avg = l->n_loss ? l->loss / l->n_loss : NAN;
+    if (l->out) {
+        fprintf(l->out,
+                " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration "
+                "(ms): %.1f | tokens/s: %.0f | throughput per device (TFLOP/s): %.3f | learning "
+                "rate: %.6E | lm loss: %.6E |",
+                (long long)it, (long long)iters, (long long)consumed, ms, tps, tflops, lr, avg);
+        if (isfinite(l->loss_scale)) fprintf(l->out, " loss scale: %.1f |", l->loss_scale);
+        fprintf(l->out, " grad norm: %.3f | number of skipped iterations: %3d |\n", grad_norm,
+                l->skipped_total);
+        if (isfinite(params_norm)) fprintf(l->out, "   params norm: %.3f\n", params_norm);
+        fflush(l->out);
+    }
+    if (l->metrics) {
+        fprintf(l->metrics, "{\"type\":\"train\",\"iteration\":%lld,\"consumed_samples\":%lld",
+                (long long)it, (long long)consumed);
+        json_num(l->metrics, "loss", avg);
+        json_num(l->metrics, "lr", lr);
+        json_num(l->metrics, "grad_norm", grad_norm);
+        if (isfinite(l->loss_scale)) json_num(l->metrics, "loss_scale", l->loss_scale);
+        if (isfinite(params_norm)) json_num(l->metrics, "params_norm", params_norm);
+        json_num(l->metrics, "ms_per_iter", ms);
+        json_num(l->metrics, "tokens_per_s", tps);
+        json_num(l->metrics, "tflops_per_device", tflops);
+        fprintf(l->metrics, ",\"skipped_iterations\":%d}\n", l->skipped_total);
+        fflush(l->metrics);
+    }
+    l->n = l->n_loss = 0;
+    l->loss = l->seconds = l->flops = l->tokens = 0.0;
+}
+
+void tr_train_log_eval(tr_train_log *l, const char *split, int64_t it, double loss) {
+    double ppl = exp(fmin(loss, 20.0));
+    if (l->out) {
+        fprintf(l->out, " %s loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n",
+                split, (long long)it, loss, ppl);
+        fflush(l->out);
+    }
+    if (l->metrics) {
+        fprintf(l->metrics, "{\"type\":\"%s\",\"iteration\":%lld",
+                split[0] == 't' ? "test" : "eval", (long long)it);
+        json_num(l->metrics, "loss", loss);
+        json_num(l->metrics, "ppl", ppl);
+        fprintf(l->metrics, "}\n");
+        fflush(l->metrics);
+    }
+}
+
+void tr_train_log_end(tr_train_log *l, int64_t it, int stop, int signal, double seconds) {
+    if (!l->out) return;
+    if (stop == TR_STOP_SIGNAL)
+        fprintf(l->out, "received signal %d (%s): stopped cleanly after iteration %lld\n", signal,
+                strsignal(signal), (long long)it);
+    else if (stop == TR_STOP_EXIT_INTERVAL)
+        fprintf(l->out, "exiting at iteration %lld (train.exit_interval)\n", (long long)it);
+    else if (stop == TR_STOP_DURATION)
+        fprintf(l->out, "exiting at iteration %lld (train.exit_duration_in_mins)\n", (long long)it);
+    fprintf(l->out, "training finished: %lld iterations in %.1f s\n", (long long)it, seconds);
+    fflush(l->out);
+}

@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rules/rule.h"
+#include "core/config_query.h"
 #include "core/model_stats.h"
+#include "core/validate.h"
 
 /* Saturating product: schedule lengths in samples can exceed int64 only for absurd inputs, and
  * clamping keeps them ordered instead of wrapping. */

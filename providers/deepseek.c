@@ -1,6 +1,7 @@
 /* DeepSeek-V3 as Megatron-Bridge's DeepSeek-V3 bridge maps the HF config (reference §6.4h).
  * Multi-latent attention and multi-token prediction are recorded and validated but the runtime
  * does not implement them, so recipes built on this provider are marked not runnable. */
+#include "providers/common.h"
 #include "providers/provider.h"
 
 tr_status tr_provide_deepseek_v3(tr_config *c) {

@@ -1,5 +1,6 @@
 /* Llama 2, 3, 3.1 and 3.2. Dimensions are the public Hugging Face config.json values; the layer
  * settings are those Megatron-Bridge's Llama bridge fixes (reference §6.4). */
+#include "providers/common.h"
 #include "providers/provider.h"
 
 static tr_status llama(tr_config *c, const tr_hf_dims *x) {

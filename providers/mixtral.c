@@ -1,6 +1,7 @@
 /* Mixtral (Mistral AI). Megatron-Bridge has no Mixtral bridge in the snapshot the reference
  * describes, so the dimensions come from the public model cards / config.json: Llama-style layers
  * in which every MLP is 8 SwiGLU experts with top-2 routing, rope theta 1e6, untied embeddings. */
+#include "providers/common.h"
 #include "providers/provider.h"
 
 static tr_status mixtral(tr_config *c, const tr_hf_dims *x) {

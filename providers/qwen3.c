@@ -1,6 +1,7 @@
 /* Qwen3 dense and MoE. Dimensions from the public Hugging Face config.json files; layer settings
  * as Megatron-Bridge's Qwen3 bridges map them: Llama-style layers plus per-head query/key RMSNorm
  * (qk_layernorm), rope theta 1e6, RMSNorm eps 1e-6. */
+#include "providers/common.h"
 #include "providers/provider.h"
 
 static tr_status qwen3(tr_config *c, const tr_hf_dims *x) {

@@ -1,6 +1,7 @@
 /* Tiny models for tests and the README's first job: small enough to train for a few hundred steps
  * in seconds on two CPU cores, with the 256-symbol byte vocabulary so they can read any text file
  * through the ByteLevelTokenizer. Weights stay fp32 (the CPU backend's native type). */
+#include "providers/common.h"
 #include "providers/provider.h"
 
 static void tiny_dims(tr_model_config *m) {

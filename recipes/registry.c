@@ -174,3 +174,23 @@ int tr_recipe_suggest(const char *name, const tr_recipe **out, int max) {
             if (score[i] == best) out[count++] = &r[i];
     return count;
 }
+
+tr_status tr_recipe_unknown(const char *name, const tr_origin *origin, tr_diags *d) {
+    const tr_recipe *near[4];
+    int n = tr_recipe_suggest(name, near, 4);
+    char hint[512];
+    size_t used = 0;
+    if (n > 0) {
+        used += (size_t)snprintf(hint, sizeof hint, "did you mean ");
+        for (int i = 0; i < n && used < sizeof hint; i++)
+            used += (size_t)snprintf(hint + used, sizeof hint - used, "%s%s",
+                                     i ? (i == n - 1 ? " or " : ", ") : "", near[i]->name);
+        if (used < sizeof hint)
+            snprintf(hint + used, sizeof hint - used, "? (run_recipe --list-recipes lists all)");
+    } else {
+        snprintf(hint, sizeof hint, "run_recipe --list-recipes lists the recipes");
+    }
+    tr_diag_add(d, TR_SEV_ERROR, "recipe.unknown", origin, "recipe", hint, "unknown recipe '%s'",
+                name);
+    return TR_ERR_NOTFOUND;
+}

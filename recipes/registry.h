@@ -6,14 +6,15 @@
 #include <stdbool.h>
 
 #include "core/config.h"
+#include "core/diag.h"
 
 typedef struct tr_recipe {
     const char *name;   /* "llama32_1b_pretrain" */
     const char *doc;    /* one line */
     int mode;           /* tr_train_mode_t: pretrain / sft / lora / dora */
     int min_world_size; /* PP * lcm(TP*CP, EP*ETP) of the recipe's layout (a test checks it) */
-    bool runnable;      /* the runtime design covers the architecture (false: config-only, e.g.
-                           MLA/MTP); the runtime itself arrives with the "Runtime v1" issue */
+    bool runnable;      /* the runtime's design covers the architecture (false: config only,
+                           e.g. MLA/MTP); MoE layers are still refused at launch */
     /* KEY=VALUE overrides a catalog check must add (NULL-terminated; NULL for none): recipes
      * that, like Megatron-Bridge's vanilla_gpt, leave the model size to the user. */
     const char *const *catalog_overrides;
@@ -29,5 +30,7 @@ const tr_recipe *tr_recipe_find(const char *name);
 const tr_recipe *tr_recipe_list(int *n);
 /* Closest recipe names to a mistyped one (did-you-mean). */
 int tr_recipe_suggest(const char *name, const tr_recipe **out, int max);
+/* The did-you-mean diagnostic for an unknown recipe name (id recipe.unknown). */
+tr_status tr_recipe_unknown(const char *name, const tr_origin *origin, tr_diags *d);
 
 #endif

@@ -47,7 +47,4 @@ tr_status tr_resolve_finish(const tr_resolve_opts *opts, tr_config *c, tr_diags 
 tr_status tr_yaml_recipe_apply(tr_config *c, const char *path, bool fixed_base,
                                const tr_recipe *applied, const tr_recipe **root, tr_diags *d);
 
-/* The did-you-mean diagnostic for an unknown recipe name (id recipe.unknown). */
-tr_status tr_recipe_unknown(const char *name, const tr_origin *origin, tr_diags *d);
-
 #endif

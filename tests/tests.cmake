@@ -1,10 +1,9 @@
 # Every tests/unit/<area>/test_*.c is one ctest executable linked against the whole stack.
-# Areas with special needs (mpirun, CLI scripts, fuzz corpora) add tests/<area>.cmake.
+# Areas with special needs (mpirun, CLI scripts, fuzz corpora) add tests/<area>/tests.cmake.
 # tr_harness_test(TARGET TEST LABEL TIMEOUT SOURCE): one executable on tests/unit/harness.c, run
-# as ctest TEST; the areas use it too, so their sources include the harness as "harness.h".
+# as ctest TEST; the areas use it too. Every include names its file from the repository root.
 function(tr_harness_test target test label timeout src)
   add_executable(${target} ${src} ${CMAKE_SOURCE_DIR}/tests/unit/harness.c)
-  target_include_directories(${target} PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
   target_link_libraries(${target} PRIVATE trestle_runtime)
   target_compile_definitions(${target} PRIVATE TRESTLE_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   add_test(NAME ${test} COMMAND ${target})

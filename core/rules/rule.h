@@ -1,13 +1,10 @@
-/* Helpers for writing validation rules (the files of core/rules/). A rule's check reads the finalized
- * config and reports each violation through TR_FAIL, which fills the rule id, severity, the
- * origin of the first key named, and turns launch-only rules into notes in catalog mode. */
-#ifndef TR_RULES_UTIL_H
-#define TR_RULES_UTIL_H
+/* Helpers for writing validation rules (the files of core/rules/). A rule's check reads the
+ * finalized config and reports each violation through TR_FAIL, which fills the rule id, severity,
+ * the origin of the first key named, and turns launch-only rules into notes in catalog mode. */
+#ifndef TR_CORE_RULES_RULE_H
+#define TR_CORE_RULES_RULE_H
 
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-
+#include "core/config_query.h"
 #include "core/validate.h"
 
 #define TR_RULE_FN(name)                                                                           \
@@ -20,49 +17,5 @@ void tr_rule_fail(const tr_rule *self, const tr_config *c, const tr_validate_opt
 
 /* Only usable inside a TR_RULE_FN body. */
 #define TR_FAIL(keys, hint, ...) tr_rule_fail(self, c, opts, d, keys, hint, __VA_ARGS__)
-
-/* Format into a local char array and yield it: TR_FMT(buf, "set %s", x). */
-#define TR_FMT(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), (const char *)buf)
-
-static inline long long tr_ll(int64_t v) {
-    return (long long)v;
-}
-static inline bool tr_is_set(int64_t v) {
-    return v != TR_NULL_INT;
-}
-static inline int64_t tr_or(int64_t v, int64_t fallback) {
-    return v == TR_NULL_INT ? fallback : v;
-}
-/* VPP as a number of model chunks: 1 when interleaving is off. */
-static inline int64_t tr_vpp_chunks(const tr_config *c) {
-    return tr_or(c->model.virtual_pipeline_model_parallel_size, 1);
-}
-static inline bool tr_is_moe(const tr_config *c) {
-    return tr_is_set(c->model.num_moe_experts);
-}
-static inline bool tr_strlist_has(const tr_str_list *l, const char *s) {
-    if (l->null) return false;
-    for (int i = 0; i < l->n; i++)
-        if (strcmp(l->v[i], s) == 0) return true;
-    return false;
-}
-static inline bool tr_strlist_set(const tr_str_list *l) {
-    return !l->null && l->n > 0;
-}
-static inline int64_t tr_gcd(int64_t a, int64_t b) {
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-static inline int64_t tr_lcm(int64_t a, int64_t b) {
-    return a / tr_gcd(a, b) * b;
-}
-/* Canonical name of an enum value for messages ("null" for an unset OENUM). */
-static inline const char *tr_enum_str(const tr_enum_def *e, int32_t v) {
-    return v >= 0 && v < e->n ? e->values[v].name : "null";
-}
 
 #endif

@@ -1,330 +1,12 @@
-/* NCCL and host-staged MPI backends of the comm interface for device buffers (runtime/comm/cuda.h).
- */
-#include "runtime/comm/cuda.h"
-
+/* The NCCL backend of the comm interface for device buffers (runtime/comm/cuda.h). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "runtime/comm/cuda_internal.h"
 #include "runtime/parallel/state.h"
 
-#ifdef TRESTLE_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 #ifdef TRESTLE_HAVE_NCCL
 #include <nccl.h>
-#endif
-
-#ifdef TRESTLE_HAVE_CUDA
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void nap(int *spins) {
-    if (++*spins < 200) return;
-    struct timespec ts = {0, 50000};
-    nanosleep(&ts, NULL);
-}
-
-static tr_status cuda_failed(tr_comm *c, cudaError_t e, const char *what, int group) {
-    return tr_diag_add(c->diags, TR_SEV_ERROR, "comm.cuda", NULL, NULL,
-                       "check the device with nvidia-smi; an earlier kernel may have faulted",
-                       "%s on group %s: CUDA error %s (%s)", what, tr_comm_group_name(group),
-                       cudaGetErrorName(e), cudaGetErrorString(e));
-}
-
-/* Elements a call reads from send and writes to recv (the extents the staging copies). */
-static size_t v_extent(const size_t *counts, const size_t *displs, int p) {
-    size_t end = 0, off = 0;
-    for (int j = 0; j < p; j++) {
-        size_t at = displs ? displs[j] : off;
-        if (at + counts[j] > end) end = at + counts[j];
-        off += counts[j];
-    }
-    return end;
-}
-
-static void call_extents(const tr_comm_call *call, int p, size_t *send_n, size_t *recv_n) {
-    size_t n = call->count, pn = (size_t)p * n;
-    *send_n = *recv_n = 0;
-    switch (call->kind) {
-    case TR_COMM_ALL_REDUCE:
-        *send_n = n, *recv_n = n;
-        break;
-    case TR_COMM_REDUCE_SCATTER:
-        *send_n = pn, *recv_n = call->send ? n : pn;
-        break;
-    case TR_COMM_ALL_GATHER:
-        *send_n = n, *recv_n = pn;
-        break;
-    case TR_COMM_ALL_TO_ALL:
-        *send_n = pn, *recv_n = pn;
-        break;
-    case TR_COMM_ALL_TO_ALLV:
-        *send_n = v_extent(call->send_counts, call->send_displs, p);
-        *recv_n = v_extent(call->recv_counts, call->recv_displs, p);
-        break;
-    case TR_COMM_BROADCAST:
-    case TR_COMM_RECV:
-        *recv_n = n;
-        break;
-    case TR_COMM_SEND:
-        *send_n = n;
-        break;
-    default:
-        break;
-    }
-}
-
-/* ---------------------------------------------------------------- host-staged MPI ---------- */
-
-typedef struct staged_req {
-    tr_comm_request inner; /* the MPI backend's request over the host copies */
-    void *hsend, *hrecv, *drecv;
-    size_t recv_bytes;
-    void **hp2p; /* host copy per batched transfer */
-    int n_p2p;
-    tr_comm_p2p *p2p;  /* the batch as handed to MPI (host copies) */
-    tr_comm_p2p *dp2p; /* the caller's batch (device buffers to copy back), copied: a nonblocking
-                          caller need not keep its array alive */
-    bool done;
-} staged_req;
-
-typedef struct staged_impl {
-    tr_comm *mpi;
-    cudaStream_t compute;
-    staged_req **abandoned; /* MPI may still write their host buffers */
-    int n_abandoned, cap_abandoned;
-} staged_impl;
-
-static staged_impl *staged_of(const tr_comm *c) {
-    return (staged_impl *)c->impl;
-}
-
-static void staged_free_req(staged_req *r) {
-    if (!r) return;
-    free(r->hsend);
-    free(r->hrecv);
-    for (int i = 0; i < r->n_p2p; i++) free(r->hp2p ? r->hp2p[i] : NULL);
-    free(r->hp2p);
-    free(r->p2p);
-    free(r->dp2p);
-    free(r);
-}
-
-static int staged_group_size(const tr_comm *c, int g) {
-    tr_comm *m = staged_of(c)->mpi;
-    return m->backend->group_size(m, g);
-}
-static int staged_group_rank(const tr_comm *c, int g) {
-    tr_comm *m = staged_of(c)->mpi;
-    return m->backend->group_rank(m, g);
-}
-static int staged_world_rank_of(const tr_comm *c, int g, int r) {
-    tr_comm *m = staged_of(c)->mpi;
-    return m->backend->world_rank_of(m, g, r);
-}
-
-/* A host copy of n bytes of buf (device or host memory); +1 so that n == 0 still allocates.
- * Copies run on the compute stream, so they are ordered with the kernels that use the buffers
- * (a plain cudaMemcpy would use the legacy stream, which a non-blocking compute stream ignores). */
-static tr_status stage_in(tr_comm *c, const void *buf, size_t n, int g, void **out) {
-    *out = malloc(n + 1);
-    if (!*out) return TR_ERR_NOMEM;
-    if (n && buf) {
-        cudaStream_t st = staged_of(c)->compute;
-        cudaError_t e = cudaMemcpyAsync(*out, buf, n, cudaMemcpyDefault, st);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-        if (e != cudaSuccess) return cuda_failed(c, e, "staging to host", g);
-    }
-    return TR_OK;
-}
-
-static tr_status staged_start_batch(tr_comm *c, const tr_comm_call *call, staged_req *r,
-                                    tr_comm_call *h) {
-    int n = call->n_p2p;
-    r->hp2p = calloc((size_t)n + 1, sizeof *r->hp2p);
-    r->p2p = calloc((size_t)n + 1, sizeof *r->p2p);
-    r->dp2p = calloc((size_t)n + 1, sizeof *r->dp2p);
-    if (!r->hp2p || !r->p2p || !r->dp2p) return TR_ERR_NOMEM;
-    r->n_p2p = n;
-    if (n) memcpy(r->dp2p, call->p2p, sizeof *r->dp2p * (size_t)n);
-    for (int i = 0; i < n; i++) {
-        const tr_comm_p2p *t = &call->p2p[i];
-        size_t bytes = t->count * tr_comm_dtype_size(t->dtype);
-        TR_TRY(stage_in(c, t->is_send ? t->buf : NULL, bytes, call->group, &r->hp2p[i]));
-        r->p2p[i] = *t;
-        r->p2p[i].buf = r->hp2p[i];
-    }
-    h->p2p = r->p2p;
-    return TR_OK;
-}
-
-static tr_status staged_start_into(tr_comm *c, const tr_comm_call *call, tr_comm_request *req,
-                                   staged_req *r) {
-    staged_impl *s = staged_of(c);
-    /* The device data was produced on the compute stream; the copies below must see it. */
-    cudaError_t e = cudaStreamSynchronize(s->compute);
-    if (e != cudaSuccess) return cuda_failed(c, e, tr_comm_kind_name(call->kind), call->group);
-    int p = staged_group_size(c, call->group);
-    size_t es = tr_comm_dtype_size(call->dtype), send_n, recv_n;
-    call_extents(call, p, &send_n, &recv_n);
-    tr_comm_call h = *call;
-    tr_status st = TR_OK;
-    if (call->kind == TR_COMM_P2P_BATCH) {
-        st = staged_start_batch(c, call, r, &h);
-    } else {
-        if (call->send) {
-            st = stage_in(c, call->send, send_n * es, call->group, &r->hsend);
-            h.send = r->hsend;
-        }
-        /* In-place forms read recv too, so it is staged in whole. */
-        if (st == TR_OK && recv_n) {
-            bool reads_recv = !call->send || call->kind == TR_COMM_BROADCAST;
-            st = stage_in(c, reads_recv ? call->recv : NULL, recv_n * es, call->group, &r->hrecv);
-            h.recv = r->hrecv;
-            r->drecv = call->recv;
-            r->recv_bytes = recv_n * es;
-        }
-    }
-    if (st != TR_OK) return st;
-    r->inner.kind = req->kind;
-    r->inner.group = req->group;
-    r->inner.started_s = req->started_s;
-    return s->mpi->backend->start(s->mpi, &h, &r->inner);
-}
-
-/* On failure the front end frees the request without a release, so clean up here. */
-static tr_status staged_start(tr_comm *c, const tr_comm_call *call, tr_comm_request *req) {
-    staged_req *r = calloc(1, sizeof *r);
-    if (!r) return TR_ERR_NOMEM;
-    tr_status st = staged_start_into(c, call, req, r);
-    if (st != TR_OK) {
-        staged_free_req(r);
-        return st;
-    }
-    req->impl = r;
-    return TR_OK;
-}
-
-/* Results back on the compute stream; waiting for it before returning both orders them before
- * later kernels and lets the host copies be freed. */
-static tr_status staged_finish(tr_comm *c, staged_req *r, int g) {
-    cudaStream_t st = staged_of(c)->compute;
-    r->done = true;
-    cudaError_t e = cudaSuccess;
-    if (r->drecv && r->recv_bytes)
-        e = cudaMemcpyAsync(r->drecv, r->hrecv, r->recv_bytes, cudaMemcpyDefault, st);
-    for (int i = 0; e == cudaSuccess && i < r->n_p2p; i++)
-        if (!r->dp2p[i].is_send && r->dp2p[i].count)
-            e = cudaMemcpyAsync(r->dp2p[i].buf, r->hp2p[i],
-                                r->dp2p[i].count * tr_comm_dtype_size(r->dp2p[i].dtype),
-                                cudaMemcpyDefault, st);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-    return e == cudaSuccess ? TR_OK : cuda_failed(c, e, "staging back to the device", g);
-}
-
-static tr_status staged_wait(tr_comm *c, tr_comm_request *req) {
-    staged_impl *s = staged_of(c);
-    staged_req *r = req->impl;
-    TR_TRY(s->mpi->backend->wait(s->mpi, &r->inner));
-    return staged_finish(c, r, req->group);
-}
-
-static tr_status staged_test(tr_comm *c, tr_comm_request *req, bool *done) {
-    staged_impl *s = staged_of(c);
-    staged_req *r = req->impl;
-    TR_TRY(s->mpi->backend->test(s->mpi, &r->inner, done));
-    return *done ? staged_finish(c, r, req->group) : TR_OK;
-}
-
-static void staged_release(tr_comm *c, tr_comm_request *req) {
-    staged_impl *s = staged_of(c);
-    staged_req *r = req->impl;
-    req->impl = NULL;
-    if (!r) return;
-    bool started = r->inner.impl != NULL;
-    if (started) s->mpi->backend->release(s->mpi, &r->inner);
-    if (r->done || !started) {
-        staged_free_req(r);
-        return;
-    }
-    /* Timed out: MPI may still write the host copies, so they live until destroy. */
-    if (s->n_abandoned == s->cap_abandoned) {
-        int cap = s->cap_abandoned ? 2 * s->cap_abandoned : 8;
-        staged_req **a = realloc(s->abandoned, sizeof *a * (size_t)cap);
-        if (!a) return; /* leaking is safer than freeing memory MPI may write */
-        s->abandoned = a;
-        s->cap_abandoned = cap;
-    }
-    s->abandoned[s->n_abandoned++] = r;
-}
-
-static void staged_abort(tr_comm *c, int exit_code) {
-    tr_comm *m = staged_of(c)->mpi;
-    m->backend->abort(m, exit_code);
-}
-
-static void staged_destroy(tr_comm *c) {
-    staged_impl *s = staged_of(c);
-    tr_comm_destroy(s->mpi);
-    for (int i = 0; i < s->n_abandoned; i++) staged_free_req(s->abandoned[i]);
-    free(s->abandoned);
-    free(s);
-    free(c);
-}
-
-static const tr_comm_backend staged_backend = {
-    .name = "mpi-staged",
-    .group_size = staged_group_size,
-    .group_rank = staged_group_rank,
-    .world_rank_of = staged_world_rank_of,
-    .start = staged_start,
-    .test = staged_test,
-    .wait = staged_wait,
-    .release = staged_release,
-    .abort = staged_abort,
-    .destroy = staged_destroy,
-};
-
-tr_status tr_comm_staged_create(const tr_parallel_state *ps, const tr_comm_options *opt,
-                                void *compute_stream, tr_diags *diags, tr_comm **out) {
-    *out = NULL;
-    tr_comm *c = calloc(1, sizeof *c);
-    staged_impl *s = calloc(1, sizeof *s);
-    if (!c || !s) {
-        free(c);
-        free(s);
-        return TR_ERR_NOMEM;
-    }
-    tr_status st = tr_comm_mpi_create(ps, opt, diags, &s->mpi);
-    if (st != TR_OK) {
-        free(c);
-        free(s);
-        return st;
-    }
-    s->compute = (cudaStream_t)compute_stream;
-    c->backend = &staged_backend;
-    c->impl = s;
-    c->diags = diags;
-    c->timeout_s = s->mpi->timeout_s;
-    c->reduce_mode = s->mpi->reduce_mode;
-    *out = c;
-    return TR_OK;
-}
-
-bool tr_comm_staged_built(void) {
-    return true;
-}
-
-#endif /* TRESTLE_HAVE_CUDA */
-
-#ifdef TRESTLE_HAVE_NCCL
-
-/* ---------------------------------------------------------------- NCCL ---------------------- */
 
 typedef struct nccl_req {
     cudaEvent_t done;
@@ -440,11 +122,11 @@ static tr_status nccl_enqueue(tr_comm *c, const tr_comm_call *call, nccl_req *r)
     case TR_COMM_ALL_TO_ALLV: {
         if (!send) { /* in place: send from a copy of recv */
             size_t send_n, recv_n;
-            call_extents(call, p, &send_n, &recv_n);
+            tr_comm_call_extents(call, p, &send_n, &recv_n);
             cudaError_t e = cudaMallocAsync(&r->tmp, recv_n * es + 1, st);
             if (e == cudaSuccess)
                 e = cudaMemcpyAsync(r->tmp, recv, recv_n * es, cudaMemcpyDeviceToDevice, st);
-            if (e != cudaSuccess) return cuda_failed(c, e, what, g);
+            if (e != cudaSuccess) return tr_comm_cuda_failed(c, e, what, g);
             send = r->tmp;
         }
         NCCL_TRY(c, ncclGroupStart(), what, g);
@@ -486,7 +168,7 @@ static tr_status nccl_enqueue(tr_comm *c, const tr_comm_call *call, nccl_req *r)
     if (r->tmp) {
         cudaError_t e = cudaFreeAsync(r->tmp, st);
         r->tmp = NULL;
-        if (e != cudaSuccess) return cuda_failed(c, e, what, g);
+        if (e != cudaSuccess) return tr_comm_cuda_failed(c, e, what, g);
     }
     return TR_OK;
 }
@@ -515,10 +197,10 @@ static tr_status nccl_start_into(tr_comm *c, const tr_comm_call *call, nccl_req 
         cudaEventDestroy(ready);
     }
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming);
-    if (e != cudaSuccess) return cuda_failed(c, e, tr_comm_kind_name(call->kind), g);
+    if (e != cudaSuccess) return tr_comm_cuda_failed(c, e, tr_comm_kind_name(call->kind), g);
     TR_TRY(nccl_enqueue(c, call, r));
     e = cudaEventRecord(r->done, m->stream[g]);
-    return e == cudaSuccess ? TR_OK : cuda_failed(c, e, tr_comm_kind_name(call->kind), g);
+    return e == cudaSuccess ? TR_OK : tr_comm_cuda_failed(c, e, tr_comm_kind_name(call->kind), g);
 }
 
 /* On failure the front end frees the request without a release, so clean up here. */
@@ -543,10 +225,10 @@ static tr_status nccl_poll(tr_comm *c, tr_comm_request *req, bool *done) {
         *done = r->finished = true;
         /* Later compute on the compute stream must also see the result. */
         e = cudaStreamWaitEvent(m->compute, r->done, 0);
-        return e == cudaSuccess ? TR_OK : cuda_failed(c, e, "completion", req->group);
+        return e == cudaSuccess ? TR_OK : tr_comm_cuda_failed(c, e, "completion", req->group);
     }
     *done = false;
-    if (e != cudaErrorNotReady) return cuda_failed(c, e, "completion", req->group);
+    if (e != cudaErrorNotReady) return tr_comm_cuda_failed(c, e, "completion", req->group);
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(m->comm[req->group], &async);
     if (async != ncclSuccess && async != ncclInProgress)
@@ -564,7 +246,7 @@ static tr_status nccl_wait(tr_comm *c, tr_comm_request *req) {
         bool done = false;
         TR_TRY(nccl_poll(c, req, &done));
         if (done) return TR_OK;
-        double waited = now_s() - req->started_s;
+        double waited = tr_comm_now_s() - req->started_s;
         if (waited > c->timeout_s) {
             nccl_impl *m = nccl_of(c);
             int g = req->group;
@@ -576,7 +258,7 @@ static tr_status nccl_wait(tr_comm *c, tr_comm_request *req) {
                 "%s on group %s (NCCL) did not complete within %.1f s",
                 tr_comm_kind_name(req->kind), tr_comm_group_name(req->group), waited);
         }
-        nap(&spins);
+        tr_comm_nap(&spins);
     }
 }
 
@@ -639,7 +321,7 @@ static tr_status check_distinct_gpus(tr_comm *c, const tr_parallel_state *ps, tr
     int dev = 0, len = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, dev);
-    if (e != cudaSuccess) return cuda_failed(c, e, "device lookup", TR_COMM_WORLD);
+    if (e != cudaSuccess) return tr_comm_cuda_failed(c, e, "device lookup", TR_COMM_WORLD);
     char host[MPI_MAX_PROCESSOR_NAME] = {0};
     MPI_Get_processor_name(host, &len);
     snprintf(mine, sizeof mine, "%.90s/%.60s", host, bus);
@@ -699,7 +381,7 @@ static tr_status nccl_init_groups(tr_comm *c, const tr_parallel_state *ps) {
         MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, comm);
         NCCL_TRY(c, ncclCommInitRank(&m->comm[g], size, id, rank), "ncclCommInitRank", g);
         cudaError_t e = cudaStreamCreateWithFlags(&m->stream[g], cudaStreamNonBlocking);
-        if (e != cudaSuccess) return cuda_failed(c, e, "stream creation", g);
+        if (e != cudaSuccess) return tr_comm_cuda_failed(c, e, "stream creation", g);
     }
     return TR_OK;
 }
@@ -730,7 +412,7 @@ tr_status tr_comm_nccl_create(const tr_parallel_state *ps, const tr_comm_options
     st = check_distinct_gpus(c, ps, m->mpi);
     if (st == TR_OK) {
         cudaError_t e = cudaMalloc((void **)&m->barrier_buf, sizeof(float));
-        if (e != cudaSuccess) st = cuda_failed(c, e, "barrier buffer", TR_COMM_WORLD);
+        if (e != cudaSuccess) st = tr_comm_cuda_failed(c, e, "barrier buffer", TR_COMM_WORLD);
     }
     /* Every rank reached the same verdict above, so either all initialise or none does. */
     if (st == TR_OK) st = nccl_init_groups(c, ps);
@@ -759,24 +441,6 @@ tr_status tr_comm_nccl_create(const tr_parallel_state *ps, const tr_comm_options
 }
 
 bool tr_comm_nccl_built(void) {
-    return false;
-}
-
-#endif
-
-#ifndef TRESTLE_HAVE_CUDA
-
-tr_status tr_comm_staged_create(const tr_parallel_state *ps, const tr_comm_options *opt,
-                                void *compute_stream, tr_diags *diags, tr_comm **out) {
-    (void)ps, (void)opt, (void)compute_stream;
-    *out = NULL;
-    return tr_diag_add(diags, TR_SEV_ERROR, "comm.no_cuda", NULL, "dist.distributed_backend",
-                       "build with CUDA (nvcc found by CMake), or run on the CPU backend, "
-                       "where dist.distributed_backend=mpi works on host memory",
-                       "this build of Trestle has no CUDA, so no device buffers to stage");
-}
-
-bool tr_comm_staged_built(void) {
     return false;
 }
 

@@ -23,7 +23,8 @@
 
 #include <stdbool.h>
 
-#include "runtime/data/train_data.h"
+#include "core/config.h"
+#include "runtime/data/token_dataset.h"
 
 /* dataset.type must be gpt with dataset.data_path (+ dataset.split) or the per-split paths. */
 tr_status tr_indexed_token_dataset_open(const tr_config *c, bool build_indices,

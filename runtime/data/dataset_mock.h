@@ -6,7 +6,8 @@
 #ifndef TR_RUNTIME_DATASET_MOCK_H
 #define TR_RUNTIME_DATASET_MOCK_H
 
-#include "runtime/data/train_data.h"
+#include "core/config.h"
+#include "runtime/data/token_dataset.h"
 
 tr_status tr_dataset_mock_open(tr_token_dataset *ds, int seq, int vocab, int32_t eod, uint64_t seed,
                                const double split[3]);

@@ -6,7 +6,8 @@
 #define TR_RUNTIME_DATASET_SFT_H
 
 #include "runtime/data/sft/pack.h"
-#include "runtime/data/train_data.h"
+#include "core/config.h"
+#include "runtime/data/token_dataset.h"
 
 tr_status tr_dataset_sft_open(const tr_config *c, tr_token_dataset *ds, tr_diags *d);
 

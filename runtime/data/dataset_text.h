@@ -5,7 +5,8 @@
 #ifndef TR_RUNTIME_DATASET_TEXT_H
 #define TR_RUNTIME_DATASET_TEXT_H
 
-#include "runtime/data/train_data.h"
+#include "core/config.h"
+#include "runtime/data/token_dataset.h"
 
 tr_status tr_dataset_text_open(tr_token_dataset *ds, const char *path, int seq, uint64_t seed,
                                const double split[3], tr_diags *d);

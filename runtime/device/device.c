@@ -1,129 +1,6 @@
-/* See runtime/device/device.h: backend selection, the host backend, and the helpers every backend
- * shares (scalars through device scratch). */
-#include <stdlib.h>
-#include <string.h>
-
-#include "core/log.h"
+/* See runtime/device/device.h: the device interface over whichever backend a device has, and
+ * the helpers every backend shares (scalars through device scratch). */
 #include "runtime/device/internal.h"
-
-static tr_status host_alloc(tr_device *dev, tr_mem_kind kind, size_t bytes, void **out) {
-    (void)dev;
-    (void)kind;
-    *out = calloc(bytes ? bytes : 1, 1);
-    return *out ? TR_OK : TR_ERR_NOMEM;
-}
-
-static void host_free(tr_device *dev, tr_mem_kind kind, void *p) {
-    (void)dev;
-    (void)kind;
-    free(p);
-}
-
-static tr_status host_copy(tr_device *dev, void *dst, const void *src, size_t bytes,
-                           tr_copy_dir dir) {
-    (void)dev;
-    (void)dir;
-    if (bytes) memmove(dst, src, bytes);
-    return TR_OK;
-}
-
-static tr_status host_memset0(tr_device *dev, void *p, size_t bytes) {
-    (void)dev;
-    if (bytes) memset(p, 0, bytes);
-    return TR_OK;
-}
-
-static tr_status host_sync(tr_device *dev) {
-    (void)dev;
-    return TR_OK;
-}
-
-static tr_status host_comm_create(tr_device *dev, const struct tr_parallel_state *ps,
-                                  const tr_comm_options *opt, bool nccl, tr_diags *diags,
-                                  tr_comm **out) {
-    (void)dev;
-    (void)nccl; /* NCCL needs device memory: on the host the MPI backend serves both settings */
-    return tr_comm_mpi_create(ps, opt, diags, out);
-}
-
-static size_t host_peak(const tr_device *dev, tr_mem_kind kind) {
-    (void)dev;
-    (void)kind;
-    return 0;
-}
-
-static void host_log_peaks(const tr_device *dev) {
-    (void)dev;
-}
-
-static void host_close(tr_device *dev) {
-    (void)dev;
-}
-
-static const tr_device_backend host_backend = {host_alloc,   host_free,      host_copy,
-                                               host_memset0, host_sync,      host_comm_create,
-                                               host_peak,    host_log_peaks, host_close};
-
-/* Stateless: the op table is looked up on use (tr_device_ops), so nothing here changes. */
-static tr_device host_device = {TR_DEVICE_CPU, "cpu", NULL, &host_backend, NULL, 0, NULL};
-
-tr_device *tr_device_host(void) {
-    return &host_device;
-}
-
-tr_status tr_device_kind_parse(const char *name, tr_device_kind *out) {
-    if (!name || !*name || strcmp(name, "cpu") == 0)
-        *out = TR_DEVICE_CPU;
-    else if (strcmp(name, "cuda") == 0)
-        *out = TR_DEVICE_CUDA;
-    else if (strcmp(name, "cpu-strict") == 0)
-        *out = TR_DEVICE_CPU_STRICT;
-    else
-        return TR_ERR_INVALID;
-    return TR_OK;
-}
-
-tr_status tr_device_open(tr_device_kind kind, int local_rank, int local_size, tr_diags *d,
-                         tr_device **out) {
-    *out = NULL;
-    if (kind == TR_DEVICE_CPU) {
-        *out = tr_device_host();
-        return TR_OK;
-    }
-    tr_device *dev = calloc(1, sizeof *dev);
-    if (!dev) return TR_ERR_NOMEM;
-    tr_status st = kind == TR_DEVICE_CUDA ? tr_device_cuda_open(dev, local_rank, local_size, d)
-                                          : tr_device_strict_open(dev, d);
-    if (st == TR_OK)
-        st = dev->be->alloc(dev, TR_MEM_WORKSPACE, TR_DEVICE_SCRATCH_BYTES, &dev->scratch);
-    if (st != TR_OK) {
-        if (dev->be) dev->be->close(dev);
-        free(dev);
-        return st;
-    }
-    *out = dev;
-    return TR_OK;
-}
-
-tr_status tr_device_open_from_env(int local_rank, int local_size, tr_diags *d, tr_device **out) {
-    const char *name = getenv("TRESTLE_DEVICE");
-    tr_device_kind kind;
-    *out = NULL;
-    if (tr_device_kind_parse(name, &kind) != TR_OK) {
-        tr_diag_add(d, TR_SEV_ERROR, "device.unknown", NULL, "TRESTLE_DEVICE",
-                    "set TRESTLE_DEVICE to cpu or cuda (cpu-strict is a test mode)",
-                    "unknown device '%s'", name);
-        return TR_ERR_CONFIG;
-    }
-    return tr_device_open(kind, local_rank, local_size, d, out);
-}
-
-void tr_device_close(tr_device *dev) {
-    if (!dev || dev == &host_device) return;
-    if (dev->scratch) dev->be->free(dev, TR_MEM_WORKSPACE, dev->scratch);
-    dev->be->close(dev);
-    free(dev);
-}
 
 tr_device_kind tr_device_kind_of(const tr_device *dev) {
     return dev->kind;
@@ -160,7 +37,7 @@ tr_status tr_device_to_device(tr_device *dev, void *dst, const void *host_src, s
 tr_status tr_device_to_host(tr_device *dev, void *host_dst, const void *src, size_t bytes) {
     if (!bytes) return TR_OK;
     if (!host_dst || !src) return TR_ERR_INVALID;
-    if (dev != &host_device) dev->host_reads++;
+    if (dev != tr_device_host()) dev->host_reads++;
     return dev->be->copy(dev, host_dst, src, bytes, TR_COPY_TO_HOST);
 }
 

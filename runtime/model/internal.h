@@ -7,12 +7,9 @@
 #include "runtime/model/model.h"
 #include "runtime/model/linear.h"
 
-typedef enum tr_model_linear_id {
-    TR_LIN_QKV,
-    TR_LIN_PROJ,
-    TR_LIN_FC1,
-    TR_LIN_FC2
-} tr_model_linear_id;
+/* Each tensor and activation buffer starts on a 64-byte boundary (16 floats), so vector loads
+ * never straddle two of them. */
+#define TR_PARAM_ALIGN 16
 
 /* Where the forward is about to read parameters / the backward has finished gradients: a layer
  * index, or one of these. before_params also brings those linear weights' half-precision copy
@@ -32,6 +29,10 @@ tr_status tr_model_wcopy_of(const tr_model *m, const float *w, const uint16_t **
 /* Points the current activation fields (acts of the part's layers, head, ids, targets) at the
  * storage of (part, slot). */
 tr_status tr_model_select_slot(tr_model *m, int part, int slot);
+/* The activation buffers of every (part, slot) and the shared scratch (runtime/model/acts.c), in
+ * device memory of kind activations; freed with the device they were allocated on. */
+tr_status tr_model_alloc_acts(tr_model *m);
+void tr_model_free_acts(tr_model *m, struct tr_device *dev);
 tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v);
 
 /* true when the input of linear `id` (a tr_model_linear_id, or TR_MODEL_AT_HEAD for the output
@@ -41,8 +42,6 @@ tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v);
 bool tr_model_half_input(const tr_model *m, int id);
 tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rstd, const float *x,
                             const float *w, const float *b, int rows);
-tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id);
-tr_linear tr_model_output_linear(const tr_model *m);
 tr_status tr_model_qkv_split(const tr_model *m, const float *qkv, float *q, float *k, float *v,
                              int64_t rows);
 tr_status tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, const float *k,

@@ -1,17 +1,12 @@
-/* Parameter layout (one flat buffer, Megatron's names and order), activation buffers, and
- * Megatron's initialisation. */
-#include <math.h>
+/* Parameter layout (one flat buffer, Megatron's names and order), the views into it, and the
+ * model's creation and release. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/common/philox.h"
 #include "runtime/comm/comm.h"
 #include "runtime/device/device.h"
 #include "runtime/model/internal.h"
-
-/* Each tensor starts on a 64-byte boundary so vector loads never straddle two tensors. */
-#define TR_PARAM_ALIGN 16
 
 typedef struct layout {
     tr_param_info *info;
@@ -236,115 +231,6 @@ tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
     return TR_OK;
 }
 
-/* Carves activation buffers out of one allocation: sizes first (base NULL), then pointers. */
-typedef struct carver {
-    float *base;
-    int64_t used;
-} carver;
-
-static float *carve(carver *c, int64_t n) {
-    float *p = c->base ? c->base + c->used : NULL;
-    c->used += (n + TR_PARAM_ALIGN - 1) / TR_PARAM_ALIGN * TR_PARAM_ALIGN;
-    return p;
-}
-
-/* n bf16/fp16 values, in whole floats of the same allocation (aligned as every buffer). */
-static uint16_t *carve_half(carver *c, int64_t n) {
-    return (uint16_t *)carve(c, (n + 1) / 2);
-}
-
-/* A saved norm output feeding column-parallel linear `id`: in half precision (the gathered rows
- * under sequence parallelism; the norm writes its fp32 result into shared scratch), else fp32
- * with, under sequence parallelism, its gathered rows. */
-static void carve_norm_out(const tr_model *m, carver *c, int id, float **y, float **y_full,
-                           uint16_t **half) {
-    int64_t n = (int64_t)m->batch * m->spec.seq * m->spec.hidden;
-    bool sp = m->spec.sequence_parallel;
-    *y = *y_full = NULL;
-    *half = NULL;
-    if (tr_model_half_input(m, id)) {
-        *half = carve_half(c, n);
-        return;
-    }
-    *y = carve(c, n);
-    if (sp) *y_full = carve(c, n);
-}
-
-static int part_slots(const tr_model_part *p) {
-    return p->slots > 0 ? p->slots : 1;
-}
-
-static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a) {
-    const tr_model_spec *s = &m->spec;
-    int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
-    int64_t hd = (int64_t)s->heads * s->head_dim, gd = (int64_t)s->groups * s->head_dim;
-    a->x_in = carve(c, bt * C);
-    carve_norm_out(m, c, TR_LIN_QKV, &a->ln1, &a->ln1_full, &a->ln1_h);
-    a->ln1_mean = carve(c, bt);
-    a->ln1_rstd = carve(c, bt);
-    a->q = carve(c, bt * hd);
-    a->k = carve(c, bt * gd);
-    a->v = carve(c, bt * gd);
-    a->attn = carve(c, bt * hd);
-    a->lse = carve(c, (int64_t)m->batch * s->heads * s->seq);
-    a->x_mid = carve(c, bt * C);
-    carve_norm_out(m, c, TR_LIN_FC1, &a->ln2, &a->ln2_full, &a->ln2_h);
-    a->ln2_mean = carve(c, bt);
-    a->ln2_rstd = carve(c, bt);
-    a->fc1 = carve(c, bt * m->fc1_dim);
-    /* The MLP activation: fc2's input only (its backward reads fc1). */
-    bool half = tr_model_half_input(m, TR_LIN_FC2);
-    a->act = half ? NULL : carve(c, bt * s->ffn);
-    a->act_h = half ? carve_half(c, bt * s->ffn) : NULL;
-}
-
-static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
-    const tr_model_spec *s = &m->spec;
-    int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
-    a->x_final = carve(c, bt * C);
-    carve_norm_out(m, c, TR_MODEL_AT_HEAD, &a->lnf, &a->lnf_full, &a->lnf_h);
-    a->lnf_mean = carve(c, bt);
-    a->lnf_rstd = carve(c, bt);
-    a->logits = carve(c, bt * s->vocab);
-    a->ce_stats = carve(c, 4 * bt); /* [3, bt] stats, then bt floats of TP scratch */
-    a->losses = carve(c, bt);
-    a->dloss = carve(c, bt);
-}
-
-/* Every (part, slot) gets its own layers' (and head's) activations; scratch is shared. */
-static void carve_acts(tr_model *m, carver *c) {
-    const tr_model_spec *s = &m->spec;
-    int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
-    int64_t hd = (int64_t)s->heads * s->head_dim, gd = (int64_t)s->groups * s->head_dim;
-    for (int k = 0; k < m->n_parts; k++) {
-        const tr_model_part *p = &m->parts[k];
-        for (int slot = 0; slot < part_slots(p); slot++) {
-            tr_slot_acts *a = &m->slot_acts[m->slot_start[k] + slot];
-            for (int i = 0; i < p->num_layers; i++) carve_layer(m, c, &a->layers[i]);
-            if (p->has_loss) carve_head(m, c, a);
-        }
-    }
-    m->sp_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
-    m->sp_perm = s->sequence_parallel ? carve(c, bt * C) : NULL;
-    int64_t big = m->fc1_dim > m->qkv_dim ? m->fc1_dim : m->qkv_dim;
-    if (big < C) big = C;
-    m->rope_cos = carve(c, (int64_t)s->seq * (s->head_dim / 2 + 1));
-    m->rope_sin = carve(c, (int64_t)s->seq * (s->head_dim / 2 + 1));
-    m->dx = carve(c, bt * C);
-    m->dtmp = carve(c, bt * C);
-    m->dbig = carve(c, bt * big);
-    m->dact = carve(c, bt * s->ffn);
-    m->dq = carve(c, bt * hd);
-    m->dk = carve(c, bt * gd);
-    m->dv = carve(c, bt * gd);
-    m->loss_dev = carve(c, 1);
-    m->lora_u = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
-    m->lora_du = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
-    int64_t widest = C > s->ffn ? C : s->ffn;
-    if (hd > widest) widest = hd;
-    m->lora_x = s->lora_rank && s->lora_dropout > 0.0f ? carve(c, bt * widest) : NULL;
-}
-
 static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
     if (s->num_layers < 1 || s->hidden < 1 || s->heads < 1 || s->groups < 1 || s->head_dim < 1 ||
         s->ffn < 1 || s->vocab < 1 || s->seq < 1 || batch < 1)
@@ -414,45 +300,6 @@ tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_m
     return TR_OK;
 }
 
-int tr_model_layer_slots(const tr_model *m, int layer) {
-    for (int k = 0; k < m->n_parts; k++) {
-        const tr_model_part *p = &m->parts[k];
-        if (layer >= p->first_layer && layer < p->first_layer + p->num_layers) return part_slots(p);
-    }
-    return 0;
-}
-
-static tr_status alloc_slots(tr_model *m) {
-    int n_slots = 0;
-    m->slot_start = calloc((size_t)m->n_parts, sizeof *m->slot_start);
-    if (!m->slot_start) return TR_ERR_NOMEM;
-    for (int k = 0; k < m->n_parts; k++) {
-        m->slot_start[k] = n_slots;
-        n_slots += part_slots(&m->parts[k]);
-    }
-    m->slot_acts = calloc((size_t)n_slots, sizeof *m->slot_acts);
-    int64_t bt = (int64_t)m->batch * m->spec.seq;
-    if (!m->slot_acts) return TR_ERR_NOMEM;
-    /* Per slot: ids, targets, document starts, position ids. */
-    TR_TRY(tr_device_alloc(m->dev, TR_MEM_ACTIVATIONS,
-                           (size_t)(4 * n_slots) * (size_t)bt * sizeof *m->tok_buf,
-                           (void **)&m->tok_buf));
-    for (int k = 0; k < m->n_parts; k++) {
-        const tr_model_part *p = &m->parts[k];
-        for (int slot = 0; slot < part_slots(p); slot++) {
-            int at = m->slot_start[k] + slot;
-            tr_slot_acts *a = &m->slot_acts[at];
-            a->layers = calloc((size_t)(p->num_layers > 0 ? p->num_layers : 1), sizeof *a->layers);
-            if (!a->layers) return TR_ERR_NOMEM;
-            if (p->has_embedding) a->ids = m->tok_buf + (int64_t)(4 * at) * bt;
-            if (p->has_loss) a->targets = m->tok_buf + (int64_t)(4 * at + 1) * bt;
-            a->doc_start = m->tok_buf + (int64_t)(4 * at + 2) * bt;
-            a->pos_ids = m->tok_buf + (int64_t)(4 * at + 3) * bt;
-        }
-    }
-    return TR_OK;
-}
-
 static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *s, tr_tp_shard tp,
                               const tr_ops *ops, int batch, const tr_model_part *parts,
                               int n_parts) {
@@ -488,19 +335,7 @@ static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *
     if ((st = tr_device_alloc(dev, TR_MEM_PARAMS, param_bytes, (void **)&m->params)) != TR_OK ||
         (st = tr_device_alloc(dev, TR_MEM_GRADS, param_bytes, (void **)&m->grads)) != TR_OK)
         goto fail;
-    st = TR_ERR_NOMEM;
-    m->acts = calloc((size_t)s->num_layers, sizeof *m->acts);
-    if (!m->acts) goto fail;
-    if ((st = alloc_slots(m)) != TR_OK) goto fail;
-    st = TR_ERR_NOMEM;
-    carver c = {0};
-    carve_acts(m, &c);
-    m->act_numel = c.used;
-    st = tr_device_alloc(dev, TR_MEM_ACTIVATIONS, (size_t)c.used * sizeof(float),
-                         (void **)&m->act_buf);
-    if (st != TR_OK) goto fail;
-    c = (carver){m->act_buf, 0};
-    carve_acts(m, &c);
+    if ((st = tr_model_alloc_acts(m)) != TR_OK) goto fail;
     if ((st = tr_model_bind_views(m, m->params, &m->p)) != TR_OK) goto fail;
     if ((st = tr_model_bind_views(m, m->grads, &m->g)) != TR_OK) goto fail;
     if ((st = tr_model_wcopy_create(m)) != TR_OK) goto fail;
@@ -540,102 +375,10 @@ void tr_model_free(tr_model *m) {
     free(m->info);
     free(m->p.layers);
     free(m->g.layers);
-    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->act_buf);
-    free(m->acts);
-    if (m->slot_acts)
-        for (int k = 0; k < m->n_parts; k++)
-            for (int slot = 0; slot < part_slots(&m->parts[k]); slot++)
-                free(m->slot_acts[m->slot_start[k] + slot].layers);
-    free(m->slot_acts);
-    free(m->slot_start);
-    tr_device_free(dev, TR_MEM_ACTIVATIONS, m->tok_buf);
+    tr_model_free_acts(m, dev);
     free(m->parts);
     tr_device_free(dev, TR_MEM_ACTIVATIONS, m->pos_local);
     tr_device_free(dev, TR_MEM_ACTIVATIONS, m->pos_sin);
     tr_device_free(dev, TR_MEM_ACTIVATIONS, m->pos_cos);
     memset(m, 0, sizeof *m);
-}
-
-/* The stream of a tensor is keyed by its name, so adding or reordering other tensors never
- * changes its values. */
-static uint64_t name_key(const char *name) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
-    return h;
-}
-
-/* Box-Muller on two Philox uniforms per logical element, so a shard can initialise its slice of
- * a tensor to exactly the values the unsharded model has. */
-static float normal_at(uint64_t seed, uint64_t tensor, uint64_t e) {
-    uint64_t key = seed * 0x9E3779B97F4A7C15ull + tensor;
-    float u1 = tr_philox_uniform(key, 2 * e), u2 = tr_philox_uniform(key, 2 * e + 1);
-    double r = sqrt(-2.0 * log(1.0 - (double)u1));
-    return (float)(r * cos(2.0 * 3.14159265358979323846 * (double)u2));
-}
-
-/* Position along a split dimension of local size n in the logical dimension: a plain slice, or
- * for SwiGLU's [gate; up] the rank's slice of each half. */
-static int64_t logical_coord(int64_t x, int64_t n, tr_tp_shard tp, bool swiglu) {
-    if (!swiglu) return (int64_t)tp.rank * n + x;
-    int64_t half = n / 2;
-    return x < half ? (int64_t)tp.rank * half + x
-                    : half * tp.size + (int64_t)tp.rank * half + x - half;
-}
-
-int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_t e) {
-    int64_t r = e / p->cols, c = e % p->cols;
-    if (p->split_dim == 0) r = logical_coord(r, p->rows, m->tp, p->swiglu_split);
-    if (p->split_dim == 1) c = logical_coord(c, p->cols, m->tp, p->swiglu_split);
-    return r * p->full_cols + c;
-}
-
-tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
-    const tr_model_spec *s = &m->spec;
-    double scaled = s->init_std / sqrt(2.0 * s->num_layers);
-    bool direct = tr_device_host_visible(m->dev);
-    for (int i = 0; i < m->n_info; i++) {
-        const tr_param_info *p = &m->info[i];
-        /* On a device each tensor is drawn on the host and copied over. */
-        float *w =
-            direct ? m->params + p->offset : malloc((size_t)(p->numel ? p->numel : 1) * sizeof *w);
-        if (!w) return TR_ERR_NOMEM;
-        uint64_t key = name_key(p->name);
-        double std = p->init == TR_INIT_SCALED_NORMAL ? scaled
-                     : p->init == TR_INIT_EMBEDDING   ? s->embed_init_std
-                     : p->init == TR_INIT_XAVIER      ? sqrt(2.0 / (p->full_rows + p->full_cols))
-                     : p->init == TR_INIT_NORMAL02    ? 0.2
-                                                      : s->init_std;
-        /* kaiming_uniform_(a = sqrt(5)) on [out, in]: bound sqrt(6 / ((1 + 5) fan_in)). */
-        double bound = 1.0 / sqrt((double)p->full_cols);
-        for (int64_t e = 0; e < p->numel; e++) {
-            uint64_t at = (uint64_t)tr_model_logical_index(m, p, e);
-            if (p->init == TR_INIT_ZERO)
-                w[e] = 0.0f;
-            else if (p->init == TR_INIT_ONE)
-                w[e] = 1.0f;
-            else if (p->init == TR_INIT_KAIMING)
-                w[e] = (float)(bound *
-                               (2.0 * tr_philox_uniform(seed * 0x9E3779B97F4A7C15ull + key, at) -
-                                1.0));
-            else
-                w[e] = (float)std * normal_at(seed, key, at);
-        }
-        if (direct) continue;
-        tr_status st =
-            tr_device_to_device(m->dev, m->params + p->offset, w, (size_t)p->numel * sizeof *w);
-        free(w);
-        TR_TRY(st);
-    }
-    tr_model_params_changed(m);
-    return TR_OK;
-}
-
-double tr_model_flops_per_seq(const tr_model_spec *s) {
-    double T = s->seq, C = s->hidden, hd = (double)s->heads * s->head_dim;
-    double qkv = (double)(s->heads + 2 * s->groups) * s->head_dim;
-    double fc1 = s->swiglu ? 2.0 * s->ffn : s->ffn;
-    double per_tok = 2.0 * (C * qkv + hd * C + C * fc1 + s->ffn * C);
-    /* causal attention: QK^T and PV over on average T/2 keys */
-    double attn = 2.0 * 2.0 * hd * (T / 2.0);
-    return s->num_layers * T * (per_tok + attn) + 2.0 * T * C * s->vocab;
 }

@@ -169,3 +169,50 @@ tr_status tr_linear_bwd_half(const tr_ops *ops, const tr_linear *l, const uint16
                              const float *dy, float *dx, int rows) {
     return linear_bwd(ops, l, (tr_gemm_operand){x, l->in, true}, dy, dx, rows);
 }
+
+/* A linear layer without adapter (LoRA fills its adapter fields). */
+static tr_linear base_linear(const float *w, const float *b, float *dw, float *db, int in, int out,
+                             tr_linear_kind kind, const tr_model *m) {
+    return (tr_linear){
+        .w = w, .b = b, .dw = dw, .db = db, .in = in, .out = out, .kind = kind, .model = m};
+}
+
+static tr_linear layer_linear(const tr_model *m, int layer, tr_model_linear_id id) {
+    const tr_model_spec *s = &m->spec;
+    const tr_layer_views *p = &m->p.layers[layer], *g = &m->g.layers[layer];
+    int hd = s->heads * s->head_dim;
+    switch (id) {
+    case TR_LIN_QKV:
+        return base_linear(p->qkv_w, p->qkv_b, g->qkv_w, g->qkv_b, s->hidden, m->qkv_dim,
+                           TR_LINEAR_COLUMN, m);
+    case TR_LIN_PROJ:
+        return base_linear(p->proj_w, p->proj_b, g->proj_w, g->proj_b, hd, s->hidden, TR_LINEAR_ROW,
+                           m);
+    case TR_LIN_FC1:
+        return base_linear(p->fc1_w, p->fc1_b, g->fc1_w, g->fc1_b, s->hidden, m->fc1_dim,
+                           TR_LINEAR_COLUMN, m);
+    case TR_LIN_FC2:
+    default:
+        return base_linear(p->fc2_w, p->fc2_b, g->fc2_w, g->fc2_b, s->ffn, s->hidden, TR_LINEAR_ROW,
+                           m);
+    }
+}
+
+/* With LoRA the base weights are frozen (no dW, no db) and targeted layers carry adapters. */
+tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id) {
+    tr_linear l = layer_linear(m, layer, id);
+    if (!m->spec.lora_rank) return l;
+    l.dw = l.db = NULL;
+    const tr_layer_views *p = &m->p.layers[layer], *g = &m->g.layers[layer];
+    l.lora_a = p->lora_a[id];
+    l.lora_b = p->lora_b[id];
+    l.lora_da = g->lora_a[id];
+    l.lora_db = g->lora_b[id];
+    l.lora_site = layer * TR_LORA_TARGETS + (int)id;
+    return l;
+}
+
+tr_linear tr_model_output_linear(const tr_model *m) {
+    return base_linear(m->p.out_w, NULL, m->spec.lora_rank ? NULL : m->g.out_w, NULL,
+                       m->spec.hidden, m->spec.vocab, TR_LINEAR_COLUMN, m);
+}

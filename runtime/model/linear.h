@@ -13,6 +13,14 @@
 
 typedef enum tr_linear_kind { TR_LINEAR_COLUMN, TR_LINEAR_ROW } tr_linear_kind;
 
+/* The linear layers of a transformer layer, in Megatron's order (also LoRA's target order). */
+typedef enum tr_model_linear_id {
+    TR_LIN_QKV,
+    TR_LIN_PROJ,
+    TR_LIN_FC1,
+    TR_LIN_FC2
+} tr_model_linear_id;
+
 typedef struct tr_linear {
     const float *w, *b; /* w [out_local, in_local]; b may be NULL */
     float *dw, *db;     /* gradients (accumulated); db NULL when there is no bias */
@@ -42,5 +50,11 @@ tr_status tr_linear_fwd_half(const tr_ops *ops, const tr_linear *l, const uint16
                              int rows);
 tr_status tr_linear_bwd_half(const tr_ops *ops, const tr_linear *l, const uint16_t *x,
                              const float *dy, float *dx, int rows);
+
+/* Layer `layer`'s linear `id` and the output layer as tr_linear views of the model's parameters
+ * and gradients; with LoRA the base weights carry no gradient and targeted layers their
+ * adapter. */
+tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id);
+tr_linear tr_model_output_linear(const tr_model *m);
 
 #endif

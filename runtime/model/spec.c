@@ -126,3 +126,13 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
     s->lowp = m->bf16 ? TR_LOWP_BF16 : m->fp16 ? TR_LOWP_F16 : 0;
     return TR_OK;
 }
+
+double tr_model_flops_per_seq(const tr_model_spec *s) {
+    double T = s->seq, C = s->hidden, hd = (double)s->heads * s->head_dim;
+    double qkv = (double)(s->heads + 2 * s->groups) * s->head_dim;
+    double fc1 = s->swiglu ? 2.0 * s->ffn : s->ffn;
+    double per_tok = 2.0 * (C * qkv + hd * C + C * fc1 + s->ffn * C);
+    /* causal attention: QK^T and PV over on average T/2 keys */
+    double attn = 2.0 * 2.0 * hd * (T / 2.0);
+    return s->num_layers * T * (per_tok + attn) + 2.0 * T * C * s->vocab;
+}

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "runtime/device/device.h"
+
 static tr_status unsupported(tr_diags *d, const char *key, const char *hint, const char *what) {
     return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key, hint,
                        "the CPU training runtime does not implement %s yet", what);
@@ -115,5 +117,32 @@ tr_status tr_optimizer_step(tr_optimizer *o, float *params, const float *grads, 
             TR_TRY(o->ops->adamw(params + off, grads + off, o->m + off, o->v + off, p->numel, &ap));
         }
     }
+    return TR_OK;
+}
+
+/* The same optimizer with its state in device memory. */
+tr_status tr_optimizer_create_on(tr_optimizer *o, tr_device *dev, const tr_optimizer_spec *s,
+                                 const tr_param_info *info, int n_info, int64_t n) {
+    *o = (tr_optimizer){
+        .spec = *s, .ops = tr_device_ops(dev), .info = info, .n_info = n_info, .n = n, .dev = dev};
+    for (int i = 0; i < n_info; i++)
+        if (info[i].offset < 0 || info[i].offset + info[i].numel > n) return TR_ERR_INVALID;
+    size_t bytes = (size_t)n * sizeof(float);
+    tr_status st = tr_device_alloc(dev, TR_MEM_OPTIMIZER, bytes, (void **)&o->m);
+    if (st == TR_OK && !s->sgd) st = tr_device_alloc(dev, TR_MEM_OPTIMIZER, bytes, (void **)&o->v);
+    if (st != TR_OK) tr_optimizer_free(o);
+    return st;
+}
+
+void tr_optimizer_free_on_device(tr_optimizer *o) {
+    tr_device_free(o->dev, TR_MEM_OPTIMIZER, o->v);
+    tr_device_free(o->dev, TR_MEM_OPTIMIZER, o->m);
+    o->m = o->v = NULL;
+}
+
+tr_status tr_grad_norm_on(tr_device *dev, const float *grads, int64_t n, double *norm) {
+    float sq = 0.0f;
+    TR_TRY(tr_device_sum_squares(dev, grads, n, &sq));
+    *norm = sqrt((double)sq);
     return TR_OK;
 }

@@ -39,7 +39,7 @@ tr_status tr_optimizer_spec_from_config(const tr_config *c, tr_optimizer_spec *s
 tr_status tr_optimizer_create(tr_optimizer *o, const tr_optimizer_spec *s, const tr_ops *ops,
                               const tr_param_info *info, int n_info, int64_t n);
 void tr_optimizer_free(tr_optimizer *o);
-/* The same with the state in dev's memory and dev's ops (runtime/optimizer/optimizer_device.c). */
+/* The same with the state in dev's memory and dev's ops. */
 tr_status tr_optimizer_create_on(tr_optimizer *o, struct tr_device *dev, const tr_optimizer_spec *s,
                                  const tr_param_info *info, int n_info, int64_t n);
 /* Frees the device state (tr_optimizer_free calls it when o->dev is set). */

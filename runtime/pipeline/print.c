@@ -3,13 +3,6 @@
 
 #include "runtime/pipeline/pipeline.h"
 
-const char *tr_pp_op_name(tr_pp_op op) {
-    static const char *names[] = {"FWD",           "BWD",       "SEND_ACT", "RECV_ACT",
-                                  "SEND_GRAD",     "RECV_GRAD", "WAIT",     "EMBED_GRAD_ALLREDUCE",
-                                  "DP_GRAD_REDUCE"};
-    return (unsigned)op < sizeof names / sizeof names[0] ? names[op] : "?";
-}
-
 static const char *kind_name(tr_pp_kind k) {
     return k == TR_PP_NO_PIPELINE ? "no pipeline (gradient accumulation)"
            : k == TR_PP_1F1B      ? "1F1B"

@@ -401,3 +401,10 @@ tr_status tr_pp_schedule_build(const tr_config *c, int pp_rank, tr_pp_schedule *
     out->message_dtype = tr_pp_message_dtype(c);
     return TR_OK;
 }
+
+const char *tr_pp_op_name(tr_pp_op op) {
+    static const char *names[] = {"FWD",           "BWD",       "SEND_ACT", "RECV_ACT",
+                                  "SEND_GRAD",     "RECV_GRAD", "WAIT",     "EMBED_GRAD_ALLREDUCE",
+                                  "DP_GRAD_REDUCE"};
+    return (unsigned)op < sizeof names / sizeof names[0] ? names[op] : "?";
+}

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "runtime/model/model.h"
 #include "runtime/train/ckpt.h"
 #include "runtime/train/ckpt_tensors.h"

@@ -22,7 +22,9 @@ if(TRESTLE_SANITIZE)
   set(TR_GPU_ENV "ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0")
 endif()
 
-add_executable(test_cuda_ops ${CMAKE_SOURCE_DIR}/tests/gpu/test_cuda_ops.c)
+add_executable(test_cuda_ops ${CMAKE_SOURCE_DIR}/tests/gpu/test_cuda_ops.c
+               ${CMAKE_SOURCE_DIR}/tests/gpu/test_cuda_ops_attention.c
+               ${CMAKE_SOURCE_DIR}/tests/gpu/test_cuda_ops_large.c)
 target_link_libraries(test_cuda_ops PRIVATE tr_gpu_test_support)
 add_test(NAME gpu_cuda_ops COMMAND test_cuda_ops)
 set_tests_properties(gpu_cuda_ops PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77

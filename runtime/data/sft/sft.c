@@ -1,3 +1,4 @@
+/* JSONL records to tokenized fine-tuning examples (runtime/data/sft/sft.h). */
 #include "runtime/data/sft/sft.h"
 
 #include <ctype.h>
@@ -12,35 +13,6 @@ void tr_sft_options_from_config(const tr_dataset_config *dc, tr_sft_options *o) 
     o->separator = dc->separator;
     o->loss_mode = dc->loss_mode;
     o->max_records = dc->max_train_samples == TR_NULL_INT ? -1 : dc->max_train_samples;
-}
-
-tr_status tr_sft_example_append(tr_sft_example *e, const tr_token_ids *ids, bool target) {
-    if (ids->n == 0) return TR_OK;
-    int64_t n = e->n + (int64_t)ids->n;
-    int64_t *ni = realloc(e->ids, (size_t)n * sizeof *ni);
-    if (!ni) return TR_ERR_NOMEM;
-    e->ids = ni;
-    uint8_t *nt = realloc(e->target, (size_t)n);
-    if (!nt) return TR_ERR_NOMEM;
-    e->target = nt;
-    for (size_t i = 0; i < ids->n; i++) {
-        e->ids[e->n + (int64_t)i] = ids->ids[i];
-        e->target[e->n + (int64_t)i] = target;
-    }
-    e->n = n;
-    return TR_OK;
-}
-
-void tr_sft_example_free(tr_sft_example *e) {
-    free(e->ids);
-    free(e->target);
-    memset(e, 0, sizeof *e);
-}
-
-void tr_sft_examples_free(tr_sft_examples *v) {
-    for (int64_t i = 0; i < v->n; i++) tr_sft_example_free(&v->v[i]);
-    free(v->v);
-    memset(v, 0, sizeof *v);
 }
 
 static tr_status record_error(tr_diags *diags, const char *name, int line, const char *key,

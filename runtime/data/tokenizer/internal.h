@@ -33,7 +33,10 @@ tr_status tr_tokenizer_compile_split(tr_tokenizer *t, const char *pattern, const
                                      tr_diags *diags);
 tr_tokenizer *tr_tokenizer_alloc(tr_tok_kind kind, const char *name);
 
-/* Loading helpers shared by the GPT-2 and tokenizer.json loaders. */
+/* Loading helpers shared by the GPT-2 and tokenizer.json loaders (runtime/data/tokenizer/vocab.c).
+ * A file error names the file and, when line > 0, the line. */
+tr_status tr_tokenizer_file_error(const char *id, const char *name, int line, const char *hint,
+                                  const char *what, tr_diags *diags);
 struct tr_json;
 tr_status tr_tokenizer_load_vocab(tr_tokenizer *t, const struct tr_json *vocab, int64_t min_ids,
                                   const char *name, tr_diags *diags);

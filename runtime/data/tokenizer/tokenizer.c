@@ -1,62 +1,12 @@
-/* The tokenizer interface, the byte-level and null tokenizers, and the BPE encode path shared by
- * GPT-2 and Hugging Face files (added tokens, then regex pre-tokens, then BPE per pre-token). */
+/* The tokenizer interface: the tokenizer a config names, the byte-level and null tokenizers, and
+ * the BPE encode path shared by GPT-2 and Hugging Face files (added tokens, then regex
+ * pre-tokens, then BPE per pre-token). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/data/tokenizer/internal.h"
-
-const char *const TR_GPT2_PATTERN =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-tr_status tr_token_ids_push(tr_token_ids *v, int64_t id) {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 256;
-        int64_t *ids = realloc(v->ids, cap * sizeof *ids);
-        if (!ids) return TR_ERR_NOMEM;
-        v->ids = ids;
-        v->cap = cap;
-    }
-    v->ids[v->n++] = id;
-    return TR_OK;
-}
-
-void tr_token_ids_free(tr_token_ids *v) {
-    free(v->ids);
-    memset(v, 0, sizeof *v);
-}
-
-tr_tokenizer *tr_tokenizer_alloc(tr_tok_kind kind, const char *name) {
-    tr_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return NULL;
-    t->kind = kind;
-    t->name = name;
-    t->eod = t->pad = -1;
-    return t;
-}
-
-void tr_tokenizer_free(tr_tokenizer *t) {
-    if (!t) return;
-    tr_bpe_free(&t->bpe);
-    if (t->split) pcre2_code_free(t->split);
-    for (size_t i = 0; i < t->n_added; i++) free(t->added[i].content);
-    free(t->added);
-    free(t);
-}
-
-int64_t tr_tokenizer_vocab_size(const tr_tokenizer *t) {
-    return t->vocab_size;
-}
-int64_t tr_tokenizer_eod(const tr_tokenizer *t) {
-    return t->eod;
-}
-int64_t tr_tokenizer_pad(const tr_tokenizer *t) {
-    return t->pad;
-}
-const char *tr_tokenizer_name(const tr_tokenizer *t) {
-    return t->name;
-}
 
 tr_status tr_tokenizer_byte_level(tr_tokenizer **out) {
     *out = tr_tokenizer_alloc(TR_TOK_BYTE, "ByteLevelTokenizer");
@@ -84,25 +34,6 @@ tr_status tr_tokenizer_null(int64_t vocab_size, int64_t eod, int64_t pad, tr_tok
     (*out)->vocab_size = vocab_size;
     (*out)->eod = eod < 0 ? vocab_size - 1 : eod;
     (*out)->pad = pad;
-    return TR_OK;
-}
-
-tr_status tr_tokenizer_compile_split(tr_tokenizer *t, const char *pattern, const char *name,
-                                     tr_diags *diags) {
-    int err;
-    PCRE2_SIZE at;
-    t->split = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                             &err, &at, NULL);
-    if (!t->split) {
-        char msg[256];
-        pcre2_get_error_message(err, (PCRE2_UCHAR *)msg, sizeof msg);
-        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, name);
-        return tr_diag_add(diags, TR_SEV_ERROR, "data.tokenizer_regex", &o, "tokenizer",
-                           "the pre-tokenizer pattern must be a regex PCRE2 accepts",
-                           "%s: the pre-tokenizer regex does not compile at offset %zu: %s", name,
-                           (size_t)at, msg);
-    }
-    pcre2_jit_compile(t->split, PCRE2_JIT_COMPLETE); /* optional: falls back to the interpreter */
     return TR_OK;
 }
 

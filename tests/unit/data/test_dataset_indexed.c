@@ -10,6 +10,7 @@
 #include "runtime/data/datasets/indexed_dataset.h"
 #include "recipes/resolve.h"
 #include "runtime/data/dataset_indexed.h"
+#include "runtime/data/train_data.h"
 #include "tests/unit/harness.h"
 
 #define GPT_DIR TRESTLE_SOURCE_DIR "/tests/data/gpt/"

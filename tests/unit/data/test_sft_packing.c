@@ -10,7 +10,7 @@
  *    at every document. */
 #include <stdlib.h>
 
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "runtime/data/tokenizer/tokenizer.h"
 #include "runtime/data/dataset_sft.h"
 #include "runtime/model/model.h"

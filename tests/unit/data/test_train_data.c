@@ -4,8 +4,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "runtime/data/dataset_mock.h"
+#include "runtime/data/train_data.h"
 #include "runtime/data/dataset_text.h"
 
 static void test_shuffle_is_a_permutation_per_epoch(void) {

@@ -8,7 +8,7 @@
  *  - target selection and the runtime's refusals. */
 #include <stdlib.h>
 
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "runtime/peft/lora.h"
 #include "runtime/optimizer/optimizer.h"
 

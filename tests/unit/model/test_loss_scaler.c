@@ -2,7 +2,7 @@
  * (Megatron's DynamicGradScaler: growth 2 after `window` clean steps in a row, backoff 0.5 once
  * the hysteresis count is used up, floor at the minimum; a static scale never moves), and the
  * config mapping. */
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "recipes/resolve.h"
 #include "runtime/optimizer/loss_scaler.h"
 

@@ -1,6 +1,6 @@
 /* LR and WD schedules against values worked out by hand from Megatron's formulas
  * (OptimizerParamScheduler): warmup 100 samples from 0 to 1e-3, decay to 1e-4 at 1000. */
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "recipes/resolve.h"
 #include "runtime/optimizer/lr_schedule.h"
 

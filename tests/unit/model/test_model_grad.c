@@ -5,7 +5,7 @@
  * element-wise differences. */
 #include <stdlib.h>
 
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "runtime/model/model.h"
 #include "tests/unit/model/tiny_models.h"
 

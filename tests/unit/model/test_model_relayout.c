@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "runtime/model/model.h"
 
 static tr_model_spec tied_gpt(void) {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "runtime/model/model.h"
 #include "runtime/optimizer/optimizer.h"
 

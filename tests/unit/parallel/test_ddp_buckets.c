@@ -5,7 +5,7 @@
 
 #include "core/config.h"
 #include "core/field.h"
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "runtime/distributed/ddp.h"
 #include "runtime/distributed/grad_buffer.h"
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "runtime/distributed/ddp.h"
 #include "runtime/distributed/dist_optimizer.h"
 #include "runtime/distributed/grad_clip.h"

@@ -4,7 +4,7 @@
  * and in evaluation. */
 #include <string.h>
 
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "recipes/resolve.h"
 #include "runtime/device/device.h"
 #include "runtime/model/loss_buffer.h"

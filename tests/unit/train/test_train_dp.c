@@ -4,7 +4,7 @@
  * tests/equiv.) */
 #include <string.h>
 
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "recipes/resolve.h"
 #include "runtime/train/train.h"
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/unit/harness.h"
 #include "recipes/resolve.h"
 #include "runtime/model/model.h"
 #include "runtime/train/train.h"

@@ -1,0 +1,82 @@
+/* Megatron's initialisation, drawn per logical element so that every TP shard and pipeline stage
+ * holds exactly the values of the unsharded model. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/common/philox.h"
+#include "runtime/device/device.h"
+#include "runtime/model/internal.h"
+
+/* The stream of a tensor is keyed by its name, so adding or reordering other tensors never
+ * changes its values. */
+static uint64_t name_key(const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    return h;
+}
+
+/* Box-Muller on two Philox uniforms per logical element, so a shard can initialise its slice of
+ * a tensor to exactly the values the unsharded model has. */
+static float normal_at(uint64_t seed, uint64_t tensor, uint64_t e) {
+    uint64_t key = seed * 0x9E3779B97F4A7C15ull + tensor;
+    float u1 = tr_philox_uniform(key, 2 * e), u2 = tr_philox_uniform(key, 2 * e + 1);
+    double r = sqrt(-2.0 * log(1.0 - (double)u1));
+    return (float)(r * cos(2.0 * 3.14159265358979323846 * (double)u2));
+}
+
+/* Position along a split dimension of local size n in the logical dimension: a plain slice, or
+ * for SwiGLU's [gate; up] the rank's slice of each half. */
+static int64_t logical_coord(int64_t x, int64_t n, tr_tp_shard tp, bool swiglu) {
+    if (!swiglu) return (int64_t)tp.rank * n + x;
+    int64_t half = n / 2;
+    return x < half ? (int64_t)tp.rank * half + x
+                    : half * tp.size + (int64_t)tp.rank * half + x - half;
+}
+
+int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_t e) {
+    int64_t r = e / p->cols, c = e % p->cols;
+    if (p->split_dim == 0) r = logical_coord(r, p->rows, m->tp, p->swiglu_split);
+    if (p->split_dim == 1) c = logical_coord(c, p->cols, m->tp, p->swiglu_split);
+    return r * p->full_cols + c;
+}
+
+tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
+    const tr_model_spec *s = &m->spec;
+    double scaled = s->init_std / sqrt(2.0 * s->num_layers);
+    bool direct = tr_device_host_visible(m->dev);
+    for (int i = 0; i < m->n_info; i++) {
+        const tr_param_info *p = &m->info[i];
+        /* On a device each tensor is drawn on the host and copied over. */
+        float *w =
+            direct ? m->params + p->offset : malloc((size_t)(p->numel ? p->numel : 1) * sizeof *w);
+        if (!w) return TR_ERR_NOMEM;
+        uint64_t key = name_key(p->name);
+        double std = p->init == TR_INIT_SCALED_NORMAL ? scaled
+                     : p->init == TR_INIT_EMBEDDING   ? s->embed_init_std
+                     : p->init == TR_INIT_XAVIER      ? sqrt(2.0 / (p->full_rows + p->full_cols))
+                     : p->init == TR_INIT_NORMAL02    ? 0.2
+                                                      : s->init_std;
+        /* kaiming_uniform_(a = sqrt(5)) on [out, in]: bound sqrt(6 / ((1 + 5) fan_in)). */
+        double bound = 1.0 / sqrt((double)p->full_cols);
+        for (int64_t e = 0; e < p->numel; e++) {
+            uint64_t at = (uint64_t)tr_model_logical_index(m, p, e);
+            if (p->init == TR_INIT_ZERO)
+                w[e] = 0.0f;
+            else if (p->init == TR_INIT_ONE)
+                w[e] = 1.0f;
+            else if (p->init == TR_INIT_KAIMING)
+                w[e] = (float)(bound *
+                               (2.0 * tr_philox_uniform(seed * 0x9E3779B97F4A7C15ull + key, at) -
+                                1.0));
+            else
+                w[e] = (float)std * normal_at(seed, key, at);
+        }
+        if (direct) continue;
+        tr_status st =
+            tr_device_to_device(m->dev, m->params + p->offset, w, (size_t)p->numel * sizeof *w);
+        free(w);
+        TR_TRY(st);
+    }
+    tr_model_params_changed(m);
+    return TR_OK;
+}

@@ -1,0 +1,157 @@
+/* Setting a training run up and tearing it down (runtime/train/trainer.h): the specs read from the
+ * config, the layout checks the runtime makes, the model (or this rank's stages), data,
+ * optimizer, data-parallel state and checkpoint load. */
+#include <stdlib.h>
+
+#include "runtime/peft/lora.h"
+#include "runtime/train/checks.h"
+#include "runtime/train/trainer.h"
+
+static int refuse_layout(tr_diags *d, const char *key, const char *what, int64_t size) {
+    return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key,
+                       "set it to 1: the CPU training runtime implements data, tensor and "
+                       "pipeline parallelism only",
+                       "the CPU training runtime does not implement %s (size %lld) yet", what,
+                       (long long)size) != TR_OK;
+}
+
+static int check_layout(const tr_config *c, bool distributed, tr_diags *d) {
+    const tr_model_config *mc = &c->model;
+    int bad = 0;
+    if (mc->context_parallel_size > 1)
+        bad |= refuse_layout(d, "model.context_parallel_size", "context parallelism",
+                             mc->context_parallel_size);
+    if (mc->expert_model_parallel_size > 1)
+        bad |= refuse_layout(d, "model.expert_model_parallel_size", "expert parallelism",
+                             mc->expert_model_parallel_size);
+    if (!distributed && mc->pipeline_model_parallel_size > 1)
+        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL,
+                           "model.pipeline_model_parallel_size",
+                           "launch through run_recipe under mpirun (one rank per stage), or set "
+                           "it to 1",
+                           "pipeline parallelism (PP %lld) needs a communicator; this caller gave "
+                           "none",
+                           (long long)mc->pipeline_model_parallel_size) != TR_OK;
+    else if (!distributed &&
+             (c->derived.data_parallel_size > 1 || mc->tensor_model_parallel_size > 1))
+        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, "derived.world_size",
+                           "launch through run_recipe under mpirun (it creates the communicator)",
+                           "data and tensor parallelism need a communicator; this caller gave "
+                           "none") != TR_OK;
+    return bad;
+}
+
+tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
+    tr_model_spec ms;
+    tr_optimizer_spec os;
+    int bad = tr_model_spec_from_config(c, &ms, d) != TR_OK;
+    bad |= tr_lora_spec_from_config(c, &ms, d) != TR_OK;
+    ms.no_weight_copy = t->o->no_weight_copy;
+    ms.no_half_acts = t->o->no_half_acts;
+    bad |= tr_optimizer_spec_from_config(c, &os, d) != TR_OK;
+    bad |= tr_lr_schedule_from_config(c, &t->sched, d) != TR_OK;
+    bad |= tr_train_check_features(c, d);
+    bad |= tr_train_precision_from_config(c, &t->prec, d) != TR_OK;
+    /* One rank keeps the plain loop (bitwise what it always computed); the distributed path
+     * starts at two ranks. */
+    t->distributed = t->o->comm != NULL && (c->derived.data_parallel_size > 1 ||
+                                            c->model.tensor_model_parallel_size > 1 ||
+                                            c->model.pipeline_model_parallel_size > 1);
+    bad |= check_layout(c, t->distributed, d);
+    if (c->train.train_iters == TR_NULL_INT || c->train.micro_batch_size == TR_NULL_INT ||
+        c->train.global_batch_size == TR_NULL_INT)
+        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.no_iters", NULL,
+                           "train.train_iters,train.micro_batch_size,train.global_batch_size",
+                           "set train.train_iters, train.micro_batch_size and "
+                           "train.global_batch_size",
+                           "training needs an iteration count and batch sizes") != TR_OK;
+    if (bad) return TR_ERR_CONFIG;
+    t->mbs = (int)c->train.micro_batch_size;
+    t->gbs = (int)c->train.global_batch_size;
+    t->nmb = (int)c->derived.num_microbatches;
+    t->seq = ms.seq;
+    t->eod_mask = c->dataset.eod_mask_loss == 1;
+    t->per_token_loss = c->model.calculate_per_token_loss;
+    t->opt_spec = os;
+    t->dp_size = 1;
+    t->dp_rank = 0;
+    if (t->distributed) {
+        t->dp_size = tr_comm_group_size(t->o->comm, TR_GROUP_DP_CP);
+        t->dp_rank = tr_comm_group_rank(t->o->comm, TR_GROUP_DP_CP);
+        if (t->dp_size != c->derived.data_parallel_size) return TR_ERR_INVALID;
+    }
+    TR_TRY(tr_train_data_open(c, &t->data, d));
+    if (ms.vocab < 256 && c->dataset.type == TR_DS_TEXT)
+        return tr_diag_add(d, TR_SEV_ERROR, "data.text_vocab", NULL, "model.vocab_size",
+                           "use a model with at least 256 token ids (the tiny recipes have 256)",
+                           "byte-level text needs 256 token ids, the model has %d", ms.vocab);
+    tr_tp_shard tp = {0, 1};
+    if (t->distributed)
+        tp = (tr_tp_shard){tr_comm_group_rank(t->o->comm, TR_GROUP_TP),
+                           tr_comm_group_size(t->o->comm, TR_GROUP_TP)};
+    int sp_seq = ms.sequence_parallel ? ms.seq : tp.size;
+    if (ms.groups % tp.size || ms.ffn % tp.size || ms.vocab % tp.size || sp_seq % tp.size)
+        return tr_diag_add(d, TR_SEV_ERROR, "runtime.tp_split", NULL,
+                           "model.tensor_model_parallel_size",
+                           "choose a TP size dividing the query groups, the MLP width, the "
+                           "padded vocabulary and (sequence parallel) the sequence length",
+                           "TP %d does not divide query groups %d, ffn %d, padded vocabulary %d "
+                           "or sequence %d",
+                           tp.size, ms.groups, ms.ffn, ms.vocab, ms.seq);
+    /* Pipeline parallel: the model is this rank's stages only (docs/pipeline.md). */
+    if (t->distributed && c->model.pipeline_model_parallel_size > 1) {
+        t->have_pp = true; /* freed even when creation fails halfway */
+        TR_TRY(tr_pp_exec_create(&t->pp, c, t->o->comm, d));
+        TR_TRY(
+            tr_model_create_parts_on(&t->model, t->dev, &ms, tp, t->mbs, t->pp.parts, t->pp.vpp));
+        TR_TRY(tr_pp_exec_attach(&t->pp, &t->model, d));
+        t->pp_idx = malloc((size_t)t->mbs * sizeof *t->pp_idx);
+        if (!t->pp_idx) return TR_ERR_NOMEM;
+    } else {
+        tr_model_part whole = {0, ms.num_layers, true, true, 1};
+        TR_TRY(tr_model_create_parts_on(&t->model, t->dev, &ms, tp, t->mbs, &whole, 1));
+    }
+    t->model.comm = t->o->comm;
+    TR_TRY(tr_loss_buffer_create(&t->losses, t->dev, t->nmb > 0 ? t->nmb : 1));
+    TR_TRY(tr_model_init_weights(&t->model, (uint64_t)c->rng.seed));
+    t->model.dropout_seed = (uint64_t)c->rng.seed * 0x9E3779B97F4A7C15ull + 1;
+    if (t->distributed)
+        TR_TRY(tr_train_dp_setup(&t->dp, c, t->o->comm, &t->model, &os, d));
+    else
+        TR_TRY(tr_optimizer_create_on(&t->opt, t->dev, &os, t->model.info, t->model.n_info,
+                                      t->model.n_params));
+    int64_t bt = (int64_t)t->mbs * t->seq;
+    t->sample = malloc((size_t)(t->seq + 1) * sizeof *t->sample);
+    t->ids = malloc((size_t)bt * sizeof *t->ids);
+    t->tgt = malloc((size_t)bt * sizeof *t->tgt);
+    t->doc_start = malloc((size_t)bt * sizeof *t->doc_start);
+    t->pos = malloc((size_t)bt * sizeof *t->pos);
+    if (!t->sample || !t->ids || !t->tgt || !t->doc_start || !t->pos) return TR_ERR_NOMEM;
+    /* checkpoint: load into the model and optimizer, and where the loop resumes */
+    tr_train_ckpt_env ce = {.c = c,
+                            .comm = t->distributed ? t->o->comm : NULL,
+                            .model = &t->model,
+                            .opt = t->distributed ? NULL : &t->opt,
+                            .dp = t->distributed ? &t->dp : NULL,
+                            .pp = t->have_pp ? &t->pp : NULL,
+                            .scaler = &t->prec.scaler,
+                            .log = t->o->log};
+    return tr_train_ckpt_setup(&t->ckpt, &ce, d);
+}
+
+void tr_trainer_teardown(trainer *t) {
+    tr_train_ckpt_free(&t->ckpt);
+    tr_train_log_close(&t->log);
+    tr_optimizer_free(&t->opt);
+    if (t->have_pp) tr_pp_exec_free(&t->pp);
+    tr_loss_buffer_free(&t->losses);
+    tr_train_dp_free(&t->dp);
+    tr_model_free(&t->model);
+    tr_train_data_close(&t->data);
+    free(t->pp_idx);
+    free(t->sample);
+    free(t->ids);
+    free(t->tgt);
+    free(t->doc_start);
+    free(t->pos);
+}

@@ -1,0 +1,248 @@
+/* One training iteration (runtime/train/trainer.h): this rank's microbatches forward and backward
+ * on one rank, under data/tensor parallelism or through the pipeline executor, then the gradient
+ * reduction, clipping and the optimizer step. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "runtime/data/datasets/sampler.h"
+#include "runtime/train/trainer.h"
+
+/* Fine-tuning data: targets come masked from the dataset, and the model learns where each
+ * packed document starts and the positions inside it. */
+static tr_status load_sequences(trainer *t, int split, int64_t first, const int64_t *index) {
+    for (int b = 0; b < t->mbs; b++) {
+        int64_t at = (int64_t)b * t->seq;
+        tr_token_sequence seq = {t->ids + at, t->tgt + at, t->doc_start + at, t->pos + at};
+        TR_TRY(t->data.sequence(&t->data, split, index ? index[b] : first + b, &seq));
+    }
+    return tr_model_set_sequences(&t->model, t->doc_start, t->pos);
+}
+
+/* Microbatch of the mbs samples index[0..mbs) of `split` (consecutive from index[0] when index
+ * is NULL): inputs are tokens [0, seq), labels tokens [1, seq]. With dataset.eod_mask_loss the
+ * loss is masked where the INPUT token is end-of-document, as Megatron's GPTDataset does (and as
+ * runtime/data/datasets/gpt_dataset.c, checked against megatron-core, does). */
+tr_status tr_trainer_load_microbatch(trainer *t, int split, int64_t first, const int64_t *index) {
+    if (t->data.sequence) return load_sequences(t, split, first, index);
+    for (int b = 0; b < t->mbs; b++) {
+        TR_TRY(t->data.sample(&t->data, split, index ? index[b] : first + b, t->sample));
+        int32_t *ids = t->ids + (int64_t)b * t->seq, *tgt = t->tgt + (int64_t)b * t->seq;
+        for (int i = 0; i < t->seq; i++) {
+            ids[i] = t->sample[i];
+            tgt[i] = t->sample[i + 1];
+            if (t->eod_mask && t->data.eod >= 0 && ids[i] == t->data.eod) tgt[i] = -1;
+        }
+    }
+    return TR_OK;
+}
+
+/* The samples this rank reads in its microbatch mb of the global batch starting at `consumed`:
+ * Megatron's pretraining sampler (rank r takes the r-th run of mbs samples of each group of
+ * mbs x dp). The train split is read past its end in later epochs, so the sampler never runs
+ * out. */
+static tr_status microbatch_index(const trainer *t, int64_t consumed, int mb, int64_t *index) {
+    tr_sampler s = {.total_samples = INT64_MAX / 2,
+                    .consumed_samples = consumed,
+                    .micro_batch_size = t->mbs,
+                    .dp_rank = t->dp_rank,
+                    .dp_size = t->dp_size,
+                    .drop_last = true};
+    return tr_sampler_micro_batch(&s, mb, index) == t->mbs ? TR_OK : TR_ERR_INVALID;
+}
+
+/* Test hook (tests/pp/stuck_peer.sh only): with TRESTLE_TEST_STALL_RANK=r and
+ * TRESTLE_TEST_STALL_ITER=i in the environment, world rank r stops itself with SIGSTOP after the
+ * forward of its first microbatch of iteration i, so its peers see a process that is alive (the
+ * launcher notices nothing) but never answers, and must end through the communication timeout.
+ * It prints its pid first so the test can kill it by pid. */
+static void test_stall_hook(const trainer *t, int64_t iteration, int mb) {
+    const char *rank_s = getenv("TRESTLE_TEST_STALL_RANK");
+    const char *iter_s = getenv("TRESTLE_TEST_STALL_ITER");
+    if (!rank_s || !iter_s || !t->o->comm || mb != 0) return;
+    if (atoll(iter_s) != iteration) return;
+    if (atoi(rank_s) != tr_comm_group_rank(t->o->comm, TR_COMM_WORLD)) return;
+    fprintf(stderr, "test hook: rank %s stalls (pid %ld) in iteration %lld\n", rank_s,
+            (long)getpid(), (long long)iteration);
+    fflush(stderr);
+    raise(SIGSTOP);
+}
+
+/* Forward and backward of this rank's microbatches, gradients accumulated (and, with a comm,
+ * synchronised); sum and tokens are this rank's loss sum (per-token: over tokens; else over
+ * microbatch means) and trained-token count. */
+static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, double *sum,
+                            int64_t *tokens) {
+    tr_model *m = &t->model;
+    int64_t index[64];
+    int64_t *idx = t->mbs <= 64 ? index : malloc((size_t)t->mbs * sizeof *idx);
+    if (!idx) return TR_ERR_NOMEM;
+    tr_status st = TR_OK;
+    tr_loss_buffer_begin(&t->losses, t->per_token_loss);
+    for (int mb = 0; mb < t->nmb && st == TR_OK; mb++) {
+        if (t->distributed) tr_ddp_set_last_microbatch(&t->dp.ddp, mb == t->nmb - 1);
+        st = microbatch_index(t, consumed, mb, idx);
+        if (st == TR_OK) st = tr_trainer_load_microbatch(t, TR_SPLIT_TRAIN, 0, idx);
+        /* The dropout masks follow the global microbatch, so every layout draws the masks of
+         * the single-rank run. */
+        int64_t global_mb = (int64_t)mb * t->dp_size + t->dp_rank;
+        m->dropout_round =
+            (uint64_t)(iteration - 1) * (uint64_t)(t->nmb * t->dp_size) + (uint64_t)global_mb;
+        float *loss = NULL;
+        if (st == TR_OK) st = tr_loss_buffer_slot(&t->losses, &loss);
+        if (st == TR_OK) st = tr_model_forward_part(m, 0, 0, t->ids, t->tgt, NULL, NULL, loss);
+        if (st == TR_OK) test_stall_hook(t, iteration, mb);
+        /* Per-token loss: gradients of the token SUM now, divided by the global token count
+         * after the reduction; otherwise the mean of the microbatch means (Megatron divides by
+         * the local microbatch count here and averages over DP in the reduction). */
+        float scale = t->per_token_loss ? (float)m->n_valid : 1.0f / (float)t->nmb;
+        if (st == TR_OK) st = tr_model_backward(m, scale);
+        if (st == TR_OK) tr_loss_buffer_commit(&t->losses, m->n_valid);
+    }
+    /* The step's one read of the losses. */
+    if (st == TR_OK) st = tr_loss_buffer_flush(&t->losses);
+    *sum = t->losses.sum;
+    *tokens = t->losses.n_tokens;
+    if (idx != index) free(idx);
+    return st;
+}
+
+/* One iteration on one rank without a comm: accumulate, then clip and step. */
+static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consumed,
+                                   int64_t sched_samples, step_out *out) {
+    tr_model *m = &t->model;
+    TR_TRY(tr_device_memset0(t->dev, m->grads, (size_t)m->n_params * sizeof(float)));
+    double sum = 0.0;
+    int64_t tokens = 0;
+    TR_TRY(accumulate(t, iteration, consumed, &sum, &tokens));
+    if (t->per_token_loss) {
+        if (tokens > 0) TR_TRY(m->ops->scale(m->grads, m->n_params, 1.0f / (float)tokens));
+        out->loss = tokens > 0 ? sum / (double)tokens : 0.0;
+    } else {
+        out->loss = sum / t->nmb;
+    }
+    out->lr = tr_lr_at(&t->sched, sched_samples);
+    out->wd = tr_wd_at(&t->sched, sched_samples);
+    tr_grad_range whole = {.offset = 0, .numel = m->n_params};
+    bool found_inf = false;
+    TR_TRY(tr_train_precision_grads(&t->prec, t->dev, m->grads, &whole, 1, &found_inf));
+    if (found_inf) {
+        out->overflow = out->skipped = true;
+        out->grad_norm = NAN;
+        return TR_OK;
+    }
+    TR_TRY(tr_grad_norm_on(t->dev, m->grads, m->n_params, &out->grad_norm));
+    out->skipped =
+        !isfinite(out->grad_norm) || out->grad_norm > t->opt.spec.grad_norm_skip_threshold;
+    if (out->skipped) return TR_OK;
+    TR_TRY(tr_clip_grads(m->ops, m->grads, m->n_params, t->opt.spec.clip_grad, out->grad_norm));
+    TR_TRY(tr_optimizer_step(&t->opt, m->params, m->grads, out->lr, out->wd));
+    tr_model_params_stepped(m); /* the weight copy follows at the next forward */
+    return TR_OK;
+}
+
+static tr_status pp_load(void *ctx, int mb, const int32_t **ids, const int32_t **targets) {
+    trainer *t = ctx;
+    TR_TRY(microbatch_index(t, t->cur_consumed, mb, t->pp_idx));
+    TR_TRY(tr_trainer_load_microbatch(t, TR_SPLIT_TRAIN, 0, t->pp_idx));
+    int64_t global_mb = (int64_t)mb * t->dp_size + t->dp_rank;
+    t->model.dropout_round =
+        (uint64_t)(t->cur_iteration - 1) * (uint64_t)(t->nmb * t->dp_size) + (uint64_t)global_mb;
+    *ids = t->ids;
+    *targets = t->tgt;
+    return TR_OK;
+}
+
+static void pp_after_forward(void *ctx, int mb) {
+    trainer *t = ctx;
+    test_stall_hook(t, t->cur_iteration, mb);
+}
+
+static tr_status pp_before_backward(void *ctx, bool last) {
+    trainer *t = ctx;
+    tr_ddp_set_last_microbatch(&t->dp.ddp, last);
+    return TR_OK;
+}
+
+static tr_status pp_finish_grads(void *ctx) {
+    trainer *t = ctx;
+    return tr_ddp_finish_grad_sync(&t->dp.ddp);
+}
+
+/* Pipeline parallel: the executor runs this rank's stages, finishing with the data-parallel
+ * reduction and the tied embedding's all-reduce; the loss lives on the last stage, so it is
+ * summed over the pipeline group (every rank logs and returns it). */
+static tr_status accumulate_pp(trainer *t, int64_t iteration, int64_t consumed, double *sum,
+                               int64_t *tokens) {
+    t->cur_iteration = iteration;
+    t->cur_consumed = consumed;
+    tr_pp_exec_hooks h = {.ctx = t,
+                          .load = pp_load,
+                          .before_backward = pp_before_backward,
+                          .after_forward = pp_after_forward,
+                          .finish_grads = pp_finish_grads};
+    TR_TRY(tr_pp_exec_iteration(&t->pp, &h, sum, tokens));
+    double g[2] = {*sum, (double)*tokens};
+    TR_TRY(
+        tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, g, 2, TR_COMM_F64, TR_COMM_SUM));
+    *sum = g[0];
+    *tokens = (int64_t)g[1];
+    return TR_OK;
+}
+
+/* One data-parallel iteration: the gradient reduction starts during backward (overlap) or after
+ * it; the loss is Megatron's: the mean over DP ranks of the mean of microbatch means, or the
+ * global token sum over the global token count. */
+static tr_status train_step_dp(trainer *t, int64_t iteration, int64_t consumed,
+                               int64_t sched_samples, step_out *out) {
+    float grad_scale = t->per_token_loss ? 1.0f : 1.0f / (float)t->dp_size;
+    TR_TRY(tr_ddp_start_iteration(&t->dp.ddp, grad_scale));
+    double sum = 0.0;
+    int64_t tokens = 0;
+    if (t->have_pp) {
+        TR_TRY(accumulate_pp(t, iteration, consumed, &sum, &tokens));
+    } else {
+        TR_TRY(accumulate(t, iteration, consumed, &sum, &tokens));
+        TR_TRY(tr_ddp_finish_grad_sync(&t->dp.ddp));
+    }
+    t->buckets_started_early += t->dp.ddp.started_early;
+    double g[2] = {sum, (double)tokens};
+    TR_TRY(tr_train_dp_sum(&t->dp, g, 2));
+    if (t->per_token_loss) {
+        if (g[1] > 0) TR_TRY(tr_ddp_scale_grads(&t->dp.ddp, 1.0f / (float)g[1]));
+        out->loss = g[1] > 0 ? g[0] / g[1] : 0.0;
+    } else {
+        out->loss = g[0] / ((double)t->nmb * t->dp_size);
+    }
+    out->lr = tr_lr_at(&t->sched, sched_samples);
+    out->wd = tr_wd_at(&t->sched, sched_samples);
+    TR_TRY(tr_train_dp_check_grads(&t->dp, &t->prec, &out->overflow));
+    if (out->overflow) {
+        out->skipped = true;
+        out->grad_norm = NAN;
+        return TR_OK;
+    }
+    TR_TRY(
+        tr_train_dp_update(&t->dp, &t->opt_spec, out->lr, out->wd, &out->grad_norm, &out->skipped));
+    /* The all-gathered parameters may still be in flight: the forward refreshes each tensor's
+     * weight copy after waiting for its gather. */
+    tr_model_params_stepped(&t->model);
+    return TR_OK;
+}
+
+tr_status tr_trainer_step(trainer *t, int64_t iteration, int64_t consumed, int64_t sched_samples,
+                          step_out *out) {
+    t->model.grad_loss_scale = tr_train_precision_grad_scale(&t->prec);
+    double scale_used = t->prec.scaler.scale;
+    TR_TRY(t->distributed ? train_step_dp(t, iteration, consumed, sched_samples, out)
+                          : train_step_single(t, iteration, consumed, sched_samples, out));
+    t->log.loss_scale = tr_train_precision_after_step(&t->prec, out->overflow);
+    if (out->overflow && t->o->log)
+        fprintf(t->o->log,
+                "iteration %lld: inf/NaN in the gradients at loss scale %.1f, step skipped; loss "
+                "scale now %.1f\n",
+                (long long)iteration, scale_used, t->prec.scaler.scale);
+    return TR_OK;
+}

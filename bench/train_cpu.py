@@ -2,8 +2,8 @@
 """PyTorch eager reference for bench/train_cpu.c: the same models (GPT-2 124M, a ~30M
 Llama-style model, llama_tiny), batch and training step (zero grads, forward, cross entropy,
 backward, grad-norm clipping, AdamW), timed on CPU in fp32. Prints one line
-"RESULT tokens_per_s=<float>". Installs torch (CPU wheels) into ~/.cache/trestle/bench-venv on
-first use when it is not importable.
+"RESULT tokens_per_s=<float>". Installs torch (pip's default index) into
+~/.cache/trestle/bench-venv on first use when it is not importable.
 
     python3 bench/train_cpu.py --model gpt2_124m --batch 4 --seq 64 --steps 10
 """

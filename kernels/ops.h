@@ -1,4 +1,4 @@
-/* The compute-op table. Every backend (CPU here, CUDA later) fills one tr_ops with the same
+/* The compute-op table. Every backend (kernels/cpu/, kernels/cuda/) fills one tr_ops with the same
  * semantics, so the model and training loop are written once against these pointers.
  *
  * Conventions (see docs/kernels.md for layouts):

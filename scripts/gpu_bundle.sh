@@ -3,8 +3,9 @@
 # that has CUDA, CMake and PyTorch but none of our Debian libraries and no network:
 #   .gpu_bundle/debs/  the .deb files (apt-get download: no root, nothing installed here)
 #   .gpu_bundle/root/  the same, unpacked with dpkg -x and pruned (docs, man pages, static libs)
-# .gpu_bundle/ is git-ignored. Carry ".gpu_bundle/debs" (about 20 MiB) with the device tool, and
-# gpu_check.sh unpacks it there with --unpack; or carry ".gpu_bundle/root" as is (docs/cuda.md).
+# .gpu_bundle/ is git-ignored. Copy ".gpu_bundle/debs" (about 20 MiB) to the GPU machine with the
+# tree, and gpu_check.sh unpacks it there with --unpack; or copy ".gpu_bundle/root" as is
+# (docs/cuda.md).
 # Usage: scripts/gpu_bundle.sh            download, unpack, prune (fails above 60 MiB unpacked)
 #        scripts/gpu_bundle.sh --unpack   only unpack and prune existing debs (no network)
 set -euo pipefail

@@ -9,7 +9,7 @@
 # a cap (below) and never runs past the budget's end; a stage without time left reports
 # "SKIPPED: out of time". The caps add up to 470 s; torch.compile runs only on time left over.
 #
-# Usage (device tool, from the repo root; carry ".gpu_bundle/debs"):
+# Usage (from the repo root, with ".gpu_bundle/debs" copied alongside the tree):
 #   scripts/gpu_check.sh [--quick] [--dry-run]
 #     --quick    tests only, no benchmarks
 #     --dry-run  for a machine without a GPU (GPU_CHECK_DRY=1 too): reuse the configured build
@@ -18,8 +18,9 @@
 #                prints. A couple of minutes when the build is current.
 #   GPU_CHECK_PREBUILT=1  take the executables in GPU_CHECK_BUILD as built (a build made
 #                beforehand and carried; no cmake at all)
-# Logs: GPU_CHECK_LOGS (default gpu_check_out/); $OUT (the device tool's output folder, at most
-# 8 files come back) gets summary.txt, the main logs and gpu_check_logs.tar.gz with all of them.
+# Logs: GPU_CHECK_LOGS (default gpu_check_out/); $OUT, when set (a folder collected after the
+# run, which may keep only a few files), gets summary.txt, the main logs and gpu_check_logs.tar.gz
+# with all of them.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
@@ -456,7 +457,7 @@ curves() {
 echo
 cat "$LOG/summary.txt"
 
-# What comes back from the device tool: at most 8 files from $OUT.
+# What $OUT receives: at most 8 files, the summary and the main logs first.
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ] && [ "$OUT" != "$LOG" ]; then
   cp "$LOG/summary.txt" "$OUT/"
   for f in ops.log ctest_gpu.log bench_trestle.log tiny_cuda.log bench_torch_eager.out; do

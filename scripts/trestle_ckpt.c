@@ -23,8 +23,8 @@ static int usage(FILE *out) {
           "DIR is a checkpoint.save directory (latest iteration) or one iter_XXXXXXX directory.\n"
           "KEY is one of model.tensor_model_parallel_size, model.pipeline_model_parallel_size,\n"
           "model.virtual_pipeline_model_parallel_size, model.context_parallel_size,\n"
-          "ddp.use_distributed_optimizer, or a --layout key (tp, pp, vpp, dp, cp, ep, "
-          "dist_opt).\n"
+          "model.expert_model_parallel_size, ddp.use_distributed_optimizer, or a --layout key\n"
+          "(tp, pp, vpp, dp, cp, ep, dist_opt).\n"
           "Exit status: 0 ok, 1 usage error, 2 bad checkpoint or cannot load.\n",
           out);
     return out == stdout ? 0 : 1;

@@ -1,7 +1,7 @@
 /* Device memory in one arena per kind: each kind takes one cudaMalloc up front and hands out
  * aligned ranges by bumping an offset, so a training step does no cudaMalloc/cudaFree and the
- * peak of every kind is known exactly. Release is stack-like (mark / reset), which is how
- * activations and workspace live; params, grads and optimizer state are allocated once. */
+ * peak of every kind is known exactly. Release is stack-like (mark / reset): the runtime frees
+ * only the newest allocation of a kind that way, and otherwise allocates once and keeps it. */
 #ifndef TR_CUDA_ARENA_H
 #define TR_CUDA_ARENA_H
 

@@ -26,7 +26,8 @@ tr_status tr_cuda_ce_merge(float *stats, const float *other, int rows) {
 }
 
 /* The one op that must read a result back: a global max below a shard's max is a caller bug
- * that the CPU reports as TR_ERR_INVALID, so this waits for the stream (once per step). */
+ * that the CPU reports as TR_ERR_INVALID, so this waits for the stream (every call: once per
+ * microbatch under TP). */
 tr_status tr_cuda_ce_rebase(float *stats, const float *global_max, int rows) {
     if (rows < 0 || (rows && (!stats || !global_max))) return TR_ERR_INVALID;
     if (!rows) return TR_OK;

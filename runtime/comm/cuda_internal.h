@@ -3,7 +3,7 @@
 #ifndef TR_COMM_CUDA_INTERNAL_H
 #define TR_COMM_CUDA_INTERNAL_H
 
-#include "runtime/comm/cuda.h"
+#include "runtime/comm/comm.h"
 
 #ifdef TRESTLE_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -1,8 +1,9 @@
-/* The NCCL backend of the comm interface for device buffers (runtime/comm/cuda.h). */
+/* The NCCL backend of the comm interface for device buffers (runtime/comm/nccl.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/comm/cuda_internal.h"
+#include "runtime/comm/nccl.h"
 #include "runtime/parallel/state.h"
 
 #ifdef TRESTLE_HAVE_NCCL

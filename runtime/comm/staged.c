@@ -1,10 +1,11 @@
-/* The host-staged MPI backend of the comm interface for device buffers (runtime/comm/cuda.h):
+/* The host-staged MPI backend of the comm interface for device buffers (runtime/comm/staged.h):
  * buffers are copied to host memory, the MPI backend runs the operation, results are copied
  * back. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/comm/cuda_internal.h"
+#include "runtime/comm/staged.h"
 #include "runtime/parallel/state.h"
 
 #ifdef TRESTLE_HAVE_CUDA

@@ -5,7 +5,8 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "runtime/comm/cuda.h"
+#include "runtime/comm/nccl.h"
+#include "runtime/comm/staged.h"
 #include "runtime/device/internal.h"
 
 #ifdef TRESTLE_HAVE_CUDA

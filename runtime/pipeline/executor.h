@@ -3,7 +3,7 @@
  * the end-of-iteration gradient reductions) over the model's parts, as docs/pipeline.md "What
  * the executor must do" prescribes.
  *
- * The model holds only this rank's chunks (tr_model_create_parts with tr_pp_exec.parts): their
+ * The model holds only this rank's chunks (tr_model_create_parts_on with tr_pp_exec.parts): their
  * parameters, gradients and, per chunk, one activation set per microbatch in flight, counted
  * from the action list. A forward stores its activations in the set of (microbatch, chunk); the
  * backward consumes them (no recomputation).

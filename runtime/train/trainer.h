@@ -11,7 +11,7 @@
 #include "runtime/optimizer/lr_schedule.h"
 #include "runtime/optimizer/optimizer.h"
 #include "runtime/pipeline/executor.h"
-#include "runtime/train/ckpt.h"
+#include "runtime/train/checkpointing.h"
 #include "runtime/train/dp.h"
 #include "runtime/train/log.h"
 #include "runtime/train/precision.h"

@@ -1,4 +1,4 @@
-/* The registration rules of runtime/train/ckpt_tensors.c, without MPI: every TP rank's model is
+/* The registration rules of runtime/train/state_dict.c, without MPI: every TP rank's model is
  * built in-process (initialisation is layout-independent), so
  *  - every slice a TP rank registers holds exactly the values of that region of the TP1
  *    registration of the same logical tensor, with the same global shape (QKV, SwiGLU gate/up,
@@ -11,8 +11,8 @@
 
 #include "tests/unit/harness.h"
 #include "runtime/model/model.h"
-#include "runtime/train/ckpt.h"
-#include "runtime/train/ckpt_tensors.h"
+#include "runtime/train/checkpointing.h"
+#include "runtime/train/state_dict.h"
 
 enum { VOCAB_REAL = 20, VOCAB_PADDED = 32 };
 

@@ -2,7 +2,7 @@
 # ops, copies and collectives, and every pointer an op or a collective gets must be device
 # memory. Training through it proves the model and the loop touch their buffers only through the
 # device layer, on the layouts that move data around: one rank (GPT: learned positions, biases,
-# dropout, evaluation), TP 2 with sequence parallelism (microbatch of 2: the block permutations),
+# evaluation), TP 2 with sequence parallelism (microbatch of 2: the block permutations),
 # PP 2 (transfer buffers, per-token loss, pipelined evaluation) and DP 2 with the distributed
 # optimizer and both overlaps (sharded state, NaN check, parameter norm). Each run must equal the
 # plain cpu run value for value (the ops are the same; only where memory lives differs).

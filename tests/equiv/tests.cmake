@@ -173,7 +173,7 @@ tr_equiv_lowp_test(llama_pp2_fp16_dynamic 2 --min-skips 3 llama_tiny_pretrain ${
                    mixed_precision.grad_reduce_in_fp32=true mixed_precision.initial_loss_scale=16777216
                    mixed_precision.hysteresis=1 -- ${TR_PP2})
 # bf16 messages round the residual stream (forward) and its gradient (backward) once per
-# microbatch and boundary, relative error <= 2^-9 each, which the single-rank run never does.
+# microbatch and boundary, relative error < 2^-8 each, which the single-rank run never does.
 # These runs use SGD: its step is proportional to the gradient, so the parameters move by the
 # rounding's effect on the gradients (Adam's first steps are ~lr x sign(g) and turn the rounding
 # noise of near-zero gradients into whole steps: with Adam the parameters of PP2 differ by 1.2e-2,
@@ -183,8 +183,11 @@ tr_equiv_lowp_test(llama_pp2_fp16_dynamic 2 --min-skips 3 llama_tiny_pretrain ${
 # case here: for this 2-layer model one boundary rounding moves the result about as far as bf16
 # GEMMs do, 8.8e-6 and 6.2e-4.) The bound still bites: a 0.5% larger learning rate in the
 # parallel run (losses 2.3e-4) fails it, and the bf16-message run fails the bound that the same
-# run with fp32 messages meets (1e-6 and 1e-5: measured 0 and 9e-8 there, 6.5e-6 and 5.6e-4 with
-# bf16 messages, so the messages really are rounded).
+# run with fp32 messages meets (2e-6 and 1.5e-4), so the messages really are rounded. With fp32
+# messages the stages still add the tied embedding's two gradients in another order than the
+# single rank, and a last-bit difference can flip a bf16 rounding of a weight: measured 0 and
+# 9e-8 on one 2-core machine, 2.7e-7 and 3.1e-5 on another (both AVX-512; OpenBLAS picks other
+# kernels); with bf16 messages 6.5e-6 and 5.6e-4, and 8.2e-6 and 5.6e-4.
 set(TR_PP_SGD ${TR_EQUIV_COMMON} optimizer.optimizer=sgd optimizer.lr=0.1)
 function(tr_equiv_pp_bf16_test name np)
   tr_equiv_test(${name} ${np} --tol 5e-5 --param-tol 2e-2 ${ARGN})
@@ -192,10 +195,10 @@ endfunction()
 tr_equiv_pp_bf16_test(llama_pp2_bf16 2 llama_tiny_pretrain ${TR_PP_SGD} ${TR_BF16} -- ${TR_PP2})
 tr_equiv_pp_bf16_test(llama_pp2_bf16_detects_lr 2 --expect-differ llama_tiny_pretrain ${TR_PP_SGD}
                       ${TR_BF16} -- ${TR_PP2} optimizer.lr=0.1005)
-tr_equiv_test(llama_pp2_bf16_fp32wire_sgd 2 --tol 1e-6 --param-tol 1e-5 llama_tiny_pretrain
+tr_equiv_test(llama_pp2_bf16_fp32wire_sgd 2 --tol 2e-6 --param-tol 1.5e-4 llama_tiny_pretrain
               ${TR_PP_SGD} ${TR_BF16} -- ${TR_PP2} ${TR_FP32_WIRE})
-tr_equiv_test(llama_pp2_bf16_rounds 2 --expect-differ --tol 1e-6 --param-tol 1e-5 llama_tiny_pretrain
-              ${TR_PP_SGD} ${TR_BF16} -- ${TR_PP2})
+tr_equiv_test(llama_pp2_bf16_rounds 2 --expect-differ --tol 2e-6 --param-tol 1.5e-4
+              llama_tiny_pretrain ${TR_PP_SGD} ${TR_BF16} -- ${TR_PP2})
 tr_equiv_pp_bf16_test(llama_tp2_sp_pp2_bf16 4 llama_tiny_pretrain ${TR_PP_SGD} ${TR_BF16} --
                       ${TR_TP2} ${TR_SP} ${TR_PP2})
 tr_equiv_pp_bf16_test(gpt_pp2_dp2_distopt_bf16 4 gpt_tiny_pretrain ${TR_PP_SGD} ${TR_BF16} --

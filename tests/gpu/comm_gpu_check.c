@@ -12,7 +12,8 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_ops.h"
-#include "runtime/comm/cuda.h"
+#include "runtime/comm/nccl.h"
+#include "runtime/comm/staged.h"
 #include "runtime/parallel/state.h"
 
 static int g_rank, g_fail;

@@ -1,4 +1,4 @@
-/* Shared by the two files of the test_cuda_ops executable: the op tables under test, random
+/* Shared by the three files of the test_cuda_ops executable: the op tables under test, random
  * inputs, the RoPE tables, the error limits (test_cuda_ops.c explains them), and the large-shape
  * cases of test_cuda_ops_large.c and the attention cases of test_cuda_ops_attention.c. */
 #ifndef TR_CUDA_OPS_TEST_H

@@ -9,7 +9,8 @@
 #include "kernels/cuda/arena.h"
 #include "kernels/cuda/cuda_mixed.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "runtime/comm/cuda.h"
+#include "runtime/comm/nccl.h"
+#include "runtime/comm/staged.h"
 #include "tests/unit/harness.h"
 
 static void test_arena_accounting(void) {

@@ -1,6 +1,7 @@
 # A stuck peer under mpirun (label "mpi"): one rank stops itself with SIGSTOP mid-iteration
-# through the test hook in runtime/train/train.c; the others must end through the communication timeout
-# with a comm.timeout error naming the operation, the group and the peer, and mpirun must fail.
+# through the test hook in runtime/train/step.c; the others must end through the communication
+# timeout with a comm.timeout error naming the operation, the group and the peer, and mpirun must
+# fail.
 #   tests/pp/stuck_peer.sh RUN_RECIPE MPIEXEC
 add_test(NAME mpi_stuck_peer
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/pp/stuck_peer.sh $<TARGET_FILE:run_recipe>

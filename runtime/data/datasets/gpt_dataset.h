@@ -25,7 +25,7 @@ typedef struct tr_gpt_lowlevel {
     int32_t *lengths;
     int64_t n;
     int64_t mock_vocab, mock_eod;
-    uint64_t identity; /* xxHash3 of the name, dtype and lengths: part of every cache key */
+    uint64_t identity; /* xxHash3 of dtype, count and lengths: part of every cache key */
 } tr_gpt_lowlevel;
 
 tr_status tr_gpt_lowlevel_open(tr_gpt_lowlevel *ll, const char *prefix, tr_diags *diags);

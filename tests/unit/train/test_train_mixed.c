@@ -38,10 +38,11 @@ static tr_status losses_of(const char *precision, float *losses, tr_train_result
 }
 
 /* Bound: every rounded GEMM operand carries a relative error of at most the bf16 unit roundoff
- * 2^-9 ~ 2e-3, with fp32 accumulation; these errors are independent across elements and reach
+ * 2^-8 ~ 3.9e-3, with fp32 accumulation; these errors are independent across elements and reach
  * the loss through sums over 512 tokens, where they largely cancel. We require every iteration's
- * loss within 1e-3 (half the unit roundoff) of fp32, measured 8.5e-6. fp16 (unit roundoff 2^-11)
- * meets the same bound. Not bitwise equal: the rounding must show. */
+ * loss within 1e-3 (a quarter of the unit roundoff) of fp32, measured 8.5e-6 and 1.13e-5 on two
+ * machines. fp16 (unit roundoff 2^-11) meets the same bound. Not bitwise equal: the rounding must
+ * show. */
 static void test_bf16_close_to_fp32_not_equal(void) {
     float f32[ITERS], b16[ITERS];
     tr_train_result r;

@@ -1,17 +1,17 @@
 /* Which logical tensors a rank registers for a checkpoint under its current layout (the rules of
- * docs/checkpoints.md "What to register"): layer parameters stacked over a leading layer axis,
+ * docs/checkpoints.md "What is registered"): layer parameters stacked over a leading layer axis,
  * TP slices of the logical tensors, SwiGLU's fc1 as separate gate and up tensors, the unpadded
  * vocabulary, one writer per slice (spread over DP with fully_parallel_save), optimizer state in
- * the same model space as the parameters, and scalars written by rank 0. Internal to
- * ckpt.c. */
-#ifndef TR_RUNTIME_TRAIN_CKPT_TENSORS_H
-#define TR_RUNTIME_TRAIN_CKPT_TENSORS_H
+ * the same model space as the parameters, and scalars written by rank 0 (Megatron's sharded
+ * state dict). Internal to runtime/train/checkpointing.c. */
+#ifndef TR_RUNTIME_TRAIN_STATE_DICT_H
+#define TR_RUNTIME_TRAIN_STATE_DICT_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "runtime/checkpoint/ckpt.h"
-#include "runtime/train/ckpt.h"
+#include "runtime/train/checkpointing.h"
 
 typedef struct tr_ckpt_list {
     tr_ckpt_tensor *t;

@@ -1,6 +1,6 @@
-/* See runtime/train/ckpt.h; the sequence of steps is docs/checkpoints.md "How the runtime uses
- * it". */
-#include "runtime/train/ckpt.h"
+/* See runtime/train/checkpointing.h; the sequence of steps is docs/checkpoints.md "How the runtime
+ * uses it". */
+#include "runtime/train/checkpointing.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +8,7 @@
 #include "runtime/checkpoint/reader.h"
 #include "runtime/device/device.h"
 #include "runtime/peft/lora.h"
-#include "runtime/train/ckpt_tensors.h"
+#include "runtime/train/state_dict.h"
 
 #ifndef TRESTLE_VERSION
 #define TRESTLE_VERSION "unknown"

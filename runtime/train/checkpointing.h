@@ -5,8 +5,8 @@
  * (save_interval, exit_interval/duration, a signal, the end), with async_save, fully_parallel_save
  * and most_recent_k retention. The storage is runtime/checkpoint/; this file only decides what
  * goes in and runs the collectives between its steps. */
-#ifndef TR_RUNTIME_TRAIN_CKPT_H
-#define TR_RUNTIME_TRAIN_CKPT_H
+#ifndef TR_RUNTIME_TRAIN_CHECKPOINTING_H
+#define TR_RUNTIME_TRAIN_CHECKPOINTING_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
-/* See runtime/train/ckpt_tensors.h. */
-#include "runtime/train/ckpt_tensors.h"
+/* See runtime/train/state_dict.h. */
+#include "runtime/train/state_dict.h"
 
 #include <stdio.h>
 #include <stdlib.h>

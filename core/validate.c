@@ -222,6 +222,58 @@
       "PEFT names checkpoint.pretrained_checkpoint.")                                              \
     X(tr_check_finetune_needs_checkpoint, "checkpoint.finetune_needs_checkpoint", E, true,         \
       "checkpoint.finetune has a checkpoint to start from.")                                       \
+    /* what the training runtime can run (core/rules/runtime.c) */                                 \
+    X(tr_check_runtime_context_parallel, "runtime.context_parallel", E, false,                     \
+      "Context parallelism (CP > 1) waits for the runtime to implement it.")                       \
+    X(tr_check_runtime_expert_parallel, "runtime.expert_parallel", E, false,                       \
+      "Expert parallelism (EP > 1) waits for the runtime to implement it.")                        \
+    X(tr_check_runtime_moe_layers, "runtime.moe_layers", E, false,                                 \
+      "The model is dense: the runtime has no mixture-of-experts layers yet.")                     \
+    X(tr_check_runtime_qk_layernorm, "runtime.qk_layernorm", E, false,                             \
+      "qk_layernorm is off: the runtime has no query/key layernorm yet.")                          \
+    X(tr_check_runtime_attention_dropout, "runtime.attention_dropout", E, false,                   \
+      "attention_dropout is 0: the runtime has no attention-probability dropout yet.")             \
+    X(tr_check_runtime_rotary_interleaved, "runtime.rotary_interleaved", E, false,                 \
+      "rotary_interleaved is off: the runtime rotates halves, not pairs.")                         \
+    X(tr_check_runtime_yarn, "runtime.yarn", E, false,                                             \
+      "The position embedding is not YaRN: the runtime has no YaRN scaling yet.")                  \
+    X(tr_check_runtime_sliding_window, "runtime.sliding_window", E, false,                         \
+      "window_size is null: the runtime has no sliding-window attention yet.")                     \
+    X(tr_check_runtime_mla, "runtime.mla", E, false,                                               \
+      "multi_latent_attention is off: the runtime has no MLA yet.")                                \
+    X(tr_check_runtime_mtp, "runtime.mtp", E, false,                                               \
+      "mtp_num_layers is unset: the runtime has no multi-token prediction yet.")                   \
+    X(tr_check_runtime_params_dtype, "runtime.params_dtype", E, false,                             \
+      "params_dtype is fp32 or the mixed-precision dtype (fp32 main parameters).")                 \
+    X(tr_check_runtime_fp16_cross_entropy, "runtime.fp16_cross_entropy", E, false,                 \
+      "fp16_lm_cross_entropy is off: the cross entropy is computed in fp32.")                      \
+    X(tr_check_runtime_activation, "runtime.activation", E, false,                                 \
+      "The MLP is SwiGLU (gated silu) or an ungated gelu / fast_gelu.")                            \
+    X(tr_check_runtime_tp_split, "runtime.tp_split", E, false,                                     \
+      "TP divides the query groups, the MLP width, the padded vocabulary and (SP) the sequence.")  \
+    X(tr_check_runtime_train_iters, "runtime.train_iters", E, false,                               \
+      "train_iters and the batch sizes are set (the runtime counts iterations).")                  \
+    X(tr_check_runtime_batch_rampup, "runtime.batch_rampup", E, false,                             \
+      "rampup_batch_size is null: the runtime has no batch-size ramp-up yet.")                     \
+    X(tr_check_runtime_document_resets, "runtime.document_resets", E, false,                       \
+      "reset_position_ids and reset_attention_mask are off.")                                      \
+    X(tr_check_runtime_not_logged, "runtime.not_logged", W, false,                                 \
+      "log_num_zeros_in_grad and log_memory are off (the runtime does not log them yet).")         \
+    X(tr_check_runtime_indexed_masks, "runtime.indexed_masks", E, false,                           \
+      "Indexed datasets keep eod_mask_loss off and the extra-token and drop-last defaults.")       \
+    X(tr_check_runtime_optimizer, "runtime.optimizer", E, false,                                   \
+      "Adam decouples its weight decay (AdamW); no separate embedding learning rate.")             \
+    X(tr_check_runtime_optimizer_precision, "runtime.optimizer_precision", E, false,               \
+      "The optimizer's bf16/fp16 match the model's; optimizer state is fp32.")                     \
+    X(tr_check_runtime_autocast, "runtime.autocast", E, false,                                     \
+      "mixed_precision.autocast_enabled is off: the runtime has no autocast regions.")             \
+    X(tr_check_runtime_distopt_instances, "runtime.distopt_instances", E, false,                   \
+      "num_distributed_optimizer_instances is 1.")                                                 \
+    X(tr_check_runtime_lora, "runtime.lora", E, false,                                             \
+      "LoRA uses scheme lora, pre-dropout, no SP, no distributed optimizer, no overlapped "        \
+      "reduce.")                                                                                   \
+    X(tr_check_runtime_ckpt_format, "runtime.ckpt_format", E, false,                               \
+      "Checkpoints are saved and loaded as trestle (or its alias torch_dist).")                    \
     /* small sections and files */                                                                 \
     X(tr_check_pytorch_profiler, "profiling.pytorch_profiler_unavailable", E, false,               \
       "profiling.use_pytorch_profiler stays false.")                                               \
@@ -250,10 +302,29 @@ const tr_rule tr_rules[] = {TR_RULE_LIST(TR_ROW) TR_FINALIZE_RULE_LIST(TR_FROW)}
 const int tr_rule_count = (int)(sizeof tr_rules / sizeof tr_rules[0]);
 
 tr_status tr_config_validate(const tr_config *c, const tr_validate_opts *opts, tr_diags *d) {
-    static const tr_validate_opts defaults = {false, false};
+    static const tr_validate_opts defaults = {false, false, false};
     if (!opts) opts = &defaults;
     int errors = d->n_errors;
     for (int i = 0; i < tr_rule_count; i++)
-        if (tr_rules[i].check) tr_rules[i].check(c, opts, &tr_rules[i], d);
+        if (tr_rules[i].check && !(opts->skip_capability && tr_rule_is_capability(&tr_rules[i])))
+            tr_rules[i].check(c, opts, &tr_rules[i], d);
     return d->n_errors > errors ? TR_ERR_CONFIG : TR_OK;
+}
+
+tr_status tr_runtime_check(const tr_config *c, tr_diags *d) {
+    static const tr_validate_opts launch = {false, false, false};
+    int errors = d->n_errors;
+    bool heard = false;
+    /* A launch that validated into the same diagnostics has heard each rule once already; an
+     * error heard then still refuses. */
+    for (int i = 0; i < tr_rule_count; i++) {
+        const tr_rule *r = &tr_rules[i];
+        if (!r->check || !tr_rule_is_capability(r)) continue;
+        const tr_diag *g = tr_diags_find(d, r->id);
+        if (g)
+            heard |= g->severity == TR_SEV_ERROR;
+        else
+            r->check(c, &launch, r, d);
+    }
+    return heard || d->n_errors > errors ? TR_ERR_CONFIG : TR_OK;
 }

@@ -22,10 +22,14 @@ tr_status tr_config_finalize(tr_config *c, const tr_world *w, tr_diags *d);
 typedef struct tr_validate_opts {
     /* Checking a catalog rather than a launch: rules about inputs only a real launch supplies
      * (a pretrained checkpoint for SFT/LoRA, dataset files that must exist) are reported as
-     * notes with id prefix "launch." instead of errors. */
+     * notes with id prefix "launch." instead of errors, and capability refusals (runtime.*) are
+     * notes under their own ids: the entry is valid, this runtime cannot train it yet. */
     bool catalog_mode;
     /* Check that files named by TR_F_LAUNCH fields exist (off for --dry-run on another machine). */
     bool check_files;
+    /* Megatron's rules alone: leave out the capability rules (runtime.*), what this runtime
+     * cannot run yet. For checks of a configuration's meaning apart from this runtime. */
+    bool skip_capability;
 } tr_validate_opts;
 
 /* Run every rule. Returns TR_ERR_CONFIG when any error was reported, TR_OK otherwise
@@ -45,5 +49,14 @@ typedef struct tr_rule {
 
 extern const tr_rule tr_rules[];
 extern const int tr_rule_count;
+
+/* Capability rules (ids "runtime.*") say what the training runtime can run. validate() reports
+ * them with every other rule; the runtime calls tr_runtime_check before it builds anything, so a
+ * config the dry run accepts never stops at launch for a configuration reason, and one it
+ * refuses is refused at launch under the same ids, keys and fixes. */
+bool tr_rule_is_capability(const tr_rule *r);
+
+/* Run the capability rules alone. Returns TR_ERR_CONFIG when any of them reported an error. */
+tr_status tr_runtime_check(const tr_config *c, tr_diags *d);
 
 #endif

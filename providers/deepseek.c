@@ -1,6 +1,7 @@
 /* DeepSeek-V3 as Megatron-Bridge's DeepSeek-V3 bridge maps the HF config (reference §6.4h).
  * Multi-latent attention and multi-token prediction are recorded and validated but the runtime
- * does not implement them, so recipes built on this provider are marked not runnable. */
+ * does not implement them, so the capability rules (runtime.mla, runtime.mtp) refuse recipes
+ * built on this provider. */
 #include "providers/common.h"
 #include "providers/provider.h"
 

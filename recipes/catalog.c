@@ -88,6 +88,16 @@ static void report(const char *label, int world, const tr_diags *d, const tr_cat
                 fprintf(o->requirements, "%s: needs at launch: %s: %s\n", label, g->id, g->message);
             continue;
         }
+        if (!strncmp(g->id, "runtime.", 8) && g->severity == TR_SEV_NOTE) {
+            /* A valid configuration the runtime cannot train yet: listed once per recipe and
+             * rule, not a catalog failure. */
+            if (!first_time(seen, g->id)) continue;
+            r->refusals++;
+            if (o->requirements)
+                fprintf(o->requirements, "%s @ world %s: not trained by this runtime: %s: %s\n",
+                        label, where, g->id, g->message);
+            continue;
+        }
         if (g->severity != TR_SEV_ERROR) continue;
         r->failures++;
         if (o->failures)
@@ -204,12 +214,50 @@ static const char *mode_name(int mode) {
     }
 }
 
+int tr_catalog_refusals(const tr_recipe *r, char *buf, size_t cap) {
+    tr_resolve_opts o;
+    memset(&o, 0, sizeof o);
+    o.recipe = r->name;
+    o.overrides = r->catalog_overrides;
+    o.n_overrides = count_overrides(r->catalog_overrides);
+    int w = r->min_world_size > 0 ? r->min_world_size : 1;
+    o.world = (tr_world){w, w < 8 ? w : 8};
+    o.validate.catalog_mode = true;
+    tr_config c;
+    tr_diags d;
+    tr_diags_init(&d);
+    tr_status s = tr_resolve(&o, &c, &d);
+    size_t len = 0;
+    int n = 0;
+    if (cap) buf[0] = 0;
+    for (int i = 0; i < d.n; i++) {
+        const char *id = d.items[i].id;
+        if (strncmp(id, "runtime.", 8) != 0 || d.items[i].severity != TR_SEV_NOTE) continue;
+        bool seen = false;
+        for (int k = 0; k < i; k++) seen |= strcmp(d.items[k].id, id) == 0;
+        if (seen) continue;
+        int m = snprintf(buf + len, len < cap ? cap - len : 0, "%s%s", n ? ", " : "", id);
+        if (m > 0 && len + (size_t)m < cap) len += (size_t)m;
+        n++;
+    }
+    tr_config_free(&c);
+    tr_diags_free(&d);
+    return s == TR_ERR_NOMEM ? -1 : n;
+}
+
 void tr_catalog_markdown(FILE *out) {
     int n;
     const tr_recipe *r = tr_recipe_list(&n);
-    fprintf(out, "| recipe | mode | min GPUs | runnable | what it is |\n");
+    fprintf(out, "| recipe | mode | min GPUs | trains on this runtime | what it is |\n");
     fprintf(out, "|---|---|---|---|---|\n");
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        char ids[512], trains[640];
+        int k = tr_catalog_refusals(&r[i], ids, sizeof ids);
+        if (k == 0)
+            snprintf(trains, sizeof trains, "yes");
+        else
+            snprintf(trains, sizeof trains, "no: `%s`", k < 0 ? "?" : ids);
         fprintf(out, "| `%s` | %s | %d | %s | %s |\n", r[i].name, mode_name(r[i].mode),
-                r[i].min_world_size, r[i].runnable ? "yes" : "config only", r[i].doc);
+                r[i].min_world_size, trains, r[i].doc);
+    }
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "core/status.h"
+#include "recipes/registry.h"
 
 typedef struct tr_catalog_opts {
     const int *world_sizes; /* extra sizes to check (e.g. 8, 16, ..., 16384); may be NULL */
@@ -15,7 +16,8 @@ typedef struct tr_catalog_opts {
     int n_yaml_recipes;
     int gpus_per_node;  /* 0 means 8 */
     FILE *failures;     /* one line per failure: "<recipe> @ world N: <rule id>: <message>" */
-    FILE *requirements; /* one line per launch input a recipe needs (NULL: not printed) */
+    FILE *requirements; /* one line per launch input a recipe needs, and per capability rule
+                         * (runtime.*) that refuses it (NULL: not printed) */
 } tr_catalog_opts;
 
 typedef struct tr_catalog_result {
@@ -24,14 +26,23 @@ typedef struct tr_catalog_result {
     int skipped;      /* pairs whose layout does not fit the world size */
     int failures;     /* errors, counted per diagnostic */
     int requirements; /* distinct (recipe, launch.* id) pairs */
+    int refusals;     /* distinct (recipe, runtime.* id) pairs: valid, not trainable here */
 } tr_catalog_result;
 
-/* Returns the number of failures (>= 0), or -1 when the check itself could not run (out of
- * memory). A world size W is checked when PP * lcm(TP*CP, EP*ETP) divides W and the global
- * batch divides into micro_batch_size * DP; otherwise it is skipped, not failed. */
+/* Capability refusals (runtime.* rules: valid configurations the training runtime cannot run
+ * yet) are counted apart and are not failures. Returns the number of failures (>= 0), or -1 when
+ * the check itself could not run (out of memory). A world size W is checked when PP * lcm(TP*CP,
+ * EP*ETP) divides W and the global batch divides into micro_batch_size * DP; otherwise it is
+ * skipped, not failed. */
 int tr_catalog_validate(const tr_catalog_opts *opts, tr_catalog_result *result);
 
-/* The catalog as a Markdown table (docs/recipes.md embeds it; a test keeps them equal). */
+/* The capability rules (runtime.*) that refuse recipe r at its minimum world size, as
+ * "runtime.a, runtime.b" in buf. Returns how many (0: the runtime trains it), -1 out of
+ * memory. */
+int tr_catalog_refusals(const tr_recipe *r, char *buf, size_t cap);
+
+/* The catalog as a Markdown table; whether a recipe trains on this runtime comes from the
+ * capability rules (docs/recipes.md embeds it; a test keeps them equal). */
 void tr_catalog_markdown(FILE *out);
 
 #endif

@@ -13,8 +13,6 @@ typedef struct tr_recipe {
     const char *doc;    /* one line */
     int mode;           /* tr_train_mode_t: pretrain / sft / lora / dora */
     int min_world_size; /* PP * lcm(TP*CP, EP*ETP) of the recipe's layout (a test checks it) */
-    bool runnable;      /* the runtime's design covers the architecture (false: config only,
-                           e.g. MLA/MTP); MoE layers are still refused at launch */
     /* KEY=VALUE overrides a catalog check must add (NULL-terminated; NULL for none): recipes
      * that, like Megatron-Bridge's vanilla_gpt, leave the model size to the user. */
     const char *const *catalog_overrides;

@@ -19,6 +19,7 @@ typedef enum opt_id {
     OPT_GPUS_PER_NODE,
     OPT_PRINT_SCHEDULE,
     OPT_STRICT,
+    OPT_CONFIG_ONLY,
     OPT_DIAG_FORMAT,
     OPT_VALIDATE_ALL,
     OPT_WORLD_SIZES,
@@ -71,6 +72,9 @@ static const cli_opt OPTS[] = {
     FLAG(OPT_GPUS_PER_NODE, "--gpus-per-node", "--gpus_per_node", ARG_REQUIRED, "G",
          "ranks per node of that world (default: the MPI node when launched, else the world)"),
     FLAG(OPT_STRICT, "--strict", NULL, ARG_NONE, NULL, "treat warnings as errors"),
+    FLAG(OPT_CONFIG_ONLY, "--config-only", "--config_only", ARG_NONE, NULL,
+         "with --dry-run: Megatron's rules only, without what this runtime cannot run yet "
+         "(runtime.*); a launch always checks both"),
     FLAG(OPT_DIAG_FORMAT, "--diagnostics-format", "--diagnostics_format", ARG_REQUIRED, "text|json",
          "json: diagnostics as one JSON document on stdout (reports go to stderr)"),
     FLAG(OPT_VALIDATE_ALL, "--validate-all", "--validate_all", ARG_NONE, NULL,
@@ -317,6 +321,9 @@ static tr_status apply_opt(const cli_opt *opt, const char *flag, const char *val
     }
     case OPT_STRICT:
         cli->strict = true;
+        return TR_OK;
+    case OPT_CONFIG_ONLY:
+        cli->config_only = true;
         return TR_OK;
     case OPT_DIAG_FORMAT:
         if (strcmp(value, "text") == 0)

@@ -22,6 +22,7 @@ typedef struct tr_cli {
     int n_overrides;
 
     bool dry_run, print_config, print_groups, print_schedule, list_recipes, strict, version, help;
+    bool config_only; /* --config-only: a dry run without the capability rules */
     const char *describe_recipe;
     bool help_config;
     const char *help_config_topic; /* a section, a dotted key, or NULL for the list of sections */

@@ -51,8 +51,8 @@ tr_status tr_cli_validate_all(const tr_cli *cli, tr_diags *d) {
     if (n < 0) return TR_ERR_NOMEM;
     fprintf(report,
             "catalog: %d recipes, %d (recipe, world size) checks, %d skipped (layout does not "
-            "fit), %d failures, %d launch requirements\n",
-            r.recipes, r.checks, r.skipped, r.failures, r.requirements);
+            "fit), %d failures, %d launch requirements, %d refusals by the runtime\n",
+            r.recipes, r.checks, r.skipped, r.failures, r.requirements, r.refusals);
     if (n > 0 && !json)
         tr_diag_add(d, TR_SEV_ERROR, "catalog.failures", NULL, NULL,
                     "each failure above names the recipe, the world size and the rule",

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/docs_gen.h"
+#include "recipes/catalog.h"
 #include "recipes/resolve.h"
 #include "runtime/parallel/config.h"
 #include "runtime/parallel/rank_groups.h"
@@ -129,8 +130,11 @@ tr_status tr_cli_list_recipes(FILE *out) {
         /* Parameters come from the resolved model, so they cannot disagree with --dry-run. */
         tr_status s = tr_cli_resolve_recipe(r->name, NULL, true, &c, &d);
         if (s == TR_OK) tr_cli_format_count((double)c.derived.num_params, params, sizeof params);
-        fprintf(out, "%-40s %-9s %8d %9s  %s%s\n", r->name, mode_name(r->mode), r->min_world_size,
-                params, r->doc ? r->doc : "", r->runnable ? "" : " [config only]");
+        char refused[512];
+        int k = tr_catalog_refusals(r, refused, sizeof refused);
+        fprintf(out, "%-40s %-9s %8d %9s  %s%s%s%s\n", r->name, mode_name(r->mode),
+                r->min_world_size, params, r->doc ? r->doc : "", k ? " [refused: " : "",
+                k ? refused : "", k ? "]" : "");
         tr_config_free(&c);
         tr_diags_free(&d);
         if (s == TR_ERR_NOMEM) return s;
@@ -188,8 +192,10 @@ tr_status tr_cli_describe_recipe(FILE *out, const char *name, const tr_world *wo
     tr_config c;
     tr_status s = tr_cli_resolve_recipe(name, world, false, &c, d);
     fprintf(out, "%s: %s\n", r->name, r->doc ? r->doc : "");
-    fprintf(out, "  mode %s, minimum world %d, %s\n", mode_name(r->mode), r->min_world_size,
-            r->runnable ? "runnable" : "config only (the runtime cannot train it yet)");
+    char refused[512];
+    int k = tr_catalog_refusals(r, refused, sizeof refused);
+    fprintf(out, "  mode %s, minimum world %d, %s%s\n", mode_name(r->mode), r->min_world_size,
+            k ? "not trained by this runtime: " : "trains on this runtime", k ? refused : "");
     if (c.n_history > 0) {
         char v[256];
         fputs("settings:\n", out);

@@ -54,6 +54,8 @@ tr_status tr_cli_resolve(const tr_cli *cli, tr_world w, bool real_run, bool skip
     o.n_overrides = cli->n_overrides;
     o.world = w;
     o.validate.check_files = real_run;
+    /* A real launch checks what the runtime can run whatever the flag says. */
+    o.validate.skip_capability = cli->config_only && !real_run;
     o.skip_validate = skip_validate;
     memset(c, 0, sizeof *c); /* a resolution that cannot start leaves c as it was */
     tr_status s = tr_resolve(&o, c, d);

@@ -24,6 +24,10 @@ static int origin_rank(tr_origin_kind kind) {
     return 0;
 }
 
+bool tr_rule_is_capability(const tr_rule *r) {
+    return strncmp(r->id, "runtime.", 8) == 0;
+}
+
 void tr_rule_fail(const tr_rule *self, const tr_config *c, const tr_validate_opts *opts,
                   tr_diags *d, const char *keys, const char *hint, const char *fmt, ...) {
     char msg[2048];
@@ -59,5 +63,8 @@ void tr_rule_fail(const tr_rule *self, const tr_config *c, const tr_validate_opt
         sev = TR_SEV_NOTE;
         id = TR_FMT(launch_id, "launch.%s", self->id);
     }
+    /* A recipe this runtime cannot train yet is still a valid configuration: the catalog lists
+     * the refusal under the rule's own id without failing the entry. */
+    if (opts->catalog_mode && tr_rule_is_capability(self) && sev == TR_SEV_ERROR) sev = TR_SEV_NOTE;
     tr_diag_add(d, sev, id, origin, keys, hint, "%s", msg);
 }

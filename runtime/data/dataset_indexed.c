@@ -50,37 +50,9 @@ static void indexed_destroy(tr_token_dataset *ds) {
     ds->impl = NULL;
 }
 
-static tr_status unsupported(tr_diags *d, const char *key, const char *hint, const char *why) {
-    return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key, hint,
-                       "%s: the training loop's token interface carries tokens only, not %s", key,
-                       why);
-}
-
-/* Settings Megatron honours through loss masks and position ids, which the loop cannot receive
- * from a token dataset yet: refusing beats silently training something else. */
-static tr_status check_supported(const tr_config *c, tr_diags *d) {
-    const tr_dataset_config *dc = &c->dataset;
-    tr_status s = TR_OK;
-    if (dc->reset_position_ids == 1)
-        s = unsupported(d, "dataset.reset_position_ids", "set dataset.reset_position_ids=false",
-                        "per-document position ids");
-    if (dc->reset_attention_mask == 1)
-        s = unsupported(d, "dataset.reset_attention_mask", "set dataset.reset_attention_mask=false",
-                        "document attention masks");
-    if (dc->eod_mask_loss == 1)
-        s = unsupported(d, "dataset.eod_mask_loss", "set dataset.eod_mask_loss=false",
-                        "Megatron's loss mask (zero where the input token is end-of-document)");
-    if (!dc->add_extra_token_to_sequence)
-        s = unsupported(d, "dataset.add_extra_token_to_sequence",
-                        "set dataset.add_extra_token_to_sequence=true",
-                        "the masked last label of a seq_length-token sample");
-    if (!dc->drop_last_partial_validation_sequence)
-        s = unsupported(d, "dataset.drop_last_partial_validation_sequence",
-                        "set dataset.drop_last_partial_validation_sequence=true",
-                        "the loss mask of a padded final validation sample");
-    return s;
-}
-
+/* What the token interface cannot carry (Megatron's loss masks, per-document positions) is
+ * refused before a dataset opens by tr_runtime_check (runtime.indexed_masks,
+ * runtime.document_resets). */
 static tr_status check_config(const tr_config *c, int64_t *vocab, tr_diags *d) {
     const tr_dataset_config *dc = &c->dataset;
     bool per_split = (!dc->train_data_path.null && dc->train_data_path.n > 0) ||
@@ -105,7 +77,7 @@ static tr_status check_config(const tr_config *c, int64_t *vocab, tr_diags *d) {
         return tr_diag_add(d, TR_SEV_ERROR, "data.indexed_vocab", NULL, "model.vocab_size",
                            "set model.vocab_size (or a tokenizer with use_tokenizer_vocab_size)",
                            "indexed data needs the model's vocabulary size to check its tokens");
-    return check_supported(c, d);
+    return TR_OK;
 }
 
 /* The tokenizer's end-of-document and pad ids, as Megatron's GPTDatasetConfig takes them; an

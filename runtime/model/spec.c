@@ -1,82 +1,13 @@
-/* The model section of a validated config, reduced to what the CPU maths implements. Anything
- * the config can express but the runtime cannot yet run is an error here, never silently
- * dropped. */
+/* The model section of a validated config, reduced to what the CPU maths implements. What the
+ * config can express but the runtime cannot yet run is refused before this by tr_runtime_check
+ * (core/rules/runtime.c), the same rules the dry run reports. */
 #include <math.h>
 
 #include "runtime/model/model.h"
 
-static tr_status unsupported(tr_diags *d, const char *key, const char *hint, const char *what) {
-    return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key, hint,
-                       "the CPU training runtime does not implement %s yet", what);
-}
-
-/* Mixed precision keeps fp32 main parameters and rounds the GEMM operands (docs/runtime.md):
- * half-precision parameters are the working copy of an fp32 master, so params_dtype may name the
- * training dtype (Megatron-Bridge's presets do) or fp32; half-precision weights with no fp32
- * master, or a dtype other than the one trained in, are refused. */
-static int check_precision(const tr_model_config *m, tr_diags *d) {
-    int bad = 0, half = m->bf16 ? TR_DTYPE_BF16 : m->fp16 ? TR_DTYPE_FP16 : TR_DTYPE_FP32;
-    if (m->params_dtype != TR_DTYPE_FP32 && m->params_dtype != half)
-        bad |= unsupported(d, "model.params_dtype",
-                           half == TR_DTYPE_FP32
-                               ? "train in mixed precision (mixed_precision.preset=bf16_mixed or "
-                                 "fp16_mixed) or set model.params_dtype=fp32"
-                               : "set model.params_dtype to fp32 or to the dtype trained in",
-                           half == TR_DTYPE_FP32
-                               ? "half-precision parameters without fp32 main parameters"
-                               : "parameters in a dtype other than the mixed-precision dtype") !=
-               TR_OK;
-    if (m->fp16_lm_cross_entropy)
-        bad |=
-            unsupported(d, "model.fp16_lm_cross_entropy", "set model.fp16_lm_cross_entropy=false",
-                        "a half-precision cross entropy (it is computed in fp32)") != TR_OK;
-    return bad;
-}
-
-static int check_features(const tr_model_config *m, tr_diags *d) {
-    int bad = 0;
-    if (m->num_moe_experts != TR_NULL_INT)
-        bad |= unsupported(d, "model.num_moe_experts",
-                           "train a dense model (a MoE runtime is a "
-                           "separate issue)",
-                           "mixture-of-experts layers") != TR_OK;
-    if (m->qk_layernorm)
-        bad |= unsupported(d, "model.qk_layernorm", "set model.qk_layernorm=false",
-                           "query/key layernorm") != TR_OK;
-    if (m->attention_dropout > 0)
-        bad |= unsupported(d, "model.attention_dropout", "set model.attention_dropout=0",
-                           "dropout on the attention probabilities") != TR_OK;
-    if (m->rotary_interleaved)
-        bad |= unsupported(d, "model.rotary_interleaved", "set model.rotary_interleaved=false",
-                           "interleaved rotary embedding") != TR_OK;
-    if (m->position_embedding_type == TR_POSEMB_YARN)
-        bad |= unsupported(d, "model.position_embedding_type", "use position_embedding_type=rope",
-                           "YaRN rotary scaling") != TR_OK;
-    if (!m->window_size.null)
-        bad |= unsupported(d, "model.window_size", "set model.window_size=null",
-                           "sliding-window attention") != TR_OK;
-    if (m->mtp_num_layers != TR_NULL_INT && m->mtp_num_layers > 0)
-        bad |= unsupported(d, "model.mtp_num_layers", "set model.mtp_num_layers=null",
-                           "multi-token prediction") != TR_OK;
-    bad |= check_precision(m, d);
-    int act = m->activation_func;
-    if (m->gated_linear_unit && act != TR_ACT_SILU)
-        bad |= unsupported(d, "model.activation_func",
-                           "use activation_func=silu with "
-                           "gated_linear_unit=true (SwiGLU)",
-                           "this gated activation") != TR_OK;
-    if (!m->gated_linear_unit && act != TR_ACT_GELU && act != TR_ACT_FAST_GELU)
-        bad |= unsupported(d, "model.activation_func",
-                           "use gelu, fast_gelu, or silu with "
-                           "gated_linear_unit=true",
-                           "this MLP activation") != TR_OK;
-    return bad;
-}
-
 tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d) {
     const tr_model_config *m = &c->model;
     *s = (tr_model_spec){0};
-    if (check_features(m, d)) return TR_ERR_CONFIG;
     s->num_layers = (int)m->num_layers;
     s->hidden = (int)m->hidden_size;
     s->heads = (int)m->num_attention_heads;

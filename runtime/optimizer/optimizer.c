@@ -6,49 +6,11 @@
 
 #include "runtime/device/device.h"
 
-static tr_status unsupported(tr_diags *d, const char *key, const char *hint, const char *what) {
-    return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key, hint,
-                       "the CPU training runtime does not implement %s yet", what);
-}
-
-/* The optimizer always keeps fp32 main parameters, gradients and moments. */
-static int check_precision(const tr_config *c, tr_diags *d) {
-    const tr_optimizer_config *o = &c->optimizer;
-    const tr_model_config *m = &c->model;
-    int bad = 0;
-    if (o->bf16 != m->bf16 || o->fp16 != m->fp16)
-        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL,
-                           "optimizer.bf16,optimizer.fp16,model.bf16,model.fp16",
-                           "set the precision through mixed_precision.preset, which sets both",
-                           "the optimizer's bf16/fp16 flags must match the model's") != TR_OK;
-    const struct {
-        int32_t dtype;
-        const char *key;
-    } state[] = {{o->main_grads_dtype, "optimizer.main_grads_dtype"},
-                 {o->main_params_dtype, "optimizer.main_params_dtype"},
-                 {o->exp_avg_dtype, "optimizer.exp_avg_dtype"},
-                 {o->exp_avg_sq_dtype, "optimizer.exp_avg_sq_dtype"}};
-    for (size_t i = 0; i < sizeof state / sizeof state[0]; i++)
-        if (state[i].dtype != TR_DTYPE_FP32)
-            bad |= unsupported(d, state[i].key, "set it to fp32",
-                               "optimizer state below fp32 (precision-aware optimizer)") != TR_OK;
-    return bad;
-}
-
+/* What the optimizer cannot run (coupled Adam decay, a separate embedding learning rate, state
+ * below fp32) is refused before this by tr_runtime_check (core/rules/runtime.c). */
 tr_status tr_optimizer_spec_from_config(const tr_config *c, tr_optimizer_spec *s, tr_diags *d) {
+    (void)d;
     const tr_optimizer_config *o = &c->optimizer;
-    int bad = 0;
-    if (o->optimizer == TR_OPTIM_ADAM && !o->decoupled_weight_decay)
-        bad |= unsupported(d, "optimizer.decoupled_weight_decay",
-                           "set optimizer.decoupled_weight_decay=true (AdamW)",
-                           "Adam with L2-coupled weight decay") != TR_OK;
-    if (!tr_is_null_float(o->decoupled_lr) || !tr_is_null_float(o->decoupled_min_lr))
-        bad |= unsupported(d, "optimizer.decoupled_lr",
-                           "unset optimizer.decoupled_lr and "
-                           "optimizer.decoupled_min_lr",
-                           "a separate embedding learning rate") != TR_OK;
-    bad |= check_precision(c, d);
-    if (bad) return TR_ERR_CONFIG;
     *s = (tr_optimizer_spec){.sgd = o->optimizer == TR_OPTIM_SGD,
                              .beta1 = (float)o->adam_beta1,
                              .beta2 = (float)o->adam_beta2,

@@ -16,11 +16,6 @@ static int target_index(const char *name) {
     return -1;
 }
 
-static int refuse(tr_diags *d, const char *key, const char *hint, const char *what) {
-    return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key, hint,
-                       "LoRA in the training runtime does not support %s yet", what) != TR_OK;
-}
-
 static int lora_init(int method) {
     switch (method) {
     case TR_LORAINIT_XAVIER:
@@ -61,21 +56,9 @@ tr_status tr_lora_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diag
     const tr_peft_config *p = &c->peft;
     s->lora_rank = 0;
     if (p->scheme < 0) return TR_OK;
+    /* DoRA, post-dropout, SP and the distributed optimizer are refused before this by
+     * tr_runtime_check (core/rules/runtime.c). */
     int bad = 0;
-    if (p->scheme != TR_PEFT_LORA) bad |= refuse(d, "peft.scheme", "use peft.scheme=lora", "DoRA");
-    if (p->dropout > 0.0 && p->dropout_position != TR_LORADROP_PRE)
-        bad |= refuse(d, "peft.dropout_position", "set peft.dropout_position=pre",
-                      "dropout after the low-rank projection");
-    if (c->model.sequence_parallel && c->model.tensor_model_parallel_size > 1)
-        bad |= refuse(d, "model.sequence_parallel", "set model.sequence_parallel=false",
-                      "sequence parallelism");
-    if (c->optimizer.use_distributed_optimizer || c->ddp.use_distributed_optimizer)
-        bad |= refuse(d, "ddp.use_distributed_optimizer,optimizer.use_distributed_optimizer",
-                      "set both to false (Megatron-Bridge's PEFT recipes do)",
-                      "the distributed optimizer");
-    if (c->ddp.overlap_grad_reduce)
-        bad |= refuse(d, "ddp.overlap_grad_reduce", "set ddp.overlap_grad_reduce=false",
-                      "gradient reduction overlapped with backward");
     unsigned targets = 0;
     bad |= read_targets(p, &targets, d);
     if (bad) return TR_ERR_CONFIG;

@@ -477,22 +477,15 @@ static tr_status load_lora_base(tr_train_ckpt *k) {
     return st;
 }
 
-/* Trestle writes its own sharded format; Megatron-Bridge's default name (torch_dist) means it
- * too, and the PyTorch formats cannot be produced without PyTorch. */
+/* Megatron-Bridge's default name (torch_dist) means Trestle's sharded format here; the PyTorch
+ * formats are refused before this by tr_runtime_check (runtime.ckpt_format). */
 static tr_status check_format(tr_train_ckpt *k) {
     const tr_checkpoint_config *cc = &k->env.c->checkpoint;
     if (!cc->save && !cc->load && !cc->pretrained_checkpoint) return TR_OK;
-    if (cc->ckpt_format == TR_CKPTFMT_TORCH_DIST || cc->ckpt_format == TR_CKPTFMT_TRESTLE) {
-        if (cc->ckpt_format == TR_CKPTFMT_TORCH_DIST && k->rank == 0 && k->env.log)
-            fprintf(k->env.log, "checkpoint: ckpt_format torch_dist is read and written as "
-                                "Trestle's sharded format (docs/checkpoints.md)\n");
-        return TR_OK;
-    }
-    return tr_diag_add(k->d, TR_SEV_ERROR, "runtime.unsupported", NULL, "checkpoint.ckpt_format",
-                       "set checkpoint.ckpt_format=trestle (or torch_dist, its alias here)",
-                       "the runtime reads and writes only Trestle's sharded checkpoints, not "
-                       "ckpt_format %s",
-                       cc->ckpt_format == TR_CKPTFMT_TORCH ? "torch" : "torch_dcp");
+    if (cc->ckpt_format == TR_CKPTFMT_TORCH_DIST && k->rank == 0 && k->env.log)
+        fprintf(k->env.log, "checkpoint: ckpt_format torch_dist is read and written as "
+                            "Trestle's sharded format (docs/checkpoints.md)\n");
+    return TR_OK;
 }
 
 tr_status tr_train_ckpt_setup(tr_train_ckpt *k, const tr_train_ckpt_env *env, tr_diags *d) {

@@ -13,13 +13,7 @@ tr_status tr_train_precision_from_config(const tr_config *c, tr_train_precision 
     /* Megatron's grad buffer then holds the parameters' dtype and is reduced in it; here the
      * reduction stays fp32 and its result is rounded, the precision the optimizer would see. */
     if (lowp && !c->ddp.grad_reduce_in_fp32) p->grad_lowp = lowp;
-    int bad = 0;
-    if (c->mixed_precision.autocast_enabled)
-        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL,
-                           "mixed_precision.autocast_enabled",
-                           "set it to false; mixed_precision.preset=bf16_mixed gives bf16 GEMMs "
-                           "over fp32 main parameters",
-                           "the training runtime does not implement autocast regions") != TR_OK;
+    int bad = 0; /* autocast is refused by tr_runtime_check (core/rules/runtime.c) */
     bad |= tr_loss_scaler_from_config(c, &p->scaler, d) != TR_OK;
     return bad ? TR_ERR_CONFIG : TR_OK;
 }

@@ -3,29 +3,15 @@
  * optimizer, data-parallel state and checkpoint load. */
 #include <stdlib.h>
 
+#include "core/validate.h"
 #include "runtime/peft/lora.h"
-#include "runtime/train/checks.h"
 #include "runtime/train/trainer.h"
-
-static int refuse_layout(tr_diags *d, const char *key, const char *what, int64_t size) {
-    return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, key,
-                       "set it to 1: the CPU training runtime implements data, tensor and "
-                       "pipeline parallelism only",
-                       "the CPU training runtime does not implement %s (size %lld) yet", what,
-                       (long long)size) != TR_OK;
-}
 
 static int check_layout(const tr_config *c, bool distributed, tr_diags *d) {
     const tr_model_config *mc = &c->model;
     int bad = 0;
-    if (mc->context_parallel_size > 1)
-        bad |= refuse_layout(d, "model.context_parallel_size", "context parallelism",
-                             mc->context_parallel_size);
-    if (mc->expert_model_parallel_size > 1)
-        bad |= refuse_layout(d, "model.expert_model_parallel_size", "expert parallelism",
-                             mc->expert_model_parallel_size);
     if (!distributed && mc->pipeline_model_parallel_size > 1)
-        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL,
+        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.no_communicator", NULL,
                            "model.pipeline_model_parallel_size",
                            "launch through run_recipe under mpirun (one rank per stage), or set "
                            "it to 1",
@@ -34,7 +20,7 @@ static int check_layout(const tr_config *c, bool distributed, tr_diags *d) {
                            (long long)mc->pipeline_model_parallel_size) != TR_OK;
     else if (!distributed &&
              (c->derived.data_parallel_size > 1 || mc->tensor_model_parallel_size > 1))
-        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, "derived.world_size",
+        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.no_communicator", NULL, "derived.world_size",
                            "launch through run_recipe under mpirun (it creates the communicator)",
                            "data and tensor parallelism need a communicator; this caller gave "
                            "none") != TR_OK;
@@ -44,13 +30,14 @@ static int check_layout(const tr_config *c, bool distributed, tr_diags *d) {
 tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
     tr_model_spec ms;
     tr_optimizer_spec os;
+    /* What the runtime cannot run is refused first, by the rules the dry run reports. */
+    if (tr_runtime_check(c, d) != TR_OK) return TR_ERR_CONFIG;
     int bad = tr_model_spec_from_config(c, &ms, d) != TR_OK;
     bad |= tr_lora_spec_from_config(c, &ms, d) != TR_OK;
     ms.no_weight_copy = t->o->no_weight_copy;
     ms.no_half_acts = t->o->no_half_acts;
     bad |= tr_optimizer_spec_from_config(c, &os, d) != TR_OK;
     bad |= tr_lr_schedule_from_config(c, &t->sched, d) != TR_OK;
-    bad |= tr_train_check_features(c, d);
     bad |= tr_train_precision_from_config(c, &t->prec, d) != TR_OK;
     /* One rank keeps the plain loop (bitwise what it always computed); the distributed path
      * starts at two ranks. */
@@ -58,13 +45,6 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
                                             c->model.tensor_model_parallel_size > 1 ||
                                             c->model.pipeline_model_parallel_size > 1);
     bad |= check_layout(c, t->distributed, d);
-    if (c->train.train_iters == TR_NULL_INT || c->train.micro_batch_size == TR_NULL_INT ||
-        c->train.global_batch_size == TR_NULL_INT)
-        bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.no_iters", NULL,
-                           "train.train_iters,train.micro_batch_size,train.global_batch_size",
-                           "set train.train_iters, train.micro_batch_size and "
-                           "train.global_batch_size",
-                           "training needs an iteration count and batch sizes") != TR_OK;
     if (bad) return TR_ERR_CONFIG;
     t->mbs = (int)c->train.micro_batch_size;
     t->gbs = (int)c->train.global_batch_size;
@@ -89,15 +69,7 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
     if (t->distributed)
         tp = (tr_tp_shard){tr_comm_group_rank(t->o->comm, TR_GROUP_TP),
                            tr_comm_group_size(t->o->comm, TR_GROUP_TP)};
-    int sp_seq = ms.sequence_parallel ? ms.seq : tp.size;
-    if (ms.groups % tp.size || ms.ffn % tp.size || ms.vocab % tp.size || sp_seq % tp.size)
-        return tr_diag_add(d, TR_SEV_ERROR, "runtime.tp_split", NULL,
-                           "model.tensor_model_parallel_size",
-                           "choose a TP size dividing the query groups, the MLP width, the "
-                           "padded vocabulary and (sequence parallel) the sequence length",
-                           "TP %d does not divide query groups %d, ffn %d, padded vocabulary %d "
-                           "or sequence %d",
-                           tp.size, ms.groups, ms.ffn, ms.vocab, ms.seq);
+    /* runtime.tp_split has checked that TP divides every split dimension. */
     /* Pipeline parallel: the model is this rank's stages only (docs/pipeline.md). */
     if (t->distributed && c->model.pipeline_model_parallel_size > 1) {
         t->have_pp = true; /* freed even when creation fails halfway */

@@ -146,7 +146,7 @@ grep -qE "^ iteration +1/" <<<"$out" && echo "ok   finetune starts at iteration 
     fail "finetune did not restart the iteration count" "$out"
 
 # Formats the runtime cannot write.
-expect torch_format nonzero 'runtime.unsupported.*ckpt_format' -- "$RUN" "${SMALL[@]}" \
+expect torch_format nonzero 'runtime.ckpt_format' -- "$RUN" "${SMALL[@]}" \
     train.train_iters=1 "checkpoint.save=$WORK/t" checkpoint.ckpt_format=torch
 
 [[ $fails -eq 0 ]] && echo "all checkpoint CLI checks passed"

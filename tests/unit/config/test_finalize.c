@@ -309,7 +309,7 @@ static void test_catalog_mode_and_strict(void) {
     env e;
     setup(&e, 0, "peft.scheme=lora");
     finalize(&e, 1);
-    tr_validate_opts catalog = {true, false};
+    tr_validate_opts catalog = {true, false, false};
     CHECK_INT_EQ(tr_config_validate(&e.c, &catalog, &e.d), TR_OK);
     const tr_diag *g = tr_diags_find(&e.d, "launch.checkpoint.peft_needs_pretrained");
     CHECK(g && g->severity == TR_SEV_NOTE);
@@ -366,7 +366,8 @@ static void test_rule_table_invariants_and_coverage(void) {
     CHECK(tr_rule_count > 80);
     char *tests = read_text(TRESTLE_SOURCE_DIR "/tests/unit/config/test_rules_table.c");
     char *self = read_text(TRESTLE_SOURCE_DIR "/tests/unit/config/test_finalize.c");
-    CHECK(tests && self);
+    char *capability = read_text(TRESTLE_SOURCE_DIR "/tests/unit/train/test_train_capability.c");
+    CHECK(tests && self && capability);
     for (int i = 0; i < tr_rule_count; i++) {
         const tr_rule *r = &tr_rules[i];
         const char *dot = strchr(r->id, '.');
@@ -384,12 +385,14 @@ static void test_rule_table_invariants_and_coverage(void) {
         for (int j = 0; j < i; j++) CHECK(strcmp(tr_rules[j].id, r->id) != 0);
         char quoted[200];
         snprintf(quoted, sizeof quoted, "\"%s\"", r->id);
-        bool covered = (tests && strstr(tests, quoted)) || (self && strstr(self, quoted));
+        bool covered = (tests && strstr(tests, quoted)) || (self && strstr(self, quoted)) ||
+                       (capability && strstr(capability, quoted));
         if (!covered) fprintf(stderr, "  rule %s has no test\n", r->id);
         CHECK(covered);
     }
     free(tests);
     free(self);
+    free(capability);
 }
 
 TR_TEST_MAIN(TR_TEST(test_scheduler_iteration_mode), TR_TEST(test_scheduler_sample_mode),

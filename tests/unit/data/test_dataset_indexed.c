@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "runtime/data/datasets/indexed_dataset.h"
+#include "core/validate.h"
 #include "recipes/resolve.h"
 #include "runtime/data/dataset_indexed.h"
 #include "runtime/data/train_data.h"
@@ -224,6 +225,17 @@ static void test_cache_rank0_builds_others_load(void) {
     remove_tree(cache);
 }
 
+/* The diagnostic id names key (and message text) and says how to fix it. */
+static void check_diag(const tr_diags *d, const char *id, const char *key, const char *text) {
+    const tr_diag *g = tr_diags_find(d, id);
+    CHECK(g != NULL);
+    if (g) {
+        CHECK_CONTAINS(g->keys, key);
+        if (text) CHECK_CONTAINS(g->message, text);
+        CHECK(g->hint != NULL);
+    }
+}
+
 /* Opens c and expects failure with diagnostic id whose keys contain key (and message text). */
 static void expect_failure(const tr_config *c, tr_status want, const char *id, const char *key,
                            const char *text) {
@@ -232,13 +244,18 @@ static void expect_failure(const tr_config *c, tr_status want, const char *id, c
     tr_token_dataset ds;
     CHECK_INT_EQ(tr_indexed_token_dataset_open(c, true, &ds, &d), want);
     CHECK(ds.impl == NULL);
-    const tr_diag *g = tr_diags_find(&d, id);
-    CHECK(g != NULL);
-    if (g) {
-        CHECK_CONTAINS(g->keys, key);
-        if (text) CHECK_CONTAINS(g->message, text);
-        CHECK(g->hint != NULL);
-    }
+    check_diag(&d, id, key, text);
+    tr_diags_free(&d);
+}
+
+/* What the token interface cannot carry is a capability rule: refused for the loop before any
+ * dataset opens, under the rule's id. */
+static void expect_capability(const tr_config *c, const char *id, const char *key,
+                              const char *text) {
+    tr_diags d;
+    tr_diags_init(&d);
+    CHECK_INT_EQ(tr_runtime_check(c, &d), TR_ERR_CONFIG);
+    check_diag(&d, id, key, text);
     tr_diags_free(&d);
 }
 
@@ -303,20 +320,20 @@ static void test_unsupported_settings_refused(void) {
     set_path(&c, TR_FID_dataset_data_path, GPT_DIR "ds_a");
     CHECK_INT_EQ(tr_config_set_str(&c, TR_FID_dataset_split, "8,1,1"), TR_OK);
     c.dataset.reset_position_ids = 1;
-    expect_refusal(&c, "runtime.unsupported", "dataset.reset_position_ids", "position ids");
+    expect_capability(&c, "runtime.document_resets", "dataset.reset_position_ids", "position ids");
     c.dataset.reset_position_ids = 0;
     c.dataset.reset_attention_mask = 1;
-    expect_refusal(&c, "runtime.unsupported", "dataset.reset_attention_mask", "attention");
+    expect_capability(&c, "runtime.document_resets", "dataset.reset_attention_mask", "attention");
     c.dataset.reset_attention_mask = 0;
     c.dataset.eod_mask_loss = 1;
-    expect_refusal(&c, "runtime.unsupported", "dataset.eod_mask_loss", "loss mask");
+    expect_capability(&c, "runtime.indexed_masks", "dataset.eod_mask_loss", "loss mask");
     c.dataset.eod_mask_loss = 0;
     c.dataset.add_extra_token_to_sequence = false;
-    expect_refusal(&c, "runtime.unsupported", "dataset.add_extra_token_to_sequence", NULL);
+    expect_capability(&c, "runtime.indexed_masks", "dataset.add_extra_token_to_sequence", NULL);
     c.dataset.add_extra_token_to_sequence = true;
     c.dataset.drop_last_partial_validation_sequence = false;
-    expect_refusal(&c, "runtime.unsupported", "dataset.drop_last_partial_validation_sequence",
-                   NULL);
+    expect_capability(&c, "runtime.indexed_masks", "dataset.drop_last_partial_validation_sequence",
+                      NULL);
     c.dataset.drop_last_partial_validation_sequence = true;
     c.model.seq_length = 32;
     expect_refusal(&c, "data.seq_length_mismatch", "model.seq_length", "32");

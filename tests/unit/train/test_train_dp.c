@@ -34,7 +34,7 @@ static void test_dp_without_comm_refused(void) {
     tr_diags d;
     const char *ov[] = {"train.train_iters=1"};
     CHECK(train_on_world(2, ov, 1, &d) != TR_OK);
-    CHECK(find_key(&d, "runtime.unsupported", "derived.world_size") != NULL);
+    CHECK(find_key(&d, "runtime.no_communicator", "derived.world_size") != NULL);
     tr_diags_free(&d);
     /* The same config on one rank trains. */
     CHECK_INT_EQ(train_on_world(1, ov, 1, &d), TR_OK);
@@ -46,15 +46,15 @@ static void test_model_parallel_refused_by_key(void) {
     tr_diags d;
     const char *tp[] = {"train.train_iters=1", "model.tensor_model_parallel_size=2"};
     CHECK(train_on_world(2, tp, 2, &d) != TR_OK);
-    CHECK(find_key(&d, "runtime.unsupported", "derived.world_size") != NULL);
+    CHECK(find_key(&d, "runtime.no_communicator", "derived.world_size") != NULL);
     tr_diags_free(&d);
     const char *cp[] = {"train.train_iters=1", "model.context_parallel_size=2"};
     CHECK(train_on_world(2, cp, 2, &d) != TR_OK);
-    CHECK(find_key(&d, "runtime.unsupported", "model.context_parallel_size") != NULL);
+    CHECK(find_key(&d, "runtime.context_parallel", "model.context_parallel_size") != NULL);
     tr_diags_free(&d);
     const char *pp[] = {"train.train_iters=1", "model.pipeline_model_parallel_size=2"};
     CHECK(train_on_world(2, pp, 2, &d) != TR_OK);
-    CHECK(find_key(&d, "runtime.unsupported", "model.pipeline_model_parallel_size") != NULL);
+    CHECK(find_key(&d, "runtime.no_communicator", "model.pipeline_model_parallel_size") != NULL);
     tr_diags_free(&d);
 }
 

@@ -199,16 +199,15 @@ static void test_fp16_static_scale_no_skip(void) {
     CHECK(memcmp(f32, f16, sizeof f32) != 0);
 }
 
-static void check_refused(const char **ov, int n, const char *key) {
+static void check_refused(const char **ov, int n, const char *id, const char *key) {
     tr_train_opts o = {0};
     tr_train_result r;
     tr_diags d;
     CHECK_INT_EQ(train(ov, n, &o, &r, &d), TR_ERR_CONFIG);
     bool found = false;
     for (int i = 0; i < d.n; i++)
-        if (strcmp(d.items[i].id, "runtime.unsupported") == 0 && strstr(d.items[i].keys, key))
-            found = true;
-    if (!found) fprintf(stderr, "  no runtime.unsupported diagnostic naming %s\n", key);
+        if (strcmp(d.items[i].id, id) == 0 && strstr(d.items[i].keys, key)) found = true;
+    if (!found) fprintf(stderr, "  no %s diagnostic naming %s\n", id, key);
     CHECK(found);
     tr_diags_free(&d);
 }
@@ -216,23 +215,23 @@ static void check_refused(const char **ov, int n, const char *key) {
 static void test_unsupported_precision_refused(void) {
     /* half-precision weights with no fp32 master (no preset: the model section as written) */
     const char *pure[] = {"mixed_precision.preset=null", "model.params_dtype=bf16"};
-    check_refused(pure, 2, "model.params_dtype");
+    check_refused(pure, 2, "runtime.params_dtype", "model.params_dtype");
     /* bf16 training with fp16 weights */
     const char *other[] = {"mixed_precision.preset=bf16_mixed",
                            "mixed_precision.params_dtype=fp16"};
-    check_refused(other, 2, "model.params_dtype");
+    check_refused(other, 2, "runtime.params_dtype", "model.params_dtype");
     const char *ce[] = {"mixed_precision.preset=bf16_mixed", "model.fp16_lm_cross_entropy=true"};
-    check_refused(ce, 2, "model.fp16_lm_cross_entropy");
+    check_refused(ce, 2, "runtime.fp16_cross_entropy", "model.fp16_lm_cross_entropy");
     const char *moments[] = {"mixed_precision.preset=bf16_mixed", "optimizer.exp_avg_dtype=bf16",
                              "optimizer.use_precision_aware_optimizer=true",
                              "optimizer.use_distributed_optimizer=true",
                              "ddp.use_distributed_optimizer=true"};
-    check_refused(moments, 5, "optimizer.exp_avg_dtype");
+    check_refused(moments, 5, "runtime.optimizer_precision", "optimizer.exp_avg_dtype");
     const char *mismatch[] = {"mixed_precision.preset=null", "model.bf16=true"};
-    check_refused(mismatch, 2, "optimizer.bf16");
+    check_refused(mismatch, 2, "runtime.optimizer_precision", "optimizer.bf16");
     const char *autocast[] = {"mixed_precision.preset=bf16_mixed",
                               "mixed_precision.autocast_enabled=true"};
-    check_refused(autocast, 2, "mixed_precision.autocast_enabled");
+    check_refused(autocast, 2, "runtime.autocast", "mixed_precision.autocast_enabled");
 }
 
 TR_TEST_MAIN(TR_TEST(test_bf16_close_to_fp32_not_equal), TR_TEST(test_every_linear_layer_rounds),

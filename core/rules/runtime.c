@@ -1,0 +1,282 @@
+/* What the training runtime can run, as rules of the config alone (docs/runtime.md, "Not
+ * implemented yet"). A dry run reports these exactly as the launch does: tr_train_run calls
+ * tr_runtime_check (core/validate.h), which runs these same functions, so the two cannot
+ * disagree on a configuration. Each refusal names the key to change; none depends on files or
+ * on the processes of a real launch. */
+#include "core/rules/rule.h"
+
+#define NOT_YET "the CPU training runtime does not implement %s yet"
+
+static bool half_dtype_ok(const tr_model_config *m) {
+    int half = m->bf16 ? TR_DTYPE_BF16 : m->fp16 ? TR_DTYPE_FP16 : TR_DTYPE_FP32;
+    return m->params_dtype == TR_DTYPE_FP32 || m->params_dtype == half;
+}
+
+/* The parallel dimensions the runtime does not execute yet: groups are built, no maths. */
+static void refuse_dim(const tr_rule *self, const tr_config *c, const tr_validate_opts *opts,
+                       tr_diags *d, const char *key, int64_t size, const char *what) {
+    if (size <= 1) return;
+    TR_FAIL(key,
+            "set it to 1: the CPU training runtime implements data, tensor and pipeline "
+            "parallelism only",
+            NOT_YET " (size %lld)", what, (long long)size);
+}
+
+TR_RULE_FN(tr_check_runtime_context_parallel) {
+    refuse_dim(self, c, opts, d, "model.context_parallel_size", c->model.context_parallel_size,
+               "context parallelism");
+}
+
+TR_RULE_FN(tr_check_runtime_expert_parallel) {
+    refuse_dim(self, c, opts, d, "model.expert_model_parallel_size",
+               c->model.expert_model_parallel_size, "expert parallelism");
+}
+
+TR_RULE_FN(tr_check_runtime_moe_layers) {
+    if (c->model.num_moe_experts == TR_NULL_INT) return;
+    TR_FAIL("model.num_moe_experts", "train a dense model (a MoE runtime is a separate issue)",
+            NOT_YET, "mixture-of-experts layers");
+}
+
+TR_RULE_FN(tr_check_runtime_qk_layernorm) {
+    if (!c->model.qk_layernorm) return;
+    TR_FAIL("model.qk_layernorm", "set model.qk_layernorm=false", NOT_YET, "query/key layernorm");
+}
+
+TR_RULE_FN(tr_check_runtime_attention_dropout) {
+    if (!(c->model.attention_dropout > 0)) return;
+    TR_FAIL("model.attention_dropout", "set model.attention_dropout=0", NOT_YET,
+            "dropout on the attention probabilities");
+}
+
+TR_RULE_FN(tr_check_runtime_rotary_interleaved) {
+    if (!c->model.rotary_interleaved) return;
+    TR_FAIL("model.rotary_interleaved", "set model.rotary_interleaved=false", NOT_YET,
+            "interleaved rotary embedding");
+}
+
+TR_RULE_FN(tr_check_runtime_yarn) {
+    if (c->model.position_embedding_type != TR_POSEMB_YARN) return;
+    TR_FAIL("model.position_embedding_type", "use position_embedding_type=rope", NOT_YET,
+            "YaRN rotary scaling");
+}
+
+TR_RULE_FN(tr_check_runtime_sliding_window) {
+    if (c->model.window_size.null) return;
+    TR_FAIL("model.window_size", "set model.window_size=null", NOT_YET, "sliding-window attention");
+}
+
+TR_RULE_FN(tr_check_runtime_mla) {
+    if (!c->model.multi_latent_attention) return;
+    TR_FAIL("model.multi_latent_attention", "set model.multi_latent_attention=false", NOT_YET,
+            "multi-latent attention");
+}
+
+TR_RULE_FN(tr_check_runtime_mtp) {
+    int64_t n = c->model.mtp_num_layers;
+    if (n == TR_NULL_INT || n <= 0) return;
+    TR_FAIL("model.mtp_num_layers", "set model.mtp_num_layers=null", NOT_YET,
+            "multi-token prediction");
+}
+
+/* Mixed precision keeps fp32 main parameters and rounds the GEMM operands: half-precision
+ * parameters are the working copy of an fp32 master, so params_dtype may name the training dtype
+ * (Megatron-Bridge's presets do) or fp32. */
+TR_RULE_FN(tr_check_runtime_params_dtype) {
+    const tr_model_config *m = &c->model;
+    if (half_dtype_ok(m)) return;
+    if (!m->bf16 && !m->fp16)
+        TR_FAIL("model.params_dtype",
+                "train in mixed precision (mixed_precision.preset=bf16_mixed or fp16_mixed) or "
+                "set model.params_dtype=fp32",
+                NOT_YET, "half-precision parameters without fp32 main parameters");
+    else
+        TR_FAIL("model.params_dtype", "set model.params_dtype to fp32 or to the dtype trained in",
+                NOT_YET, "parameters in a dtype other than the mixed-precision dtype");
+}
+
+TR_RULE_FN(tr_check_runtime_fp16_cross_entropy) {
+    if (!c->model.fp16_lm_cross_entropy) return;
+    TR_FAIL("model.fp16_lm_cross_entropy", "set model.fp16_lm_cross_entropy=false", NOT_YET,
+            "a half-precision cross entropy (it is computed in fp32)");
+}
+
+TR_RULE_FN(tr_check_runtime_activation) {
+    const tr_model_config *m = &c->model;
+    int act = m->activation_func;
+    if (m->gated_linear_unit && act != TR_ACT_SILU)
+        TR_FAIL("model.activation_func",
+                "use activation_func=silu with gated_linear_unit=true (SwiGLU)", NOT_YET,
+                "this gated activation");
+    if (!m->gated_linear_unit && act != TR_ACT_GELU && act != TR_ACT_FAST_GELU)
+        TR_FAIL("model.activation_func", "use gelu, fast_gelu, or silu with gated_linear_unit=true",
+                NOT_YET, "this MLP activation");
+}
+
+/* The runtime splits query groups, the MLP width, the padded vocabulary and (with SP) the
+ * sequence evenly over TP; finalize() has filled the null-means-computed sizes. */
+TR_RULE_FN(tr_check_runtime_tp_split) {
+    const tr_model_config *m = &c->model;
+    int64_t tp = m->tensor_model_parallel_size;
+    if (tp <= 1 || m->num_attention_heads == TR_NULL_INT || m->num_attention_heads < 1) return;
+    int64_t groups =
+        m->num_query_groups != TR_NULL_INT ? m->num_query_groups : m->num_attention_heads;
+    int64_t ffn = m->ffn_hidden_size != TR_NULL_INT ? m->ffn_hidden_size
+                  : m->hidden_size != TR_NULL_INT   ? 4 * m->hidden_size
+                                                    : 0;
+    int64_t vocab =
+        c->derived.padded_vocab_size != TR_NULL_INT ? c->derived.padded_vocab_size : m->vocab_size;
+    if (vocab == TR_NULL_INT) vocab = 0;
+    int64_t sp_seq = m->sequence_parallel ? m->seq_length : tp;
+    if (groups % tp == 0 && ffn % tp == 0 && vocab % tp == 0 && sp_seq % tp == 0) return;
+    TR_FAIL("model.tensor_model_parallel_size",
+            "choose a TP size dividing the query groups, the MLP width, the padded vocabulary and "
+            "(sequence parallel) the sequence length",
+            "TP %lld does not divide query groups %lld, ffn %lld, padded vocabulary %lld or "
+            "sequence %lld",
+            (long long)tp, (long long)groups, (long long)ffn, (long long)vocab,
+            (long long)m->seq_length);
+}
+
+TR_RULE_FN(tr_check_runtime_train_iters) {
+    const tr_train_config *t = &c->train;
+    if (t->train_iters != TR_NULL_INT && t->micro_batch_size != TR_NULL_INT &&
+        t->global_batch_size != TR_NULL_INT)
+        return;
+    TR_FAIL("train.train_iters,train.micro_batch_size,train.global_batch_size",
+            "set train.train_iters, train.micro_batch_size and train.global_batch_size",
+            "training needs an iteration count and batch sizes");
+}
+
+TR_RULE_FN(tr_check_runtime_batch_rampup) {
+    if (c->train.rampup_batch_size.null) return;
+    TR_FAIL("train.rampup_batch_size", "set train.rampup_batch_size=null", NOT_YET,
+            "batch-size ramp-up");
+}
+
+TR_RULE_FN(tr_check_runtime_document_resets) {
+    if (c->dataset.reset_position_ids == 1)
+        TR_FAIL("dataset.reset_position_ids", "set dataset.reset_position_ids=false", NOT_YET,
+                "position ids restarting at document boundaries");
+    if (c->dataset.reset_attention_mask == 1)
+        TR_FAIL("dataset.reset_attention_mask", "set dataset.reset_attention_mask=false", NOT_YET,
+                "attention masks cut at document boundaries");
+}
+
+TR_RULE_FN(tr_check_runtime_not_logged) {
+    if (c->logger.log_num_zeros_in_grad || c->optimizer.log_num_zeros_in_grad)
+        TR_FAIL("logger.log_num_zeros_in_grad", "set it to false",
+                "the number of zero gradients is not logged by the CPU training runtime yet");
+    if (c->logger.log_memory)
+        TR_FAIL("logger.log_memory", "set it to false",
+                "device memory is not logged by the CPU training runtime yet");
+}
+
+static bool indexed_data(const tr_dataset_config *dc) {
+    return dc->type == TR_DS_GPT && (!dc->data_path.null || !dc->train_data_path.null ||
+                                     !dc->valid_data_path.null || !dc->test_data_path.null);
+}
+
+/* Megatron honours these through loss masks and position ids, which the loop cannot receive
+ * from an indexed token dataset yet: refusing beats silently training something else. */
+TR_RULE_FN(tr_check_runtime_indexed_masks) {
+    const tr_dataset_config *dc = &c->dataset;
+    if (!indexed_data(dc)) return;
+    if (dc->eod_mask_loss == 1)
+        TR_FAIL("dataset.eod_mask_loss", "set dataset.eod_mask_loss=false",
+                "indexed datasets carry tokens only, not Megatron's loss mask (zero where the "
+                "input token is end-of-document)");
+    if (!dc->add_extra_token_to_sequence)
+        TR_FAIL("dataset.add_extra_token_to_sequence",
+                "set dataset.add_extra_token_to_sequence=true",
+                "indexed datasets carry tokens only, not the masked last label of a "
+                "seq_length-token sample");
+    if (!dc->drop_last_partial_validation_sequence)
+        TR_FAIL("dataset.drop_last_partial_validation_sequence",
+                "set dataset.drop_last_partial_validation_sequence=true",
+                "indexed datasets carry tokens only, not the loss mask of a padded final "
+                "validation sample");
+}
+
+TR_RULE_FN(tr_check_runtime_optimizer) {
+    const tr_optimizer_config *o = &c->optimizer;
+    if (o->optimizer == TR_OPTIM_ADAM && !o->decoupled_weight_decay)
+        TR_FAIL("optimizer.decoupled_weight_decay",
+                "set optimizer.decoupled_weight_decay=true (AdamW)", NOT_YET,
+                "Adam with L2-coupled weight decay");
+    if (!tr_is_null_float(o->decoupled_lr) || !tr_is_null_float(o->decoupled_min_lr))
+        TR_FAIL("optimizer.decoupled_lr",
+                "unset optimizer.decoupled_lr and optimizer.decoupled_min_lr", NOT_YET,
+                "a separate embedding learning rate");
+}
+
+/* The optimizer always keeps fp32 main parameters, gradients and moments, in the precision the
+ * model trains in. */
+TR_RULE_FN(tr_check_runtime_optimizer_precision) {
+    const tr_optimizer_config *o = &c->optimizer;
+    const tr_model_config *m = &c->model;
+    if (o->bf16 != m->bf16 || o->fp16 != m->fp16)
+        TR_FAIL("optimizer.bf16,optimizer.fp16,model.bf16,model.fp16",
+                "set the precision through mixed_precision.preset, which sets both",
+                "the optimizer's bf16/fp16 flags must match the model's");
+    const struct {
+        int32_t dtype;
+        const char *key;
+    } state[] = {{o->main_grads_dtype, "optimizer.main_grads_dtype"},
+                 {o->main_params_dtype, "optimizer.main_params_dtype"},
+                 {o->exp_avg_dtype, "optimizer.exp_avg_dtype"},
+                 {o->exp_avg_sq_dtype, "optimizer.exp_avg_sq_dtype"}};
+    for (size_t i = 0; i < sizeof state / sizeof state[0]; i++)
+        if (state[i].dtype != TR_DTYPE_FP32)
+            TR_FAIL(state[i].key, "set it to fp32", NOT_YET,
+                    "optimizer state below fp32 (precision-aware optimizer)");
+}
+
+TR_RULE_FN(tr_check_runtime_autocast) {
+    if (!c->mixed_precision.autocast_enabled) return;
+    TR_FAIL("mixed_precision.autocast_enabled",
+            "set it to false; mixed_precision.preset=bf16_mixed gives bf16 GEMMs over fp32 main "
+            "parameters",
+            NOT_YET, "autocast regions");
+}
+
+TR_RULE_FN(tr_check_runtime_distopt_instances) {
+    int64_t n = c->ddp.num_distributed_optimizer_instances;
+    if (n <= 1) return;
+    TR_FAIL("ddp.num_distributed_optimizer_instances",
+            "set ddp.num_distributed_optimizer_instances=1",
+            NOT_YET " (%lld instances): the distributed optimizer shards over the whole "
+                    "data-parallel group",
+            "several distributed-optimizer instances", (long long)n);
+}
+
+TR_RULE_FN(tr_check_runtime_lora) {
+    const tr_peft_config *p = &c->peft;
+    if (p->scheme < 0) return;
+    if (p->scheme != TR_PEFT_LORA) TR_FAIL("peft.scheme", "use peft.scheme=lora", NOT_YET, "DoRA");
+    if (p->dropout > 0.0 && p->dropout_position != TR_LORADROP_PRE)
+        TR_FAIL("peft.dropout_position", "set peft.dropout_position=pre", NOT_YET,
+                "LoRA dropout after the low-rank projection");
+    if (c->model.sequence_parallel && c->model.tensor_model_parallel_size > 1)
+        TR_FAIL("model.sequence_parallel", "set model.sequence_parallel=false", NOT_YET,
+                "LoRA with sequence parallelism");
+    if (c->optimizer.use_distributed_optimizer || c->ddp.use_distributed_optimizer)
+        TR_FAIL("ddp.use_distributed_optimizer,optimizer.use_distributed_optimizer",
+                "set both to false (Megatron-Bridge's PEFT recipes do)", NOT_YET,
+                "LoRA with the distributed optimizer");
+    if (c->ddp.overlap_grad_reduce)
+        TR_FAIL("ddp.overlap_grad_reduce", "set ddp.overlap_grad_reduce=false", NOT_YET,
+                "LoRA with gradient reduction overlapped with backward");
+}
+
+/* Trestle writes its own sharded format; torch_dist is its alias, and the PyTorch formats
+ * cannot be produced without PyTorch. */
+TR_RULE_FN(tr_check_runtime_ckpt_format) {
+    const tr_checkpoint_config *cc = &c->checkpoint;
+    if (!cc->save && !cc->load && !cc->pretrained_checkpoint) return;
+    if (cc->ckpt_format == TR_CKPTFMT_TORCH_DIST || cc->ckpt_format == TR_CKPTFMT_TRESTLE) return;
+    TR_FAIL("checkpoint.ckpt_format",
+            "set checkpoint.ckpt_format=trestle (or torch_dist, its alias)",
+            "the runtime reads and writes only Trestle's sharded checkpoints, not ckpt_format %s",
+            cc->ckpt_format == TR_CKPTFMT_TORCH ? "torch" : "torch_dcp");
+}

@@ -1,0 +1,142 @@
+/* The dry run and the launch agree on what the runtime can run: every capability rule
+ * (runtime.*) refuses a setting in validation, and tr_train_run refuses the same setting in a
+ * hand-built config (one no resolve validated) under the same id, keys, message and fix. A
+ * capability rule added without a case here fails the coverage check. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "overrides/overrides.h"
+#include "recipes/resolve.h"
+#include "runtime/train/train.h"
+#include "tests/unit/harness.h"
+
+typedef struct capability_case {
+    const char *id;
+    int world;
+    const char *ov[3]; /* applied as overrides to the dry run, set by hand for the launch */
+} capability_case;
+
+static const capability_case cases[] = {
+    {"runtime.context_parallel", 2, {"model.context_parallel_size=2"}},
+    {"runtime.expert_parallel",
+     2,
+     {"model.num_moe_experts=4", "model.expert_model_parallel_size=2"}},
+    {"runtime.moe_layers", 1, {"model.num_moe_experts=4"}},
+    {"runtime.qk_layernorm", 1, {"model.qk_layernorm=true"}},
+    {"runtime.attention_dropout", 1, {"model.attention_dropout=0.1"}},
+    {"runtime.rotary_interleaved", 1, {"model.rotary_interleaved=true"}},
+    {"runtime.yarn", 1, {"model.position_embedding_type=yarn"}},
+    {"runtime.sliding_window", 1, {"model.window_size=[16,0]"}},
+    {"runtime.mla", 1, {"model.multi_latent_attention=true"}},
+    {"runtime.mtp", 1, {"model.mtp_num_layers=1"}},
+    {"runtime.params_dtype", 1, {"mixed_precision.preset=null", "model.params_dtype=bf16"}},
+    {"runtime.fp16_cross_entropy", 1, {"model.fp16_lm_cross_entropy=true"}},
+    {"runtime.activation", 1, {"model.activation_func=gelu"}},
+    {"runtime.tp_split", 2, {"model.tensor_model_parallel_size=2", "model.ffn_hidden_size=171"}},
+    {"runtime.train_iters", 1, {"train.train_iters=null"}},
+    {"runtime.batch_rampup", 1, {"train.rampup_batch_size=[4,4,64]"}},
+    {"runtime.document_resets", 1, {"dataset.reset_position_ids=true"}},
+    {"runtime.not_logged", 1, {"logger.log_memory=true"}},
+    {"runtime.indexed_masks",
+     1,
+     {"dataset.data_path=[/nonexistent/prefix]", "dataset.split=\"1,0,0\"",
+      "dataset.eod_mask_loss=true"}},
+    {"runtime.optimizer", 1, {"optimizer.decoupled_weight_decay=false"}},
+    {"runtime.optimizer_precision", 1, {"optimizer.exp_avg_dtype=bf16"}},
+    {"runtime.autocast", 1, {"mixed_precision.autocast_enabled=true"}},
+    {"runtime.distopt_instances", 2, {"ddp.num_distributed_optimizer_instances=2"}},
+    {"runtime.lora", 1, {"peft.scheme=dora"}},
+    {"runtime.ckpt_format",
+     1,
+     {"checkpoint.save=/nonexistent/ckpt", "checkpoint.ckpt_format=torch"}},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
+static int n_overrides(const capability_case *k) {
+    int n = 0;
+    while (n < 3 && k->ov[n]) n++;
+    return n;
+}
+
+static bool same(const char *a, const char *b) {
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+static void check_case(const capability_case *k) {
+    tr_diags dry, launch;
+    tr_diags_init(&dry);
+    tr_diags_init(&launch);
+    tr_config c, base;
+    tr_resolve_opts o = {.recipe = "llama_tiny_pretrain",
+                         .overrides = k->ov,
+                         .n_overrides = n_overrides(k),
+                         .world = {k->world, k->world}};
+    tr_status s = tr_resolve(&o, &c, &dry);
+    tr_config_free(&c);
+    const tr_diag *g = tr_diags_find(&dry, k->id);
+    if (!g) fprintf(stderr, "  dry run: no %s for %s\n", k->id, k->ov[0]);
+    CHECK(g != NULL);
+    if (g && g->severity == TR_SEV_ERROR) CHECK_INT_EQ(s, TR_ERR_CONFIG);
+    /* The launch side: a config that passed validation, then changed by hand. */
+    tr_resolve_opts bo = {.recipe = "llama_tiny_pretrain",
+                          .overrides = (const char *[]){"train.train_iters=1"},
+                          .n_overrides = 1,
+                          .world = {1, 1}};
+    CHECK_INT_EQ(tr_resolve(&bo, &base, &launch), TR_OK);
+    CHECK_INT_EQ(tr_overrides_apply_argv(&base, k->ov, NULL, n_overrides(k), &launch), TR_OK);
+    if (k->world > 1) base.derived.world_size = k->world;
+    tr_train_opts to = {0};
+    tr_train_result r;
+    s = tr_train_run(&base, &to, &r, &launch);
+    const tr_diag *h = tr_diags_find(&launch, k->id);
+    if (!h) fprintf(stderr, "  launch: no %s for %s\n", k->id, k->ov[0]);
+    CHECK(h != NULL);
+    if (g && h) {
+        CHECK_INT_EQ(h->severity, g->severity);
+        CHECK(same(h->keys, g->keys));
+        CHECK(same(h->hint, g->hint));
+        CHECK(same(h->message, g->message));
+        if (h->severity == TR_SEV_ERROR) CHECK_INT_EQ(s, TR_ERR_CONFIG);
+    }
+    tr_config_free(&base);
+    tr_diags_free(&dry);
+    tr_diags_free(&launch);
+}
+
+static void test_dry_run_and_launch_refuse_alike(void) {
+    for (int i = 0; i < N_CASES; i++) check_case(&cases[i]);
+}
+
+/* Every capability rule of the table has a case above. */
+static void test_every_capability_rule_has_a_case(void) {
+    int n = 0;
+    for (int i = 0; i < tr_rule_count; i++) {
+        if (!tr_rule_is_capability(&tr_rules[i]) || !tr_rules[i].check) continue;
+        n++;
+        bool found = false;
+        for (int k = 0; k < N_CASES; k++) found |= strcmp(cases[k].id, tr_rules[i].id) == 0;
+        if (!found) fprintf(stderr, "  no case for %s\n", tr_rules[i].id);
+        CHECK(found);
+    }
+    CHECK_INT_EQ(n, N_CASES);
+}
+
+/* A launch whose validation already reported a capability error refuses without repeating it. */
+static void test_heard_error_still_refuses_once(void) {
+    tr_config c;
+    tr_diags d;
+    tr_diags_init(&d);
+    const char *ov[] = {"train.train_iters=1", "model.qk_layernorm=true"};
+    tr_resolve_opts o = {
+        .recipe = "llama_tiny_pretrain", .overrides = ov, .n_overrides = 2, .world = {1, 1}};
+    CHECK_INT_EQ(tr_resolve(&o, &c, &d), TR_ERR_CONFIG);
+    int n = d.n;
+    CHECK_INT_EQ(tr_runtime_check(&c, &d), TR_ERR_CONFIG);
+    CHECK_INT_EQ(d.n, n);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+}
+
+TR_TEST_MAIN(TR_TEST(test_dry_run_and_launch_refuse_alike),
+             TR_TEST(test_every_capability_rule_has_a_case),
+             TR_TEST(test_heard_error_still_refuses_once))

@@ -172,7 +172,11 @@ tr_status tr_docs_validation_rules(FILE *out) {
             "stable id (use the id to search logs or to match `--diagnostics-format json` "
             "output). Errors stop a launch; warnings do not, unless `run_recipe --strict`. Rules "
             "marked *launch input* depend on something only a real launch supplies (a "
-            "checkpoint, dataset files); catalog checks report them as notes.\n\n",
+            "checkpoint, dataset files); catalog checks report them as notes. Rules with ids "
+            "`runtime.*` are capability rules: what this training runtime cannot run yet. "
+            "The launch runs the same rules before it builds anything, so `--dry-run` and the "
+            "launch refuse alike; `--validate-all` lists them apart from its failures and "
+            "`--dry-run --config-only` leaves them out.\n\n",
             tr_rule_count);
     fputs("| id | severity | launch input | condition that must hold |\n|---|---|---|---|\n", out);
     for (int i = 0; i < tr_rule_count; i++) {

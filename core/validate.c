@@ -272,6 +272,8 @@
     X(tr_check_runtime_lora, "runtime.lora", E, false,                                             \
       "LoRA uses scheme lora, pre-dropout, no SP, no distributed optimizer, no overlapped "        \
       "reduce.")                                                                                   \
+    X(tr_check_runtime_lora_modules, "runtime.lora_modules", E, false,                             \
+      "LoRA names modules among linear_qkv/proj/fc1/fc2 and adapts at least one.")                 \
     X(tr_check_runtime_ckpt_format, "runtime.ckpt_format", E, false,                               \
       "Checkpoints are saved and loaded as trestle (or its alias torch_dist).")                    \
     /* small sections and files */                                                                 \

@@ -251,12 +251,21 @@ void tr_catalog_markdown(FILE *out) {
     fprintf(out, "| recipe | mode | min GPUs | trains on this runtime | what it is |\n");
     fprintf(out, "|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
-        char ids[512], trains[640];
+        char ids[512], trains[1024] = "yes";
         int k = tr_catalog_refusals(&r[i], ids, sizeof ids);
-        if (k == 0)
-            snprintf(trains, sizeof trains, "yes");
-        else
-            snprintf(trains, sizeof trains, "no: `%s`", k < 0 ? "?" : ids);
+        if (k != 0) {
+            /* "no: `runtime.a`, `runtime.b`" */
+            size_t len = (size_t)snprintf(trains, sizeof trains, "no: `");
+            for (const char *p = k < 0 ? "?" : ids; *p && len + 4 < sizeof trains; p++) {
+                if (p[0] == ',' && p[1] == ' ') {
+                    len += (size_t)snprintf(trains + len, sizeof trains - len, "`, `");
+                    p++;
+                } else {
+                    trains[len++] = *p;
+                }
+            }
+            snprintf(trains + len, sizeof trains - len, "`");
+        }
         fprintf(out, "| `%s` | %s | %d | %s | %s |\n", r[i].name, mode_name(r[i].mode),
                 r[i].min_world_size, trains, r[i].doc);
     }

@@ -3,6 +3,8 @@
  * tr_runtime_check (core/validate.h), which runs these same functions, so the two cannot
  * disagree on a configuration. Each refusal names the key to change; none depends on files or
  * on the processes of a real launch. */
+#include <string.h>
+
 #include "core/rules/rule.h"
 
 #define NOT_YET "the CPU training runtime does not implement %s yet"
@@ -267,6 +269,32 @@ TR_RULE_FN(tr_check_runtime_lora) {
     if (c->ddp.overlap_grad_reduce)
         TR_FAIL("ddp.overlap_grad_reduce", "set ddp.overlap_grad_reduce=false", NOT_YET,
                 "LoRA with gradient reduction overlapped with backward");
+}
+
+/* The runtime adapts the four linear layers by name; wildcard patterns are Megatron-Bridge's. */
+TR_RULE_FN(tr_check_runtime_lora_modules) {
+    static const char *const known[] = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"};
+    const tr_peft_config *p = &c->peft;
+    if (p->scheme < 0) return;
+    bool exclude = p->target_modules.null || p->target_modules.n == 0;
+    const tr_str_list *l = exclude ? &p->exclude_modules : &p->target_modules;
+    const char *key = exclude ? "peft.exclude_modules" : "peft.target_modules";
+    unsigned named = 0;
+    for (int i = 0; !l->null && i < l->n; i++) {
+        int t = 0;
+        while (t < 4 && strcmp(l->v[i], known[t]) != 0) t++;
+        if (t == 4) {
+            TR_FAIL(key, "name modules among linear_qkv, linear_proj, linear_fc1, linear_fc2",
+                    "LoRA in the training runtime does not support the module pattern \"%s\" yet",
+                    l->v[i]);
+            return;
+        }
+        named |= 1u << t;
+    }
+    if (exclude ? named == 15u : named == 0u)
+        TR_FAIL("peft.target_modules,peft.exclude_modules",
+                "adapt at least one of linear_qkv, linear_proj, linear_fc1, linear_fc2",
+                "LoRA adapts no linear layer: nothing would train");
 }
 
 /* Trestle writes its own sharded format; torch_dist is its alias, and the PyTorch formats

@@ -29,21 +29,15 @@ static int lora_init(int method) {
     }
 }
 
-/* peft.target_modules by module name, or every linear layer but peft.exclude_modules. */
-static int read_targets(const tr_peft_config *p, unsigned *targets, tr_diags *d) {
+/* peft.target_modules by module name, or every linear layer but peft.exclude_modules. The
+ * names were checked by tr_runtime_check (runtime.lora_modules); -1 for one it did not see. */
+static int read_targets(const tr_peft_config *p, unsigned *targets) {
     bool exclude = p->target_modules.null || p->target_modules.n == 0;
     const tr_str_list *l = exclude ? &p->exclude_modules : &p->target_modules;
     *targets = exclude ? (1u << TR_LORA_TARGETS) - 1 : 0;
     for (int i = 0; !l->null && i < l->n; i++) {
         int t = target_index(l->v[i]);
-        if (t < 0)
-            return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL,
-                               exclude ? "peft.exclude_modules" : "peft.target_modules",
-                               "name modules among linear_qkv, linear_proj, linear_fc1, "
-                               "linear_fc2",
-                               "LoRA in the training runtime does not support the module "
-                               "pattern \"%s\" yet",
-                               l->v[i]) != TR_OK;
+        if (t < 0) return -1;
         if (exclude)
             *targets &= ~(1u << t);
         else
@@ -56,17 +50,11 @@ tr_status tr_lora_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diag
     const tr_peft_config *p = &c->peft;
     s->lora_rank = 0;
     if (p->scheme < 0) return TR_OK;
-    /* DoRA, post-dropout, SP and the distributed optimizer are refused before this by
-     * tr_runtime_check (core/rules/runtime.c). */
-    int bad = 0;
+    /* DoRA, post-dropout, SP, the distributed optimizer and module names the runtime does not
+     * know are refused before this by tr_runtime_check (core/rules/runtime.c). */
+    (void)d;
     unsigned targets = 0;
-    bad |= read_targets(p, &targets, d);
-    if (bad) return TR_ERR_CONFIG;
-    if (!targets)
-        return tr_diag_add(d, TR_SEV_ERROR, "peft.no_targets", NULL,
-                           "peft.target_modules,peft.exclude_modules",
-                           "adapt at least one of linear_qkv, linear_proj, linear_fc1, linear_fc2",
-                           "LoRA adapts no linear layer: nothing would train");
+    if (read_targets(p, &targets) || !targets) return TR_ERR_INVALID;
     s->lora_rank = (int)p->dim;
     s->lora_targets = targets;
     s->lora_scale = (float)((double)p->alpha / (double)p->dim);

@@ -1,5 +1,6 @@
 # --validate-all checks every recipe for the --world-sizes; a YAML recipe that breaks a rule
-# fails it (exit 2) with the file, the world and the rule id, as text or as JSON.
+# fails it (exit 2) with the file, the world and the rule id, as text or as JSON. Recipes the
+# runtime cannot train are listed under their capability rules without failing the catalog.
 . "$(dirname "$0")/lib.sh"
 
 rr --validate-all --world-sizes 8,16
@@ -7,6 +8,17 @@ expect_rc 0 "the catalog"
 grep -q "^catalog: [1-9][0-9]* recipes, [1-9][0-9]* (recipe, world size) checks" "$TMP/out" ||
     { show; fail "no summary"; }
 expect_in "$TMP/out" " 0 failures" "a clean catalog"
+# What this runtime cannot train is listed under the capability rule's id, not failed; the dry
+# run of that recipe fails with the same id, as its launch does.
+expect_in "$TMP/out" "moe_tiny_pretrain @ world 1: not trained by this runtime: runtime.moe_layers" \
+    "a capability refusal"
+grep -q "refusals by the runtime" "$TMP/out" || { show; fail "no refusal count"; }
+if grep -q "^llama_tiny_pretrain @ .*not trained" "$TMP/out"; then show; fail "llama_tiny refused"; fi
+rr --recipe moe_tiny_pretrain --dry-run
+expect_rc 2 "the dry run of a recipe the runtime cannot train"
+expect_in "$TMP/err" "error [runtime.moe_layers]" "the dry run names the rule"
+rr --recipe moe_tiny_pretrain --dry-run --config-only
+expect_rc 0 "the same recipe under Megatron's rules alone"
 
 # 32 heads and 8 query groups cannot be split over TP 3.
 printf 'base_recipe: llama32_1b_pretrain\nmodel:\n  tensor_model_parallel_size: 3\n' >"$TMP/tp3.yaml"

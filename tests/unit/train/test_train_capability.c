@@ -46,6 +46,7 @@ static const capability_case cases[] = {
     {"runtime.autocast", 1, {"mixed_precision.autocast_enabled=true"}},
     {"runtime.distopt_instances", 2, {"ddp.num_distributed_optimizer_instances=2"}},
     {"runtime.lora", 1, {"peft.scheme=dora"}},
+    {"runtime.lora_modules", 1, {"peft.scheme=lora", "peft.target_modules=[*.linear_qkv]"}},
     {"runtime.ckpt_format",
      1,
      {"checkpoint.save=/nonexistent/ckpt", "checkpoint.ckpt_format=torch"}},

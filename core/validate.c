@@ -265,6 +265,9 @@
       "Adam decouples its weight decay (AdamW); no separate embedding learning rate.")             \
     X(tr_check_runtime_optimizer_precision, "runtime.optimizer_precision", E, false,               \
       "The optimizer's bf16/fp16 match the model's; optimizer state is fp32.")                     \
+    X(tr_check_runtime_loss_scale, "runtime.loss_scale", E, false,                                 \
+      "A static loss scale is positive; fp16 dynamic scaling has a valid initial, minimum and "    \
+      "window.")                                                                                   \
     X(tr_check_runtime_autocast, "runtime.autocast", E, false,                                     \
       "mixed_precision.autocast_enabled is off: the runtime has no autocast regions.")             \
     X(tr_check_runtime_distopt_instances, "runtime.distopt_instances", E, false,                   \

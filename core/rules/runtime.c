@@ -3,6 +3,7 @@
  * tr_runtime_check (core/validate.h), which runs these same functions, so the two cannot
  * disagree on a configuration. Each refusal names the key to change; none depends on files or
  * on the processes of a real launch. */
+#include <math.h>
 #include <string.h>
 
 #include "core/rules/rule.h"
@@ -232,6 +233,34 @@ TR_RULE_FN(tr_check_runtime_optimizer_precision) {
         if (state[i].dtype != TR_DTYPE_FP32)
             TR_FAIL(state[i].key, "set it to fp32", NOT_YET,
                     "optimizer state below fp32 (precision-aware optimizer)");
+}
+
+/* Megatron keeps a grad scaler only in its mixed-precision optimizer: a static scale when one
+ * is given, else a dynamic one with fp16. */
+TR_RULE_FN(tr_check_runtime_loss_scale) {
+    const tr_optimizer_config *o = &c->optimizer;
+    if (!o->fp16 && !o->bf16) return;
+    if (!tr_is_null_float(o->loss_scale)) {
+        if (!(o->loss_scale > 0) || !isfinite(o->loss_scale))
+            TR_FAIL(
+                "optimizer.loss_scale", "give a positive static scale, or null for dynamic scaling",
+                "the static loss scale must be a positive finite number (got %g)", o->loss_scale);
+        return;
+    }
+    if (!o->fp16) return;
+    if (!(o->initial_loss_scale > 0) || !isfinite(o->initial_loss_scale))
+        TR_FAIL("optimizer.initial_loss_scale", "use e.g. 4294967296 (2^32)",
+                "the initial loss scale must be positive and finite (got %g)",
+                o->initial_loss_scale);
+    if (!(o->min_loss_scale > 0) || o->min_loss_scale > o->initial_loss_scale)
+        TR_FAIL("optimizer.min_loss_scale,optimizer.initial_loss_scale",
+                "use a positive minimum no larger than the initial scale, e.g. 1",
+                "the minimum loss scale must be positive and at most the initial scale (got %g)",
+                o->min_loss_scale);
+    if (!(o->loss_scale_window >= 1))
+        TR_FAIL("optimizer.loss_scale_window", "use e.g. 1000",
+                "the loss scale window must be at least one iteration (got %g)",
+                (double)o->loss_scale_window);
 }
 
 TR_RULE_FN(tr_check_runtime_autocast) {

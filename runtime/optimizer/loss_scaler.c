@@ -34,46 +34,29 @@ bool tr_loss_scaler_wanted(const tr_config *c) {
     return mixed(o) && (!tr_is_null_float(o->loss_scale) || o->fp16);
 }
 
-static tr_status bad(tr_diags *d, const char *key, const char *hint, const char *what,
-                     double value) {
-    return tr_diag_add(d, TR_SEV_ERROR, "runtime.loss_scale", NULL, key, hint, "%s (got %g)", what,
-                       value);
-}
-
 tr_status tr_loss_scaler_from_config(const tr_config *c, tr_loss_scaler *s, tr_diags *d) {
     const tr_optimizer_config *o = &c->optimizer;
     memset(s, 0, sizeof *s);
     if (!mixed(o)) {
         if (!tr_is_null_float(o->loss_scale))
-            tr_diag_add(d, TR_SEV_WARNING, "runtime.loss_scale", NULL, "optimizer.loss_scale",
+            tr_diag_add(d, TR_SEV_WARNING, "runtime.loss_scale_unused", NULL,
+                        "optimizer.loss_scale",
                         "unset it, or train in fp16/bf16 (mixed_precision.preset)",
                         "optimizer.loss_scale is ignored in fp32 training, as in Megatron");
         return TR_OK;
     }
+    /* The values were checked by tr_runtime_check (runtime.loss_scale); one it did not see is a
+     * caller's error. */
     if (!tr_is_null_float(o->loss_scale)) {
-        if (!(o->loss_scale > 0) || !isfinite(o->loss_scale))
-            return bad(d, "optimizer.loss_scale",
-                       "give a positive static scale, or null for dynamic scaling",
-                       "the static loss scale must be a positive finite number", o->loss_scale);
+        if (!(o->loss_scale > 0) || !isfinite(o->loss_scale)) return TR_ERR_INVALID;
         tr_loss_scaler_init_static(s, o->loss_scale);
         return TR_OK;
     }
     if (!o->fp16) return TR_OK;
-    int errors = 0;
-    if (!(o->initial_loss_scale > 0) || !isfinite(o->initial_loss_scale))
-        errors |= bad(d, "optimizer.initial_loss_scale", "use e.g. 4294967296 (2^32)",
-                      "the initial loss scale must be positive and finite",
-                      o->initial_loss_scale) != TR_OK;
-    if (!(o->min_loss_scale > 0) || o->min_loss_scale > o->initial_loss_scale)
-        errors |= bad(d, "optimizer.min_loss_scale,optimizer.initial_loss_scale",
-                      "use a positive minimum no larger than the initial scale, e.g. 1",
-                      "the minimum loss scale must be positive and at most the initial scale",
-                      o->min_loss_scale) != TR_OK;
-    if (!(o->loss_scale_window >= 1))
-        errors |= bad(d, "optimizer.loss_scale_window", "use e.g. 1000",
-                      "the loss scale window must be at least one iteration",
-                      o->loss_scale_window) != TR_OK;
-    if (errors) return TR_ERR_CONFIG;
+    if (!(o->initial_loss_scale > 0) || !isfinite(o->initial_loss_scale) ||
+        !(o->min_loss_scale > 0) || o->min_loss_scale > o->initial_loss_scale ||
+        !(o->loss_scale_window >= 1))
+        return TR_ERR_INVALID;
     tr_loss_scaler_init_dynamic(s, o->initial_loss_scale, o->min_loss_scale,
                                 (int64_t)o->loss_scale_window, (int)o->hysteresis);
     return TR_OK;

@@ -141,6 +141,26 @@ TR_RULE_FN(tr_check_runtime_tp_split) {
             (long long)m->seq_length);
 }
 
+/* The embedding needs a size; byte-level text needs its 256 ids, mock documents two. */
+TR_RULE_FN(tr_check_runtime_vocab) {
+    const tr_dataset_config *dc = &c->dataset;
+    int64_t padded = c->derived.padded_vocab_size, v = c->model.vocab_size;
+    int64_t size = padded != TR_NULL_INT ? padded : v;
+    if (size == TR_NULL_INT || size <= 0) {
+        TR_FAIL("model.vocab_size", "set model.vocab_size or a tokenizer that defines one",
+                "the model has no vocabulary size");
+        return;
+    }
+    if (dc->type == TR_DS_TEXT && size < 256)
+        TR_FAIL("model.vocab_size",
+                "use a model with at least 256 token ids (the tiny recipes have 256)",
+                "byte-level text needs 256 token ids, the model has %lld", (long long)size);
+    bool mock = dc->type == TR_DS_GPT && dc->data_path.null && dc->train_data_path.null &&
+                dc->valid_data_path.null && dc->test_data_path.null;
+    if (mock && (v != TR_NULL_INT ? v : size) < 2)
+        TR_FAIL("model.vocab_size", "set model.vocab_size", "mock data needs a vocabulary size");
+}
+
 TR_RULE_FN(tr_check_runtime_train_iters) {
     const tr_train_config *t = &c->train;
     if (t->train_iters != TR_NULL_INT && t->micro_batch_size != TR_NULL_INT &&

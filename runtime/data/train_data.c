@@ -33,9 +33,7 @@ tr_status tr_train_data_open(const tr_config *c, tr_token_dataset *ds, tr_diags 
         TR_TRY(tr_train_data_split(dc->split, "1,1,1", split, d));
         int64_t vocab = c->model.vocab_size;
         if (vocab == TR_NULL_INT) vocab = c->derived.padded_vocab_size;
-        if (vocab == TR_NULL_INT || vocab < 2)
-            return tr_diag_add(d, TR_SEV_ERROR, "data.mock_vocab", NULL, "model.vocab_size",
-                               "set model.vocab_size", "mock data needs a vocabulary size");
+        if (vocab == TR_NULL_INT || vocab < 2) return TR_ERR_INVALID; /* runtime.vocab */
         return tr_dataset_mock_open(ds, seq, (int)vocab, (int32_t)(vocab - 1),
                                     (uint64_t)dc->random_seed, split);
     }

@@ -6,6 +6,7 @@
 #include "runtime/model/model.h"
 
 tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d) {
+    (void)d; /* what the runtime cannot run was refused by tr_runtime_check */
     const tr_model_config *m = &c->model;
     *s = (tr_model_spec){0};
     s->num_layers = (int)m->num_layers;
@@ -16,10 +17,7 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
     s->ffn = m->ffn_hidden_size != TR_NULL_INT ? (int)m->ffn_hidden_size : 4 * s->hidden;
     int64_t v = c->derived.padded_vocab_size;
     if (v == TR_NULL_INT) v = m->vocab_size;
-    if (v == TR_NULL_INT || v <= 0)
-        return tr_diag_add(d, TR_SEV_ERROR, "runtime.no_vocab", NULL, "model.vocab_size",
-                           "set model.vocab_size or a tokenizer that defines one",
-                           "the model has no vocabulary size");
+    if (v == TR_NULL_INT || v <= 0) return TR_ERR_INVALID; /* runtime.vocab refused it */
     s->vocab = (int)v;
     s->sequence_parallel = m->sequence_parallel;
     s->vocab_real = m->vocab_size != TR_NULL_INT && m->vocab_size < v ? (int)m->vocab_size : 0;

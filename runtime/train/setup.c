@@ -61,10 +61,6 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
         if (t->dp_size != c->derived.data_parallel_size) return TR_ERR_INVALID;
     }
     TR_TRY(tr_train_data_open(c, &t->data, d));
-    if (ms.vocab < 256 && c->dataset.type == TR_DS_TEXT)
-        return tr_diag_add(d, TR_SEV_ERROR, "data.text_vocab", NULL, "model.vocab_size",
-                           "use a model with at least 256 token ids (the tiny recipes have 256)",
-                           "byte-level text needs 256 token ids, the model has %d", ms.vocab);
     tr_tp_shard tp = {0, 1};
     if (t->distributed)
         tp = (tr_tp_shard){tr_comm_group_rank(t->o->comm, TR_GROUP_TP),

@@ -1,11 +1,10 @@
 /* The dry run and the launch agree on what the runtime can run: every capability rule
  * (runtime.*) refuses a setting in validation, and tr_train_run refuses the same setting in a
- * hand-built config (one no resolve validated) under the same id, keys, message and fix. A
- * capability rule added without a case here fails the coverage check. */
+ * config nobody validated (as a library caller may pass) under the same id, keys, message and
+ * fix. A capability rule added without a case here fails the coverage check. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "overrides/overrides.h"
 #include "recipes/resolve.h"
 #include "runtime/train/train.h"
 #include "tests/unit/harness.h"
@@ -33,6 +32,9 @@ static const capability_case cases[] = {
     {"runtime.fp16_cross_entropy", 1, {"model.fp16_lm_cross_entropy=true"}},
     {"runtime.activation", 1, {"model.activation_func=gelu"}},
     {"runtime.tp_split", 2, {"model.tensor_model_parallel_size=2", "model.ffn_hidden_size=171"}},
+    {"runtime.vocab",
+     1,
+     {"dataset.type=text", "model.vocab_size=100", "tokenizer.use_tokenizer_vocab_size=false"}},
     {"runtime.train_iters", 1, {"train.train_iters=null"}},
     {"runtime.batch_rampup", 1, {"train.rampup_batch_size=[4,4,64]"}},
     {"runtime.document_resets", 1, {"dataset.reset_position_ids=true"}},
@@ -81,14 +83,16 @@ static void check_case(const capability_case *k) {
     if (!g) fprintf(stderr, "  dry run: no %s for %s\n", k->id, k->ov[0]);
     CHECK(g != NULL);
     if (g && g->severity == TR_SEV_ERROR) CHECK_INT_EQ(s, TR_ERR_CONFIG);
-    /* The launch side: a config that passed validation, then changed by hand. */
-    tr_resolve_opts bo = {.recipe = "llama_tiny_pretrain",
-                          .overrides = (const char *[]){"train.train_iters=1"},
-                          .n_overrides = 1,
-                          .world = {1, 1}};
+    /* The launch side: the same config, finalized but never validated, as a library caller may
+     * hand it to tr_train_run (one iteration where it trains). */
+    const char *ov[4] = {"train.train_iters=1"};
+    for (int i = 0; i < n_overrides(k); i++) ov[i + 1] = k->ov[i];
+    tr_resolve_opts bo = o;
+    bo.overrides = ov;
+    bo.n_overrides = n_overrides(k) + 1;
+    bo.skip_validate = true;
     CHECK_INT_EQ(tr_resolve(&bo, &base, &launch), TR_OK);
-    CHECK_INT_EQ(tr_overrides_apply_argv(&base, k->ov, NULL, n_overrides(k), &launch), TR_OK);
-    if (k->world > 1) base.derived.world_size = k->world;
+    CHECK_INT_EQ(launch.n_errors, 0);
     tr_train_opts to = {0};
     tr_train_result r;
     s = tr_train_run(&base, &to, &r, &launch);

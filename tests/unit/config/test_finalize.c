@@ -366,7 +366,8 @@ static void test_rule_table_invariants_and_coverage(void) {
     CHECK(tr_rule_count > 80);
     char *tests = read_text(TRESTLE_SOURCE_DIR "/tests/unit/config/test_rules_table.c");
     char *self = read_text(TRESTLE_SOURCE_DIR "/tests/unit/config/test_finalize.c");
-    CHECK(tests && self);
+    char *effects = read_text(TRESTLE_SOURCE_DIR "/tests/unit/config/test_effects.c");
+    CHECK(tests && self && effects);
     for (int i = 0; i < tr_rule_count; i++) {
         const tr_rule *r = &tr_rules[i];
         const char *dot = strchr(r->id, '.');
@@ -384,12 +385,14 @@ static void test_rule_table_invariants_and_coverage(void) {
         for (int j = 0; j < i; j++) CHECK(strcmp(tr_rules[j].id, r->id) != 0);
         char quoted[200];
         snprintf(quoted, sizeof quoted, "\"%s\"", r->id);
-        bool covered = (tests && strstr(tests, quoted)) || (self && strstr(self, quoted));
+        bool covered = (tests && strstr(tests, quoted)) || (self && strstr(self, quoted)) ||
+                       (effects && strstr(effects, quoted));
         if (!covered) fprintf(stderr, "  rule %s has no test\n", r->id);
         CHECK(covered);
     }
     free(tests);
     free(self);
+    free(effects);
 }
 
 TR_TEST_MAIN(TR_TEST(test_scheduler_iteration_mode), TR_TEST(test_scheduler_sample_mode),

@@ -99,7 +99,8 @@ static const char *reader(const tree *t, const char *name) {
 static void effect_tree(tree *t) {
     add(t, "runtime");
     add(t, "kernels");
-    add(t, "scripts");
+    add(t, "scripts/cli_launch.c"); /* not cli_report.c: printing a key is not acting on it */
+    add(t, "scripts/run_recipe.c");
     add(t, "core/finalize.c");
     add(t, "core/rules/effects.c");
     add(t, "core/rules/runtime.c");
@@ -140,7 +141,8 @@ static void test_unmarked_fields_are_read(void) {
     effect_tree(&t);
     for (int i = 0; i < tr_field_count; i++) {
         const tr_field *f = &tr_fields[i];
-        if (f->flags & (TR_F_NO_EFFECT | TR_F_UNBUILT)) continue;
+        /* Derived fields are outputs nobody sets; the dry run prints them. */
+        if (f->flags & (TR_F_NO_EFFECT | TR_F_UNBUILT | TR_F_DERIVED)) continue;
         const char *where = reader(&t, f->name);
         if (!where)
             fprintf(stderr,

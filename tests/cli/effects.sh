@@ -42,6 +42,13 @@ rr --recipe llama_tiny_pretrain --dry-run ddp.check_for_large_grads=true
 expect_rc 2 "check_for_large_grads is refused"
 expect_in "$TMP/err" "error [effects.gradient_checks]" "its rule id"
 
+# --explain says it too, for the key and for an unbuilt parameter, and not for a key with effect.
+rr --recipe llama_tiny_pretrain --explain comm_overlap.tp_comm_overlap --explain model.moe_router_topk \
+    --explain model.num_layers
+expect_rc 0 "explain"
+[ "$(grep -c 'no effect in this runtime' "$TMP/out")" -eq 1 ] || { show; fail "explain: no-effect line"; }
+[ "$(grep -c 'feature the runtime has not built' "$TMP/out")" -eq 1 ] || { show; fail "explain: unbuilt line"; }
+
 # A real launch on two ranks (TP 2): the note once, from rank 0, before training.
 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$RR" --recipe llama_tiny_pretrain \
     train.train_iters=1 model.tensor_model_parallel_size=2 comm_overlap.tp_comm_overlap=true \

@@ -78,10 +78,18 @@ typedef enum tr_field_type {
 } tr_field_type;
 
 enum tr_field_flags {
-    TR_F_DERIVED = 1u << 0,     /* computed by finalize(); cannot be overridden */
-    TR_F_LAUNCH = 1u << 1,      /* names something only a real launch has (a file, a checkpoint) */
-    TR_F_DEPRECATED = 1u << 2,  /* accepted for Megatron compatibility; doc says what replaces it */
-    TR_F_RUNTIME_ONLY = 1u << 3 /* recorded and validated, not yet acted on by the runtime */
+    TR_F_DERIVED = 1u << 0,    /* computed by finalize(); cannot be overridden */
+    TR_F_LAUNCH = 1u << 1,     /* names something only a real launch has (a file, a checkpoint) */
+    TR_F_DEPRECATED = 1u << 2, /* accepted for Megatron compatibility; doc says what replaces it */
+    /* A parameter of a feature the runtime has not built (MoE, MLA, MTP, YaRN, context
+     * parallelism, some tokenizers): it matters only while that feature is on, and a run that
+     * turns the feature on is refused. Set alone, it changes nothing, as in Megatron. */
+    TR_F_UNBUILT = 1u << 3,
+    /* Honouring it would change only speed, memory, logging or how the same maths is scheduled
+     * (fusions, recomputation, TP overlap, CUDA graphs, profilers), and this runtime has no code
+     * for it on any backend: the results are those of the default. A run that sets it gets the
+     * note config.no_effect (core/rules/effects.c). */
+    TR_F_NO_EFFECT = 1u << 4
 };
 
 /* One value of an enum: canonical name plus '|'-separated aliases accepted on input. */

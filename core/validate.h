@@ -40,7 +40,7 @@ tr_status tr_config_validate(const tr_config *c, const tr_validate_opts *opts, t
  * validate() and to generate docs/validation-rules.md. */
 typedef struct tr_rule {
     const char *id;       /* "parallel.heads_divisible_by_tp" */
-    tr_severity severity; /* TR_SEV_ERROR or TR_SEV_WARNING */
+    tr_severity severity; /* TR_SEV_ERROR, TR_SEV_WARNING or TR_SEV_NOTE */
     bool launch_input;    /* depends on something only a launch supplies */
     const char *summary;  /* one sentence: the condition that must hold */
     void (*check)(const tr_config *c, const tr_validate_opts *opts, const struct tr_rule *self,

@@ -31,6 +31,11 @@ tr_status tr_config_explain(const tr_config *c, const char *key, FILE *out, tr_d
     if (f->flags & TR_F_DERIVED) fprintf(out, "  computed by finalize(); not settable\n");
     if (f->flags & TR_F_DEPRECATED)
         fprintf(out, "  deprecated: see the doc above for its replacement\n");
+    if (f->flags & TR_F_NO_EFFECT)
+        fprintf(out, "  no effect in this runtime: the results are those of the default "
+                     "(docs/effects.md)\n");
+    if (f->flags & TR_F_UNBUILT)
+        fprintf(out, "  a parameter of a feature the runtime has not built (docs/effects.md)\n");
 
     int last = -1, width = (int)strlen("default");
     char origin[160];

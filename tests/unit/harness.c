@@ -1,5 +1,7 @@
 #include "tests/unit/harness.h"
 
+#include <stdlib.h>
+
 int tr_test_failures;
 
 int tr_test_main(int argc, char **argv, const tr_test_case *tests, int n) {
@@ -17,4 +19,19 @@ int tr_test_main(int argc, char **argv, const tr_test_case *tests, int n) {
     }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
+}
+
+char *tr_test_read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *s = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
 }

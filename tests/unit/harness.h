@@ -67,6 +67,9 @@ extern int tr_test_failures; /* failures in the current test */
 #define TR_TEST(fn)                                                                                \
     { #fn, fn }
 
+/* The whole file as a NUL-terminated malloc'd string, or NULL when it cannot be read. */
+char *tr_test_read_file(const char *path);
+
 /* Runs the tests (all, or those whose name contains argv[1]); returns the process exit code. */
 int tr_test_main(int argc, char **argv, const tr_test_case *tests, int n);
 

@@ -110,10 +110,28 @@ static void test_docs_cover_the_tables(void) {
     }
     for (int i = 0; i < tr_rule_count; i++) {
         char cell[256];
-        snprintf(cell, sizeof cell, "| `%s` | %s |", tr_rules[i].id,
-                 tr_rules[i].severity == TR_SEV_ERROR ? "error" : "warning");
+        static const char *const sev[] = {
+            [TR_SEV_NOTE] = "note", [TR_SEV_WARNING] = "warning", [TR_SEV_ERROR] = "error"};
+        snprintf(cell, sizeof cell, "| `%s` | %s |", tr_rules[i].id, sev[tr_rules[i].severity]);
         CHECK_CONTAINS(rules, cell);
     }
+    /* Every marked field is listed among the keys without their effect, and every effects.*
+     * refusal there too. */
+    char *effects = render(tr_docs_effects, &len);
+    CHECK(effects != NULL);
+    for (int i = 0; effects && i < tr_field_count; i++) {
+        if (!(tr_fields[i].flags & (TR_F_NO_EFFECT | TR_F_UNBUILT))) continue;
+        char cell[256];
+        snprintf(cell, sizeof cell, "`%s`", tr_fields[i].path);
+        CHECK_CONTAINS(effects, cell);
+    }
+    for (int i = 0; effects && i < tr_rule_count; i++) {
+        if (strncmp(tr_rules[i].id, "effects.", 8)) continue;
+        char cell[256];
+        snprintf(cell, sizeof cell, "| `%s` |", tr_rules[i].id);
+        CHECK_CONTAINS(effects, cell);
+    }
+    free(effects);
 out:
     free(ref);
     free(rules);

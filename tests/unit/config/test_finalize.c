@@ -367,7 +367,8 @@ static void test_rule_table_invariants_and_coverage(void) {
     char *tests = read_text(TRESTLE_SOURCE_DIR "/tests/unit/config/test_rules_table.c");
     char *self = read_text(TRESTLE_SOURCE_DIR "/tests/unit/config/test_finalize.c");
     char *capability = read_text(TRESTLE_SOURCE_DIR "/tests/unit/train/test_train_capability.c");
-    CHECK(tests && self && capability);
+    char *effects = read_text(TRESTLE_SOURCE_DIR "/tests/unit/config/test_effects.c");
+    CHECK(tests && self && capability && effects);
     for (int i = 0; i < tr_rule_count; i++) {
         const tr_rule *r = &tr_rules[i];
         const char *dot = strchr(r->id, '.');
@@ -386,13 +387,15 @@ static void test_rule_table_invariants_and_coverage(void) {
         char quoted[200];
         snprintf(quoted, sizeof quoted, "\"%s\"", r->id);
         bool covered = (tests && strstr(tests, quoted)) || (self && strstr(self, quoted)) ||
-                       (capability && strstr(capability, quoted));
+                       (capability && strstr(capability, quoted)) ||
+                       (effects && strstr(effects, quoted));
         if (!covered) fprintf(stderr, "  rule %s has no test\n", r->id);
         CHECK(covered);
     }
     free(tests);
     free(self);
     free(capability);
+    free(effects);
 }
 
 TR_TEST_MAIN(TR_TEST(test_scheduler_iteration_mode), TR_TEST(test_scheduler_sample_mode),

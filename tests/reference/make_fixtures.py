@@ -130,15 +130,20 @@ def run(model, mapper, cfg, path):
     print(f"{path}: loss {loss.item():.6f}, {len(tensors)} tensors")
 
 
-def main():
-    torch.manual_seed(0)
-    lcfg = transformers.LlamaConfig(
+def tiny_llama_config():
+    """GQA, Llama 3 rotary scaling, an untied head (also make_hf_fixtures.py's model)."""
+    return transformers.LlamaConfig(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
         rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
         rope_theta=10000.0,
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8})
+
+
+def main():
+    torch.manual_seed(0)
+    lcfg = tiny_llama_config()
     lcfg._attn_implementation = "eager"
     llama = transformers.LlamaForCausalLM(lcfg)
     run(llama, llama_map, lcfg, os.path.join(HERE, "fixtures", "model_llama.bin"))

@@ -1,0 +1,180 @@
+/* config.json to the model section (runtime/hf/hf.h), for LlamaForCausalLM: the dimensions as
+ * Megatron-Bridge's Llama bridge maps them, the Llama layer settings, rotary scaling, dtype.
+ * Both spellings transformers writes are read: rope_theta / rope_scaling / torch_dtype, and the
+ * newer rope_parameters / dtype. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "providers/common.h"
+#include "runtime/hf/hf.h"
+#include "runtime/io/json.h"
+
+typedef struct reader {
+    const tr_json *root;
+    const char *file;
+    tr_diags *d;
+    bool bad;
+} reader;
+
+static void fail(reader *r, const char *key, const char *hint, const char *what) {
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, r->file);
+    tr_diag_add(r->d, TR_SEV_ERROR, "hf.config", &o, NULL, hint, "%s: \"%s\" %s", r->file, key,
+                what);
+    r->bad = true;
+}
+
+/* A whole number in [lo, hi]; `fallback` when absent or null (required when fallback < 0). */
+static int64_t get_int(reader *r, const char *key, int64_t lo, int64_t hi, int64_t fallback) {
+    const tr_json *v = tr_json_get(r->root, key);
+    int64_t x;
+    if ((!v || v->type == TR_JSON_NULL) && fallback >= 0) return fallback;
+    if (!v || !tr_json_int(v, lo, hi, &x)) {
+        fail(r, key, "every Llama config.json gives it as a positive integer",
+             v ? "is not an integer in range" : "is missing");
+        return lo;
+    }
+    return x;
+}
+
+static double get_num(reader *r, const tr_json *obj, const char *key, double fallback) {
+    const tr_json *v = obj ? tr_json_get(obj, key) : NULL;
+    if (!v || v->type == TR_JSON_NULL) return fallback;
+    if (v->type != TR_JSON_NUMBER || !(v->number > 0)) {
+        fail(r, key, NULL, "is not a positive number");
+        return fallback;
+    }
+    return v->number;
+}
+
+static bool get_bool(reader *r, const char *key, bool fallback) {
+    const tr_json *v = tr_json_get(r->root, key);
+    if (!v || v->type == TR_JSON_NULL) return fallback;
+    if (v->type != TR_JSON_TRUE && v->type != TR_JSON_FALSE) fail(r, key, NULL, "is not a boolean");
+    return v->type == TR_JSON_TRUE;
+}
+
+static const char *get_str(const tr_json *obj, const char *key) {
+    const tr_json *v = obj ? tr_json_get(obj, key) : NULL;
+    return v && v->type == TR_JSON_STRING ? v->str : NULL;
+}
+
+/* Settings the Llama layers fix: anything else would be trained as something else. */
+static void check_llama(reader *r) {
+    const char *act = get_str(r->root, "hidden_act");
+    if (act && strcmp(act, "silu") != 0)
+        fail(r, "hidden_act", "Llama's MLP is SwiGLU (hidden_act silu)", "is not silu");
+    if (get_bool(r, "attention_bias", false))
+        fail(r, "attention_bias", "Trestle maps Llama without attention biases", "is true");
+    if (get_bool(r, "mlp_bias", false))
+        fail(r, "mlp_bias", "Trestle maps Llama without MLP biases", "is true");
+}
+
+static void apply_rope(reader *r, tr_model_config *m) {
+    const tr_json *rp = tr_json_get(r->root, "rope_parameters");
+    const tr_json *rs = tr_json_get(r->root, "rope_scaling");
+    const tr_json *scaling = rp && rp->type == TR_JSON_OBJECT ? rp : rs;
+    m->rotary_base = get_num(r, r->root, "rope_theta", get_num(r, rp, "rope_theta", 10000.0));
+    if (!scaling || scaling->type == TR_JSON_NULL) return;
+    const char *type = get_str(scaling, "rope_type");
+    if (!type) type = get_str(scaling, "type");
+    if (!type || strcmp(type, "default") == 0) return;
+    if (strcmp(type, "llama3") != 0) {
+        fail(r, rp == scaling ? "rope_parameters" : "rope_scaling",
+             "Trestle maps the default and llama3 rotary scalings", "has an unsupported rope_type");
+        return;
+    }
+    tr_provider_llama3_rope_scaling(m, get_num(r, scaling, "factor", 8.0));
+    m->rope_scaling_low_freq_factor = get_num(r, scaling, "low_freq_factor", 1.0);
+    m->rope_scaling_high_freq_factor = get_num(r, scaling, "high_freq_factor", 4.0);
+    m->rope_scaling_original_max_position_embeddings =
+        (int64_t)get_num(r, scaling, "original_max_position_embeddings", 8192.0);
+}
+
+static void apply_dtype(reader *r, tr_model_config *m) {
+    const char *dt = get_str(r->root, "dtype");
+    if (!dt) dt = get_str(r->root, "torch_dtype");
+    if (!dt) return; /* the Llama layers' bf16 stays */
+    m->bf16 = strcmp(dt, "bfloat16") == 0;
+    m->fp16 = strcmp(dt, "float16") == 0;
+    m->params_dtype = m->bf16 ? TR_DTYPE_BF16 : m->fp16 ? TR_DTYPE_FP16 : TR_DTYPE_FP32;
+    if (!m->bf16 && !m->fp16 && strcmp(dt, "float32") != 0)
+        fail(r, "dtype", "use float32, bfloat16 or float16", "is not a dtype Trestle trains in");
+}
+
+static tr_status apply(tr_config *c, reader *r) {
+    const tr_json *arch = tr_json_get(r->root, "architectures");
+    const char *name =
+        arch && arch->type == TR_JSON_ARRAY && arch->n == 1 && arch->items[0].type == TR_JSON_STRING
+            ? arch->items[0].str
+            : NULL;
+    if (!name || strcmp(name, "LlamaForCausalLM") != 0) {
+        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, r->file);
+        return tr_diag_add(r->d, TR_SEV_ERROR, "hf.architecture", &o, NULL,
+                           "Trestle imports LlamaForCausalLM (Llama 2, 3, 3.1, 3.2) so far",
+                           "%s: architecture %s is not one Trestle maps", r->file,
+                           name ? name : "(none given)");
+    }
+    const int64_t big = (int64_t)1 << 31;
+    int64_t heads = get_int(r, "num_attention_heads", 1, big, -1);
+    tr_hf_dims x = {.layers = get_int(r, "num_hidden_layers", 1, big, -1),
+                    .hidden = get_int(r, "hidden_size", 1, big, -1),
+                    .ffn = get_int(r, "intermediate_size", 1, big, -1),
+                    .heads = heads,
+                    .kv_heads = get_int(r, "num_key_value_heads", 1, big, heads),
+                    .head_dim = get_int(r, "head_dim", 1, big, 0),
+                    .vocab = get_int(r, "vocab_size", 1, big, -1),
+                    .max_positions = get_int(r, "max_position_embeddings", 1, big, -1),
+                    .norm_eps = get_num(r, r->root, "rms_norm_eps", 1e-6),
+                    .tied = get_bool(r, "tie_word_embeddings", false),
+                    .hf_id = r->file};
+    check_llama(r);
+    if (r->bad) return TR_ERR_CONFIG;
+    tr_model_config *m = &c->model;
+    tr_provider_llama_layers(m);
+    apply_rope(r, m);
+    x.rope_theta = m->rotary_base;
+    apply_dtype(r, m);
+    if (r->bad) return TR_ERR_CONFIG;
+    return tr_provider_set_hf_dims(c, &x);
+}
+
+tr_status tr_hf_config_apply(tr_config *c, const char *dir, tr_diags *d) {
+    size_t n = strlen(dir) + sizeof "/config.json";
+    char *path = malloc(n);
+    if (!path) return TR_ERR_NOMEM;
+    snprintf(path, n, "%s/config.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    tr_json root = {0};
+    tr_status st = tr_read_file(path, "hf.config", &text, &len, d);
+    if (st == TR_OK) st = tr_json_parse(text, len, path, &root, d);
+    tr_config *before = NULL;
+    if (st == TR_OK && root.type != TR_JSON_OBJECT) {
+        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
+        st = tr_diag_add(d, TR_SEV_ERROR, "hf.config", &o, NULL, NULL,
+                         "%s: the file is not a JSON object", path);
+    }
+    if (st == TR_OK && !(before = malloc(sizeof *before))) st = TR_ERR_NOMEM;
+    if (st == TR_OK && (st = tr_config_copy(before, c)) != TR_OK) {
+        free(before);
+        before = NULL;
+    }
+    /* Origins point at the name, so the config keeps its own copy. */
+    const char *file = st == TR_OK ? tr_config_intern(c, path) : NULL;
+    if (st == TR_OK && !file) st = TR_ERR_NOMEM;
+    if (st == TR_OK) {
+        reader r = {.root = &root, .file = file, .d = d};
+        st = apply(c, &r);
+        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, file);
+        if (st == TR_OK) st = tr_config_mark_changes(c, before, &o);
+    }
+    if (before) {
+        tr_config_free(before);
+        free(before);
+    }
+    tr_json_free(&root);
+    free(text);
+    free(path);
+    return st;
+}

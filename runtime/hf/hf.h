@@ -1,0 +1,35 @@
+/* Hugging Face model directories (config.json + *.safetensors) to Trestle, as Megatron-Bridge's
+ * AutoBridge does it: the config's dimensions become the model section (through the same
+ * provider helpers the named Llama providers use), and the weights fill a model built from it,
+ * each rank reading only the elements of its own shard. Architectures: LlamaForCausalLM. */
+#ifndef TR_HF_HF_H
+#define TR_HF_HF_H
+
+#include "core/config.h"
+#include "core/diag.h"
+#include "runtime/hf/safetensors.h"
+#include "runtime/model/model.h"
+
+/* Reads DIR/config.json and writes the model section from it, every change recorded with the
+ * file as its origin. Diagnostics: "hf.config" (unreadable, not an object, a missing or
+ * contradictory key), "hf.architecture" (an architecture Trestle does not map). */
+tr_status tr_hf_config_apply(tr_config *c, const char *dir, tr_diags *d);
+
+/* The checkpoint's weight files: DIR/model.safetensors, or the files DIR/model.safetensors.
+ * index.json names ("hf.index" when it is malformed). Free with tr_hf_weights_close. */
+typedef struct tr_hf_weights {
+    tr_st_file *files;
+    int n;
+} tr_hf_weights;
+tr_status tr_hf_weights_open(tr_hf_weights *w, const char *dir, tr_diags *d);
+void tr_hf_weights_close(tr_hf_weights *w);
+/* The tensor of that name in any of the files, or NULL. */
+const tr_st_tensor *tr_hf_weights_find(const tr_hf_weights *w, const char *name);
+
+/* Fills every parameter of m (its TP shard and pipeline stages; adapters excepted) from the
+ * checkpoint of a LlamaForCausalLM: q/k/v into Megatron's grouped QKV rows, gate and up into
+ * fc1, the vocabulary padding zero. F32, BF16 and F16 files. A missing tensor, a wrong shape or
+ * a tensor the model has no place for is "hf.tensor", naming it. */
+tr_status tr_hf_llama_import(tr_model *m, const tr_hf_weights *w, tr_diags *d);
+
+#endif

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "core/field.h"
 #include "providers/common.h"
 #include "runtime/hf/hf.h"
 #include "runtime/io/json.h"
@@ -139,7 +141,7 @@ static tr_status apply(tr_config *c, reader *r) {
     return tr_provider_set_hf_dims(c, &x);
 }
 
-tr_status tr_hf_config_apply(tr_config *c, const char *dir, tr_diags *d) {
+tr_status tr_hf_config_apply(tr_config *c, const char *dir, bool keep_schedule, tr_diags *d) {
     size_t n = strlen(dir) + sizeof "/config.json";
     char *path = malloc(n);
     if (!path) return TR_ERR_NOMEM;
@@ -166,6 +168,12 @@ tr_status tr_hf_config_apply(tr_config *c, const char *dir, tr_diags *d) {
     if (st == TR_OK) {
         reader r = {.root = &root, .file = file, .d = d};
         st = apply(c, &r);
+        if (st == TR_OK && keep_schedule) {
+            c->model.seq_length = before->model.seq_length;
+            c->model.params_dtype = before->model.params_dtype;
+            c->model.bf16 = before->model.bf16;
+            c->model.fp16 = before->model.fp16;
+        }
         tr_origin o = tr_origin_make(TR_ORIGIN_FILE, file);
         if (st == TR_OK) st = tr_config_mark_changes(c, before, &o);
     }
@@ -177,4 +185,77 @@ tr_status tr_hf_config_apply(tr_config *c, const char *dir, tr_diags *d) {
     free(text);
     free(path);
     return st;
+}
+
+bool tr_hf_is_model_dir(const char *dir) {
+    char p[4096];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode)) return false;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (stat(p, &sb) == 0) return true;
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    return stat(p, &sb) == 0;
+}
+
+/* The model fields a checkpoint's weights and maths depend on. */
+static const int checked_fields[] = {TR_FID_model_num_layers,
+                                     TR_FID_model_hidden_size,
+                                     TR_FID_model_ffn_hidden_size,
+                                     TR_FID_model_num_attention_heads,
+                                     TR_FID_model_num_query_groups,
+                                     TR_FID_model_kv_channels,
+                                     TR_FID_model_vocab_size,
+                                     TR_FID_model_share_embeddings_and_output_weights,
+                                     TR_FID_model_normalization,
+                                     TR_FID_model_layernorm_epsilon,
+                                     TR_FID_model_gated_linear_unit,
+                                     TR_FID_model_activation_func,
+                                     TR_FID_model_add_bias_linear,
+                                     TR_FID_model_add_qkv_bias,
+                                     TR_FID_model_position_embedding_type,
+                                     TR_FID_model_rotary_base,
+                                     TR_FID_model_rotary_percent,
+                                     TR_FID_model_rope_scaling,
+                                     TR_FID_model_rope_scaling_factor,
+                                     TR_FID_model_rope_scaling_low_freq_factor,
+                                     TR_FID_model_rope_scaling_high_freq_factor,
+                                     TR_FID_model_rope_scaling_original_max_position_embeddings};
+
+tr_status tr_hf_config_check(const tr_config *c, const char *dir, tr_diags *d) {
+    tr_config *hf = malloc(sizeof *hf);
+    if (!hf) return TR_ERR_NOMEM;
+    tr_status st = tr_config_copy(hf, c);
+    if (st != TR_OK) {
+        free(hf);
+        return st;
+    }
+    st = tr_hf_config_apply(hf, dir, true, d);
+    bool bad = false; /* every disagreement is reported, not just the first */
+    for (size_t i = 0; st == TR_OK && i < sizeof checked_fields / sizeof checked_fields[0]; i++) {
+        const tr_field *f = &tr_fields[checked_fields[i]];
+        const tr_model_config *a = &c->model, *b = &hf->model;
+        /* kv_channels null means hidden / heads on both sides. */
+        if (checked_fields[i] == TR_FID_model_kv_channels) {
+            int64_t ka = a->kv_channels != TR_NULL_INT ? a->kv_channels
+                                                       : a->hidden_size / a->num_attention_heads;
+            int64_t kb = b->kv_channels != TR_NULL_INT ? b->kv_channels
+                                                       : b->hidden_size / b->num_attention_heads;
+            if (ka == kb) continue;
+        } else if (tr_config_field_equal(c, hf, f)) {
+            continue;
+        }
+        char va[128], vb[128], where[160];
+        tr_config_field_format(c, f, va, sizeof va);
+        tr_config_field_format(hf, f, vb, sizeof vb);
+        tr_origin_format(&c->origin[f->id], where, sizeof where);
+        bad = true;
+        tr_diag_add(d, TR_SEV_ERROR, "hf.config_mismatch", &c->origin[f->id], f->path,
+                    "remove the override, or use a checkpoint of the model you configure "
+                    "(run_recipe --hf-model DIR takes the dimensions from it)",
+                    "%s is %s (%s) but %s/config.json gives %s", f->path, va, where, dir, vb);
+    }
+    tr_config_free(hf);
+    free(hf);
+    return st == TR_OK && bad ? TR_ERR_CONFIG : st;
 }

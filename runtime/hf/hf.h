@@ -11,9 +11,19 @@
 #include "runtime/model/model.h"
 
 /* Reads DIR/config.json and writes the model section from it, every change recorded with the
- * file as its origin. Diagnostics: "hf.config" (unreadable, not an object, a missing or
- * contradictory key), "hf.architecture" (an architecture Trestle does not map). */
-tr_status tr_hf_config_apply(tr_config *c, const char *dir, tr_diags *d);
+ * file as its origin. With keep_schedule the recipe's sequence length and dtypes stay (as
+ * Megatron-Bridge keeps a recipe's layout and schedule and takes the checkpoint's dimensions).
+ * Diagnostics: "hf.config" (unreadable, not an object, a missing or contradictory key),
+ * "hf.architecture" (an architecture Trestle does not map). */
+tr_status tr_hf_config_apply(tr_config *c, const char *dir, bool keep_schedule, tr_diags *d);
+
+/* true when DIR holds config.json and model.safetensors or its index: a Hugging Face model. */
+bool tr_hf_is_model_dir(const char *dir);
+
+/* Every model field that shapes the weights or the maths (dimensions, norms, activation,
+ * rotary settings, tying, biases) must agree between c and DIR/config.json: a disagreement is
+ * one "hf.config_mismatch" per field, naming the key, both values and where c's came from. */
+tr_status tr_hf_config_check(const tr_config *c, const char *dir, tr_diags *d);
 
 /* The checkpoint's weight files: DIR/model.safetensors, or the files DIR/model.safetensors.
  * index.json names ("hf.index" when it is malformed). Free with tr_hf_weights_close. */

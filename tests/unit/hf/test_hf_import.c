@@ -19,7 +19,7 @@
 static bool spec_from_dir(const char *dir, tr_model_spec *s, tr_diags *d) {
     tr_config c;
     if (tr_config_init(&c, d) != TR_OK) return false;
-    bool ok = tr_hf_config_apply(&c, dir, d) == TR_OK;
+    bool ok = tr_hf_config_apply(&c, dir, false, d) == TR_OK;
     tr_world w = {1, 1};
     ok = ok && tr_config_finalize(&c, &w, d) == TR_OK;
     ok = ok && tr_model_spec_from_config(&c, s, d) == TR_OK;
@@ -31,7 +31,7 @@ static void test_config_json_to_model_section(void) {
     tr_diags d = {0};
     tr_config c;
     CHECK(tr_config_init(&c, &d) == TR_OK);
-    CHECK(tr_hf_config_apply(&c, DIR, &d) == TR_OK);
+    CHECK(tr_hf_config_apply(&c, DIR, false, &d) == TR_OK);
     const tr_model_config *m = &c.model;
     CHECK_INT_EQ(m->num_layers, 2);
     CHECK_INT_EQ(m->hidden_size, 32);
@@ -186,15 +186,15 @@ static void test_refuses_disagreements(void) {
     tr_config c;
     CHECK(tr_config_init(&c, &d) == TR_OK);
     const char *dir = variant("LlamaForCausalLM", "GPTNeoXForCausalLM");
-    CHECK(tr_hf_config_apply(&c, dir, &d) != TR_OK);
+    CHECK(tr_hf_config_apply(&c, dir, false, &d) != TR_OK);
     CHECK(d.n > 0 && strcmp(d.items[d.n - 1].id, "hf.architecture") == 0);
     cleanup(dir);
     dir = variant("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"");
-    CHECK(tr_hf_config_apply(&c, dir, &d) != TR_OK);
+    CHECK(tr_hf_config_apply(&c, dir, false, &d) != TR_OK);
     CHECK(d.n > 0 && strcmp(d.items[d.n - 1].id, "hf.config") == 0 &&
           strstr(d.items[d.n - 1].message, "hidden_act"));
     cleanup(dir);
-    CHECK(tr_hf_config_apply(&c, "/nonexistent", &d) != TR_OK);
+    CHECK(tr_hf_config_apply(&c, "/nonexistent", false, &d) != TR_OK);
     tr_config_free(&c);
     tr_diags_free(&d);
 }

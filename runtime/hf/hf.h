@@ -42,4 +42,9 @@ const tr_st_tensor *tr_hf_weights_find(const tr_hf_weights *w, const char *name)
  * a tensor the model has no place for is "hf.tensor", naming it. */
 tr_status tr_hf_llama_import(tr_model *m, const tr_hf_weights *w, tr_diags *d);
 
+/* Writes a whole model (one rank, every layer) as DIR/config.json and DIR/model.safetensors of a
+ * LlamaForCausalLM, tensors in dtype (F32, BF16 or F16: rounded to nearest even); DIR is made
+ * when missing. "hf.export" when the model is not a whole Llama-style model. */
+tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
+
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/common/lowp_bits.h"
 #include "runtime/device/device.h"
 #include "runtime/hf/hf.h"
 
@@ -44,24 +45,6 @@ static tr_status need(const tr_hf_weights *w, const char *name, int64_t rows, in
     return TR_OK;
 }
 
-static float half_to_float(uint16_t h) {
-    uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, bits;
-    if (e == 31)
-        bits = s | 0x7f800000u | m << 13;
-    else if (e)
-        bits = s | (e + 112) << 23 | m << 13;
-    else if (!m)
-        bits = s;
-    else { /* subnormal: normalise */
-        e = 113;
-        while (!(m & 1024)) m <<= 1, e--;
-        bits = s | e << 23 | (m & 1023) << 13;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 static float value_at(const tr_st_tensor *t, int64_t i) {
     const unsigned char *p = t->data;
     if (t->dtype == TR_ST_F32) {
@@ -71,11 +54,7 @@ static float value_at(const tr_st_tensor *t, int64_t i) {
     }
     uint16_t h;
     memcpy(&h, p + 2 * i, 2);
-    if (t->dtype == TR_ST_F16) return half_to_float(h);
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return t->dtype == TR_ST_F16 ? tr_f16_value(h) : tr_bf16_value(h);
 }
 
 /* The HF tensors one Trestle tensor is made of (up to three), checked for shape. */

@@ -270,5 +270,102 @@ static void test_sharded_index(void) {
     tr_diags_free(&d);
 }
 
+/* Every tensor of `a` is in `b` with the same dtype, shape and bytes, and b has no other. */
+static int64_t differing_tensors(const tr_st_file *a, const tr_st_file *b) {
+    int64_t bad = a->n != b->n;
+    for (int i = 0; i < a->n; i++) {
+        const tr_st_tensor *x = &a->t[i], *y = tr_st_find(b, x->name);
+        bool same = y && y->dtype == x->dtype && y->ndim == x->ndim &&
+                    memcmp(y->shape, x->shape, sizeof x->shape) == 0 &&
+                    y->end - y->begin == x->end - x->begin &&
+                    memcmp(y->data, x->data, (size_t)(x->end - x->begin)) == 0;
+        if (!same) fprintf(stderr, "  tensor %s differs after the round trip\n", x->name);
+        bad += !same;
+    }
+    return bad;
+}
+
+/* Import then export gives the same file back, tensor for tensor, and a config.json that
+ * describes the same model; in fp32 and in bf16. */
+static void round_trip(const char *src, tr_st_dtype dtype, const char *out) {
+    tr_diags d = {0};
+    tr_model_spec s;
+    CHECK(spec_from_dir(src, &s, &d));
+    tr_hf_weights w;
+    CHECK(tr_hf_weights_open(&w, src, &d) == TR_OK);
+    tr_model m;
+    CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
+    CHECK(tr_hf_llama_import(&m, &w, &d) == TR_OK);
+    CHECK(tr_hf_llama_export(&m, out, dtype, &d) == TR_OK);
+    tr_hf_weights back;
+    CHECK(tr_hf_weights_open(&back, out, &d) == TR_OK);
+    if (w.n == 1 && back.n == 1) {
+        CHECK_INT_EQ(differing_tensors(&w.files[0], &back.files[0]), 0);
+        CHECK_STR_EQ(tr_st_meta(&back.files[0], "format"), "pt");
+    }
+    tr_config c;
+    CHECK(tr_config_init(&c, &d) == TR_OK);
+    CHECK(tr_hf_config_apply(&c, src, false, &d) == TR_OK);
+    CHECK(tr_hf_config_check(&c, out, &d) == TR_OK);
+    tr_config_free(&c);
+    tr_hf_weights_close(&back);
+    tr_hf_weights_close(&w);
+    tr_model_free(&m);
+    CHECK_INT_EQ(d.n_errors, 0);
+    tr_diags_free(&d);
+    char p[256];
+    snprintf(p, sizeof p, "%s/config.json", out);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", out);
+    unlink(p);
+    rmdir(out);
+}
+
+static void test_round_trip(void) {
+    char out[128];
+    snprintf(out, sizeof out, "/tmp/trestle_hf_out_%ld", (long)getpid());
+    round_trip(DIR, TR_ST_F32, out);
+    /* A bf16 copy of the fixture (each weight rounded once), through Trestle and back. */
+    tr_diags d = {0};
+    tr_hf_weights w;
+    CHECK(tr_hf_weights_open(&w, DIR, &d) == TR_OK);
+    if (w.n != 1) return;
+    const tr_st_file *f = &w.files[0];
+    char bf[128], path[256], src[512];
+    snprintf(bf, sizeof bf, "/tmp/trestle_hf_bf16_%ld", (long)getpid());
+    mkdir(bf, 0700);
+    tr_st_entry *e = calloc((size_t)f->n, sizeof *e);
+    uint16_t **h = calloc((size_t)f->n, sizeof *h);
+    for (int i = 0; i < f->n; i++) {
+        int64_t n = tr_st_numel(&f->t[i]);
+        h[i] = malloc((size_t)(n ? n : 1) * 2);
+        for (int64_t k = 0; k < n; k++) {
+            float v;
+            memcpy(&v, (const char *)f->t[i].data + 4 * k, 4);
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even; the weights are finite */
+            h[i][k] = (uint16_t)(u >> 16);
+        }
+        e[i] = (tr_st_entry){f->t[i].name, TR_ST_BF16, f->t[i].ndim, f->t[i].shape, h[i]};
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", bf);
+    CHECK(tr_st_write(path, e, f->n, NULL, NULL, 0, &d) == TR_OK);
+    snprintf(src, sizeof src, "%s/config.json", DIR);
+    snprintf(path, sizeof path, "%s/config.json", bf);
+    CHECK(symlink(src, path) == 0);
+    round_trip(bf, TR_ST_BF16, out);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/model.safetensors", bf);
+    unlink(path);
+    rmdir(bf);
+    for (int i = 0; i < f->n; i++) free(h[i]);
+    free(h);
+    free(e);
+    tr_hf_weights_close(&w);
+    tr_diags_free(&d);
+}
+
 TR_TEST_MAIN(TR_TEST(test_config_json_to_model_section), TR_TEST(test_logits_match_transformers),
-             TR_TEST(test_sharded_index), TR_TEST(test_refuses_disagreements))
+             TR_TEST(test_sharded_index), TR_TEST(test_round_trip),
+             TR_TEST(test_refuses_disagreements))

@@ -1,5 +1,6 @@
-/* config.json to the model section (runtime/hf/hf.h), for LlamaForCausalLM: the dimensions as
- * Megatron-Bridge's Llama bridge maps them, the Llama layer settings, rotary scaling, dtype.
+/* config.json to the model section (runtime/hf/hf.h), for LlamaForCausalLM (the dimensions as
+ * Megatron-Bridge's Llama bridge maps them, the Llama layer settings, rotary scaling, dtype) and
+ * GPT2LMHeadModel.
  * Both spellings transformers writes are read: rope_theta / rope_scaling / torch_dtype, and the
  * newer rope_parameters / dtype. */
 #include <stdio.h>
@@ -104,16 +105,63 @@ static void apply_dtype(reader *r, tr_model_config *m) {
         fail(r, "dtype", "use float32, bfloat16 or float16", "is not a dtype Trestle trains in");
 }
 
+/* GPT2LMHeadModel's keys (n_embd, n_layer, ...): GPT layers with the tanh GeLU of "gelu_new". */
+static tr_status apply_gpt2(tr_config *c, reader *r) {
+    const int64_t big = (int64_t)1 << 31;
+    tr_model_config *m = &c->model;
+    int64_t hidden = get_int(r, "n_embd", 1, big, -1);
+    int64_t layers = get_int(r, "n_layer", 1, big, -1), heads = get_int(r, "n_head", 1, big, -1);
+    int64_t inner = get_int(r, "n_inner", 1, big, 4 * hidden);
+    int64_t vocab = get_int(r, "vocab_size", 1, big, -1);
+    int64_t positions = get_int(r, "n_positions", 1, big, -1);
+    double eps = get_num(r, r->root, "layer_norm_epsilon", 1e-5);
+    bool tied = get_bool(r, "tie_word_embeddings", true);
+    const char *act = get_str(r->root, "activation_function");
+    bool tanh_gelu = !act || strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0;
+    if (act && !tanh_gelu && strcmp(act, "gelu") != 0)
+        fail(r, "activation_function", "GPT-2's MLP uses gelu_new (tanh GeLU) or gelu",
+             "is not a GeLU Trestle implements");
+    /* Megatron has one hidden dropout for the embedding and the residual branches. */
+    double resid = 0.1, embd = 0.1, attn = 0.1;
+    const tr_json *v;
+    if ((v = tr_json_get(r->root, "resid_pdrop")) && v->type == TR_JSON_NUMBER) resid = v->number;
+    if ((v = tr_json_get(r->root, "embd_pdrop")) && v->type == TR_JSON_NUMBER) embd = v->number;
+    if ((v = tr_json_get(r->root, "attn_pdrop")) && v->type == TR_JSON_NUMBER) attn = v->number;
+    if (embd != resid)
+        fail(r, "embd_pdrop", "Trestle has one hidden dropout: give embd_pdrop = resid_pdrop",
+             "differs from resid_pdrop");
+    if (r->bad) return TR_ERR_CONFIG;
+    tr_provider_gpt_layers(m);
+    m->num_layers = layers;
+    m->hidden_size = hidden;
+    m->ffn_hidden_size = inner;
+    m->num_attention_heads = heads;
+    m->num_query_groups = TR_NULL_INT;
+    m->kv_channels = TR_NULL_INT;
+    m->vocab_size = vocab;
+    m->seq_length = positions;
+    m->layernorm_epsilon = eps;
+    m->share_embeddings_and_output_weights = tied;
+    m->activation_func = tanh_gelu ? TR_ACT_FAST_GELU : TR_ACT_GELU;
+    m->hidden_dropout = resid;
+    m->attention_dropout = attn;
+    apply_dtype(r, m);
+    if (r->bad) return TR_ERR_CONFIG;
+    return tr_config_set_str(c, TR_FID_model_hf_model_id, r->file);
+}
+
 static tr_status apply(tr_config *c, reader *r) {
     const tr_json *arch = tr_json_get(r->root, "architectures");
     const char *name =
         arch && arch->type == TR_JSON_ARRAY && arch->n == 1 && arch->items[0].type == TR_JSON_STRING
             ? arch->items[0].str
             : NULL;
+    if (name && strcmp(name, "GPT2LMHeadModel") == 0) return apply_gpt2(c, r);
     if (!name || strcmp(name, "LlamaForCausalLM") != 0) {
         tr_origin o = tr_origin_make(TR_ORIGIN_FILE, r->file);
         return tr_diag_add(r->d, TR_SEV_ERROR, "hf.architecture", &o, NULL,
-                           "Trestle imports LlamaForCausalLM (Llama 2, 3, 3.1, 3.2) so far",
+                           "Trestle imports LlamaForCausalLM (Llama 2, 3, 3.1, 3.2) and "
+                           "GPT2LMHeadModel so far",
                            "%s: architecture %s is not one Trestle maps", r->file,
                            name ? name : "(none given)");
     }
@@ -220,7 +268,27 @@ static const int checked_fields[] = {TR_FID_model_num_layers,
                                      TR_FID_model_rope_scaling_factor,
                                      TR_FID_model_rope_scaling_low_freq_factor,
                                      TR_FID_model_rope_scaling_high_freq_factor,
-                                     TR_FID_model_rope_scaling_original_max_position_embeddings};
+                                     TR_FID_model_rope_scaling_original_max_position_embeddings,
+                                     TR_FID_model_layernorm_zero_centered_gamma};
+
+/* The value finalize() gives a field whose null means "compute it": kv_channels (hidden /
+ * heads), num_query_groups (the heads), ffn_hidden_size (4 x hidden). */
+static bool resolved(const tr_model_config *m, int field, int64_t *out) {
+    switch (field) {
+    case TR_FID_model_kv_channels:
+        *out = m->kv_channels != TR_NULL_INT ? m->kv_channels
+                                             : m->hidden_size / m->num_attention_heads;
+        return true;
+    case TR_FID_model_num_query_groups:
+        *out = m->num_query_groups != TR_NULL_INT ? m->num_query_groups : m->num_attention_heads;
+        return true;
+    case TR_FID_model_ffn_hidden_size:
+        *out = m->ffn_hidden_size != TR_NULL_INT ? m->ffn_hidden_size : 4 * m->hidden_size;
+        return true;
+    default:
+        return false;
+    }
+}
 
 tr_status tr_hf_config_check(const tr_config *c, const char *dir, tr_diags *d) {
     tr_config *hf = malloc(sizeof *hf);
@@ -235,13 +303,10 @@ tr_status tr_hf_config_check(const tr_config *c, const char *dir, tr_diags *d) {
     for (size_t i = 0; st == TR_OK && i < sizeof checked_fields / sizeof checked_fields[0]; i++) {
         const tr_field *f = &tr_fields[checked_fields[i]];
         const tr_model_config *a = &c->model, *b = &hf->model;
-        /* kv_channels null means hidden / heads on both sides. */
-        if (checked_fields[i] == TR_FID_model_kv_channels) {
-            int64_t ka = a->kv_channels != TR_NULL_INT ? a->kv_channels
-                                                       : a->hidden_size / a->num_attention_heads;
-            int64_t kb = b->kv_channels != TR_NULL_INT ? b->kv_channels
-                                                       : b->hidden_size / b->num_attention_heads;
-            if (ka == kb) continue;
+        /* A null that finalize() resolves compares as its resolved value. */
+        int64_t ra, rb;
+        if (resolved(a, checked_fields[i], &ra) && resolved(b, checked_fields[i], &rb)) {
+            if (ra == rb) continue;
         } else if (tr_config_field_equal(c, hf, f)) {
             continue;
         }

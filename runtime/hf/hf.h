@@ -1,7 +1,8 @@
 /* Hugging Face model directories (config.json + *.safetensors) to Trestle, as Megatron-Bridge's
  * AutoBridge does it: the config's dimensions become the model section (through the same
  * provider helpers the named Llama providers use), and the weights fill a model built from it,
- * each rank reading only the elements of its own shard. Architectures: LlamaForCausalLM. */
+ * each rank reading only the elements of its own shard. Architectures: LlamaForCausalLM,
+ * GPT2LMHeadModel. */
 #ifndef TR_HF_HF_H
 #define TR_HF_HF_H
 
@@ -26,10 +27,12 @@ bool tr_hf_is_model_dir(const char *dir);
 tr_status tr_hf_config_check(const tr_config *c, const char *dir, tr_diags *d);
 
 /* The checkpoint's weight files: DIR/model.safetensors, or the files DIR/model.safetensors.
- * index.json names ("hf.index" when it is malformed). Free with tr_hf_weights_close. */
+ * index.json names ("hf.index" when it is malformed), and the architecture DIR/config.json
+ * names. Free with tr_hf_weights_close. */
 typedef struct tr_hf_weights {
     tr_st_file *files;
     int n;
+    char *architecture; /* "LlamaForCausalLM", ...; NULL when config.json names none */
 } tr_hf_weights;
 tr_status tr_hf_weights_open(tr_hf_weights *w, const char *dir, tr_diags *d);
 void tr_hf_weights_close(tr_hf_weights *w);
@@ -37,10 +40,14 @@ void tr_hf_weights_close(tr_hf_weights *w);
 const tr_st_tensor *tr_hf_weights_find(const tr_hf_weights *w, const char *name);
 
 /* Fills every parameter of m (its TP shard and pipeline stages; adapters excepted) from the
- * checkpoint of a LlamaForCausalLM: q/k/v into Megatron's grouped QKV rows, gate and up into
- * fc1, the vocabulary padding zero. F32, BF16 and F16 files. A missing tensor, a wrong shape or
- * a tensor the model has no place for is "hf.tensor", naming it. */
-tr_status tr_hf_llama_import(tr_model *m, const tr_hf_weights *w, tr_diags *d);
+ * checkpoint, mapped as its architecture lays the tensors out: LlamaForCausalLM (q/k/v into
+ * Megatron's grouped QKV rows, gate and up into fc1) and GPT2LMHeadModel (Conv1D weights
+ * transposed, c_attn split into the grouped rows, learned positions); the vocabulary padding is
+ * zero. F32, BF16 and F16 files. A missing tensor, a wrong shape or a tensor the model has no
+ * place for is "hf.tensor", naming it; another architecture "hf.architecture". */
+tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d);
+/* Whether Trestle maps an architecture name. */
+bool tr_hf_architecture_known(const char *name);
 
 /* Writes a whole model (one rank, every layer) as DIR/config.json and DIR/model.safetensors of a
  * LlamaForCausalLM, tensors in dtype (F32, BF16 or F16: rounded to nearest even); DIR is made

@@ -66,8 +66,28 @@ static tr_status open_index(tr_hf_weights *w, const char *dir, const char *path,
     return st;
 }
 
+/* architectures[0] of DIR/config.json, when it has one. */
+static tr_status read_architecture(tr_hf_weights *w, const char *dir, tr_diags *d) {
+    char *path = join(dir, "config.json"), *text = NULL;
+    if (!path) return TR_ERR_NOMEM;
+    size_t len = 0;
+    tr_json root = {0};
+    struct stat sb;
+    tr_status st = stat(path, &sb) == 0 ? tr_read_file(path, "hf.config", &text, &len, d) : TR_OK;
+    if (st == TR_OK && text) st = tr_json_parse(text, len, path, &root, d);
+    const tr_json *a = st == TR_OK ? tr_json_get(&root, "architectures") : NULL;
+    if (a && a->type == TR_JSON_ARRAY && a->n >= 1 && a->items[0].type == TR_JSON_STRING &&
+        !(w->architecture = strdup(a->items[0].str)))
+        st = TR_ERR_NOMEM;
+    tr_json_free(&root);
+    free(text);
+    free(path);
+    return st;
+}
+
 tr_status tr_hf_weights_open(tr_hf_weights *w, const char *dir, tr_diags *d) {
     memset(w, 0, sizeof *w);
+    TR_TRY(read_architecture(w, dir, d));
     char *index = join(dir, "model.safetensors.index.json");
     if (!index) return TR_ERR_NOMEM;
     struct stat sb;
@@ -81,6 +101,7 @@ tr_status tr_hf_weights_open(tr_hf_weights *w, const char *dir, tr_diags *d) {
 void tr_hf_weights_close(tr_hf_weights *w) {
     for (int i = 0; i < w->n; i++) tr_st_close(&w->files[i]);
     free(w->files);
+    free(w->architecture);
     memset(w, 0, sizeof *w);
 }
 

@@ -389,7 +389,7 @@ static tr_status load_hf(tr_train_ckpt *k, const char *dir) {
     TR_TRY(tr_hf_config_check(k->env.c, dir, k->d));
     tr_hf_weights w;
     TR_TRY(tr_hf_weights_open(&w, dir, k->d));
-    tr_status st = tr_hf_llama_import(k->env.model, &w, k->d);
+    tr_status st = tr_hf_import(k->env.model, &w, k->d);
     tr_hf_weights_close(&w);
     if (st == TR_OK && k->rank == 0 && k->env.log)
         fprintf(k->env.log, "checkpoint: loaded Hugging Face weights from %s\n", dir);

@@ -1,4 +1,5 @@
-# A Hugging Face model directory (the tiny Llama of tests/reference/make_hf_fixtures.py) as the
+# A Hugging Face model directory (the tiny Llama and GPT-2 of tests/reference/make_hf_fixtures.py)
+# as the
 # start of a run: --hf-model takes its dimensions over the recipe's (--explain names config.json)
 # and loads its weights, on one rank and under TP 2; the same directory as
 # checkpoint.pretrained_checkpoint loads too; an override that contradicts config.json stops the
@@ -50,4 +51,8 @@ rr --recipe llama_tiny_pretrain --hf-model "$H" "${small[@]}" peft.scheme=lora p
 expect_rc 0 "LoRA on the imported base"
 expect_in "$TMP/out" "loaded Hugging Face weights" "the LoRA base loads"
 expect_in "$TMP/out" "adapter parameters train" "adapters train"
+rr --recipe gpt_tiny_pretrain --hf-model "$SRC/tests/reference/fixtures/hf_gpt2" "${small[@]}" \
+    logger.output_dir="$TMP/gpt2"
+expect_rc 0 "GPT-2 from the HF model"
+expect_in "$TMP/out" "model: 29952 parameters (2 layers, hidden 32)" "GPT-2's dimensions"
 echo "ok"

@@ -141,6 +141,15 @@ def tiny_llama_config():
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8})
 
 
+def tiny_gpt2_config():
+    """LayerNorm, tanh GeLU, learned positions, biases, a tied head, no dropout."""
+    return transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=4, n_inner=None,
+        activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        layer_norm_epsilon=1e-5, tie_word_embeddings=True, bos_token_id=None,
+        eos_token_id=None)
+
+
 def main():
     torch.manual_seed(0)
     lcfg = tiny_llama_config()
@@ -149,11 +158,7 @@ def main():
     run(llama, llama_map, lcfg, os.path.join(HERE, "fixtures", "model_llama.bin"))
 
     torch.manual_seed(0)
-    gcfg = transformers.GPT2Config(
-        vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=4, n_inner=None,
-        activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        layer_norm_epsilon=1e-5, tie_word_embeddings=True, bos_token_id=None,
-        eos_token_id=None)
+    gcfg = tiny_gpt2_config()
     gcfg._attn_implementation = "eager"
     gpt2 = transformers.GPT2LMHeadModel(gcfg)
     # The default GPT-2 init is tiny; widen it so every op's gradient is well above fp32 noise.

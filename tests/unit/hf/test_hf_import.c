@@ -1,4 +1,5 @@
-/* A tiny random LlamaForCausalLM saved by transformers (tests/reference/make_hf_fixtures.py):
+/* Tiny random LlamaForCausalLM and GPT2LMHeadModel saved by transformers
+ * (tests/reference/make_hf_fixtures.py):
  * config.json becomes the model section, the safetensors weights fill a Trestle model, and that
  * model's logits and loss match what transformers computed (fp32, relative 1e-4). TP shards
  * read exactly their slices of the same weights; a config.json that disagrees with the tensors,
@@ -55,18 +56,20 @@ static void test_config_json_to_model_section(void) {
     tr_diags_free(&d);
 }
 
-static void test_logits_match_transformers(void) {
+/* dir's model imported into Trestle gives transformers' logits and loss; each TP 2 shard holds
+ * exactly its slice of the whole model's parameters. */
+static void check_parity(const char *dir, const char *expected) {
     tr_diags d = {0};
     tr_model_spec s;
-    CHECK(spec_from_dir(DIR, &s, &d));
+    CHECK(spec_from_dir(dir, &s, &d));
     fixture f;
-    CHECK(fixture_load(&f, "hf_llama/expected.bin"));
+    CHECK(fixture_load(&f, expected));
     tr_hf_weights w;
-    CHECK(tr_hf_weights_open(&w, DIR, &d) == TR_OK);
+    CHECK(tr_hf_weights_open(&w, dir, &d) == TR_OK);
     tr_model m;
     const int batch = 2;
     CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), batch) == TR_OK);
-    CHECK(tr_hf_llama_import(&m, &w, &d) == TR_OK);
+    CHECK(tr_hf_import(&m, &w, &d) == TR_OK);
     const fix_tensor *tok = fixture_get(&f, "", "tokens"), *tgt = fixture_get(&f, "", "targets");
     const fix_tensor *logits = fixture_get(&f, "", "logits"), *loss = fixture_get(&f, "", "loss");
     int rows = batch * s.seq;
@@ -82,8 +85,8 @@ static void test_logits_match_transformers(void) {
             diff = fmax(diff, fabs((double)m.logits[i] - logits->data[i]));
             ref = fmax(ref, fabs((double)logits->data[i]));
         }
-        printf("  logits relative error %.3g, loss %.7f vs transformers %.7f\n", diff / ref,
-               (double)l, (double)loss->data[0]);
+        printf("  %s: logits relative error %.3g, loss %.7f vs transformers %.7f\n", expected,
+               diff / ref, (double)l, (double)loss->data[0]);
         CHECK(diff / ref <= 1e-4);
         CHECK_CLOSE(l, loss->data[0], 1e-4, 0);
     }
@@ -91,7 +94,7 @@ static void test_logits_match_transformers(void) {
     for (int r = 0; r < 2; r++) {
         tr_model part;
         CHECK(tr_model_create(&part, &s, (tr_tp_shard){r, 2}, tr_ops_cpu(), batch) == TR_OK);
-        CHECK(tr_hf_llama_import(&part, &w, &d) == TR_OK);
+        CHECK(tr_hf_import(&part, &w, &d) == TR_OK);
         int64_t wrong = 0;
         for (int i = 0; i < part.n_info; i++) {
             const tr_param_info *p = &part.info[i];
@@ -109,6 +112,11 @@ static void test_logits_match_transformers(void) {
     fixture_free(&f);
     CHECK_INT_EQ(d.n_errors, 0);
     tr_diags_free(&d);
+}
+
+static void test_logits_match_transformers(void) {
+    check_parity(DIR, "hf_llama/expected.bin");
+    check_parity(TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_gpt2", "hf_gpt2/expected.bin");
 }
 
 /* A copy of the fixture directory whose config.json has `from` replaced by `to`. */
@@ -162,7 +170,7 @@ static void expect_import_refused(const char *from, const char *to, const char *
     CHECK(tr_hf_weights_open(&w, dir, &d) == TR_OK);
     tr_model m;
     CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
-    CHECK(tr_hf_llama_import(&m, &w, &d) != TR_OK);
+    CHECK(tr_hf_import(&m, &w, &d) != TR_OK);
     CHECK(d.n > 0 && strcmp(d.items[d.n - 1].id, "hf.tensor") == 0 &&
           strstr(d.items[d.n - 1].message, word));
     if (d.n) fprintf(stderr, "  (expected) %s\n", d.items[d.n - 1].message);
@@ -242,7 +250,7 @@ static void test_sharded_index(void) {
     tr_model a, b;
     CHECK(tr_model_create(&a, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
     CHECK(tr_model_create(&b, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
-    CHECK(tr_hf_llama_import(&a, &one, &d) == TR_OK && tr_hf_llama_import(&b, &two, &d) == TR_OK);
+    CHECK(tr_hf_import(&a, &one, &d) == TR_OK && tr_hf_import(&b, &two, &d) == TR_OK);
     CHECK(a.n_params == b.n_params &&
           memcmp(a.params, b.params, (size_t)a.n_params * sizeof(float)) == 0);
     tr_model_free(&a);
@@ -295,7 +303,7 @@ static void round_trip(const char *src, tr_st_dtype dtype, const char *out) {
     CHECK(tr_hf_weights_open(&w, src, &d) == TR_OK);
     tr_model m;
     CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
-    CHECK(tr_hf_llama_import(&m, &w, &d) == TR_OK);
+    CHECK(tr_hf_import(&m, &w, &d) == TR_OK);
     CHECK(tr_hf_llama_export(&m, out, dtype, &d) == TR_OK);
     tr_hf_weights back;
     CHECK(tr_hf_weights_open(&back, out, &d) == TR_OK);

@@ -53,3 +53,13 @@ void tr_provider_llama3_rope_scaling(tr_model_config *m, double factor) {
     m->rope_scaling_high_freq_factor = 4.0;
     m->rope_scaling_original_max_position_embeddings = 8192;
 }
+
+void tr_provider_gpt_layers(tr_model_config *m) {
+    m->normalization = TR_NORM_LAYERNORM;
+    m->activation_func = TR_ACT_GELU;
+    m->gated_linear_unit = false;
+    m->position_embedding_type = TR_POSEMB_LEARNED_ABSOLUTE;
+    m->share_embeddings_and_output_weights = true;
+    m->add_bias_linear = true;
+    m->make_vocab_size_divisible_by = 128;
+}

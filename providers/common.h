@@ -23,6 +23,10 @@ tr_status tr_provider_set_hf_dims(tr_config *c, const tr_hf_dims *x);
 /* Llama-style decoder layers (the Megatron-Bridge Llama bridge's fixed settings): RMSNorm,
  * SwiGLU, rotary positions, no linear biases, no dropout, the fused kernels on, bf16 weights. */
 void tr_provider_llama_layers(tr_model_config *m);
+/* GPT layers, GPTModelProvider's defaults (written out although they are the table's, so the
+ * family stays right if a default changes): LayerNorm, GeLU, learned absolute positions, tied
+ * embeddings, biases on every linear layer, the vocabulary padded to a multiple of 128. */
+void tr_provider_gpt_layers(tr_model_config *m);
 /* Llama 3.1/3.2 frequency scaling of the rotary embedding (HF rope_type "llama3"). */
 void tr_provider_llama3_rope_scaling(tr_model_config *m, double factor);
 

@@ -1,22 +1,12 @@
 /* GPT family: Megatron's GPTModelProvider defaults (LayerNorm, GeLU, learned absolute positions,
  * tied embeddings, biases on every linear layer) and the two GPT sizes Trestle ships. */
+#include "providers/common.h"
 #include "providers/provider.h"
 
-/* The table defaults already are GPTModelProvider's; writing them again documents the family and
- * keeps the provider correct if a table default ever changes. Sizes stay 0: vanilla GPT leaves
- * them to the user, exactly as Megatron-Bridge's vanilla_gpt recipe does. */
-static void gpt_layers(tr_model_config *m) {
-    m->normalization = TR_NORM_LAYERNORM;
-    m->activation_func = TR_ACT_GELU;
-    m->gated_linear_unit = false;
-    m->position_embedding_type = TR_POSEMB_LEARNED_ABSOLUTE;
-    m->share_embeddings_and_output_weights = true;
-    m->add_bias_linear = true;
-    m->make_vocab_size_divisible_by = 128;
-}
-
+/* Sizes stay 0: vanilla GPT leaves them to the user, exactly as Megatron-Bridge's vanilla_gpt
+ * recipe does. */
 tr_status tr_provide_gpt(tr_config *c) {
-    gpt_layers(&c->model);
+    tr_provider_gpt_layers(&c->model);
     return TR_OK;
 }
 
@@ -25,7 +15,7 @@ tr_status tr_provide_gpt(tr_config *c) {
  * The vocabulary is padded to a multiple of 128 (50304), as Megatron and llm.c do. */
 tr_status tr_provide_gpt2_124m(tr_config *c) {
     tr_model_config *m = &c->model;
-    gpt_layers(m);
+    tr_provider_gpt_layers(m);
     m->num_layers = 12;
     m->hidden_size = 768;
     m->num_attention_heads = 12;
@@ -43,7 +33,7 @@ tr_status tr_provide_gpt2_124m(tr_config *c) {
  * 2048 positions, no dropout, zero-centered LayerNorm gamma. */
 tr_status tr_provide_gpt3_175b(tr_config *c) {
     tr_model_config *m = &c->model;
-    gpt_layers(m);
+    tr_provider_gpt_layers(m);
     m->num_layers = 96;
     m->hidden_size = 12288;
     m->ffn_hidden_size = 49152;

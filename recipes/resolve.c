@@ -35,6 +35,10 @@ tr_status tr_resolve_inputs(const tr_resolve_opts *o, tr_config *c, tr_diags *d)
                     "no recipe to start from");
         return TR_ERR_INVALID;
     }
+    if (o->after_recipe) {
+        s = o->after_recipe(c, o->after_recipe_ctx, d);
+        if (s != TR_OK) return s;
+    }
     TR_TRY(tr_config_snapshot_recipe(c));
 
     for (int i = first_overlay; i < o->n_config_files; i++) {

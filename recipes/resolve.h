@@ -16,6 +16,11 @@ typedef struct tr_resolve_opts {
     tr_world world;
     tr_validate_opts validate;
     bool skip_validate; /* stop after finalize() (for --explain on bad configs) */
+    /* A caller's step between the recipe and the YAML files, or NULL: run_recipe's --hf-model
+     * takes the model section from a Hugging Face config.json there, so files and overrides
+     * still win over it and `~key` returns to its values. */
+    tr_status (*after_recipe)(tr_config *c, void *ctx, tr_diags *d);
+    void *after_recipe_ctx;
 } tr_resolve_opts;
 
 /* On success c is finalized and validated. On TR_ERR_CONFIG/TR_ERR_INVALID, d says why and c

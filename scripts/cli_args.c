@@ -8,6 +8,7 @@
 typedef enum opt_id {
     OPT_RECIPE,
     OPT_CONFIG_FILE,
+    OPT_HF_MODEL,
     OPT_DRY_RUN,
     OPT_PRINT_CONFIG,
     OPT_PRINT_GROUPS,
@@ -51,6 +52,8 @@ static const cli_opt OPTS[] = {
     FLAG(OPT_RECIPE, "--recipe", NULL, ARG_REQUIRED, "NAME", "recipe to start from (--list-recipes)"),
     FLAG(OPT_CONFIG_FILE, "--config-file", "--config_file", ARG_REQUIRED, "F.yaml",
          "YAML overrides applied over the recipe; repeatable, applied in order"),
+    FLAG(OPT_HF_MODEL, "--hf-model", "--hf_model", ARG_REQUIRED, "DIR",
+         "a Hugging Face model directory: its dimensions over the recipe's, its weights loaded"),
     FLAG(OPT_DRY_RUN, "--dry-run", "--dry_run", ARG_NONE, NULL,
          "resolve and validate, print the layout and derived values; no training"),
     FLAG(OPT_PRINT_CONFIG, "--print-config", "--print_config", ARG_NONE, NULL,
@@ -281,6 +284,9 @@ static tr_status apply_opt(const cli_opt *opt, const char *flag, const char *val
         return TR_OK;
     case OPT_CONFIG_FILE:
         return push_str(&cli->config_files, &cli->n_config_files, value);
+    case OPT_HF_MODEL:
+        cli->hf_model = value;
+        return TR_OK;
     case OPT_DRY_RUN:
         cli->dry_run = true;
         return TR_OK;

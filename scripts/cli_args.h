@@ -13,6 +13,7 @@ typedef enum tr_cli_diag_format { TR_CLI_DIAG_TEXT = 0, TR_CLI_DIAG_JSON } tr_cl
 
 typedef struct tr_cli {
     const char *recipe;
+    const char *hf_model;      /* --hf-model DIR: a Hugging Face model directory */
     const char **config_files; /* --config-file, in order */
     int n_config_files;
     /* Convenience flags first (as overrides), then trailing overrides, in argv order, so a

@@ -1,9 +1,12 @@
 /* See scripts/cli_resolve.h. */
 #include "scripts/cli_resolve.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "runtime/hf/hf.h"
 
 /* The first of the launchers' variables that is set and positive. */
 static int env_int(const char *const *names) {
@@ -42,6 +45,27 @@ void tr_cli_check_files(const tr_cli *cli, tr_diags *d) {
     }
 }
 
+/* --hf-model DIR: the checkpoint's dimensions over the recipe, its weights as the pretrained
+ * checkpoint, and its tokenizer.json when it has one. */
+static tr_status apply_hf_model(tr_config *c, void *ctx, tr_diags *d) {
+    const char *dir = ctx;
+    TR_TRY(tr_hf_config_apply(c, dir, true, d));
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, tr_config_intern(c, dir));
+    if (!o.name) return TR_ERR_NOMEM;
+    TR_TRY(tr_config_set_text(c, "checkpoint.pretrained_checkpoint", dir, &o, d));
+    size_t n = strlen(dir) + sizeof "/tokenizer.json";
+    char *tok = malloc(n);
+    if (!tok) return TR_ERR_NOMEM;
+    snprintf(tok, n, "%s/tokenizer.json", dir);
+    tr_status st = TR_OK;
+    if (access(tok, R_OK) == 0) {
+        st = tr_config_set_text(c, "tokenizer.tokenizer_type", "HuggingFaceTokenizer", &o, d);
+        if (st == TR_OK) st = tr_config_set_text(c, "tokenizer.tokenizer_model", tok, &o, d);
+    }
+    free(tok);
+    return st;
+}
+
 tr_status tr_cli_resolve(const tr_cli *cli, tr_world w, bool real_run, bool skip_validate,
                          tr_config *c, tr_diags *d) {
     tr_resolve_opts o;
@@ -57,6 +81,10 @@ tr_status tr_cli_resolve(const tr_cli *cli, tr_world w, bool real_run, bool skip
     /* A real launch checks what the runtime can run whatever the flag says. */
     o.validate.skip_capability = cli->config_only && !real_run;
     o.skip_validate = skip_validate;
+    if (cli->hf_model) {
+        o.after_recipe = apply_hf_model;
+        o.after_recipe_ctx = (void *)cli->hf_model;
+    }
     memset(c, 0, sizeof *c); /* a resolution that cannot start leaves c as it was */
     tr_status s = tr_resolve(&o, c, d);
     if (cli->strict && d->n_warnings > 0) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "runtime/checkpoint/reader.h"
+#include "runtime/hf/hf.h"
 #include "runtime/device/device.h"
 #include "runtime/peft/lora.h"
 #include "runtime/train/state_dict.h"
@@ -339,7 +340,7 @@ void tr_train_ckpt_free(tr_train_ckpt *k) {
 /* ------------------------------------------------------------------------------------------ */
 /* Loading. */
 
-typedef enum source { SRC_NONE, SRC_RESUME, SRC_WEIGHTS } source;
+typedef enum source { SRC_NONE, SRC_RESUME, SRC_WEIGHTS, SRC_HF } source;
 
 /* The directory to load and how much of it: checkpoint.load (everything, or weights only with
  * finetune), else pretrained_checkpoint (weights only). A checkpoint.load without a checkpoint
@@ -370,11 +371,29 @@ static tr_status find_source(tr_train_ckpt *k, char **dir, int64_t *iteration, s
             fprintf(k->env.log, "checkpoint: no checkpoint in %s%s\n", cc->load,
                     cc->pretrained_checkpoint ? "" : "; starting from scratch");
     }
+    if (cc->pretrained_checkpoint && tr_hf_is_model_dir(cc->pretrained_checkpoint)) {
+        *dir = strdup(cc->pretrained_checkpoint);
+        *src = SRC_HF;
+        return *dir ? TR_OK : TR_ERR_NOMEM;
+    }
     if (cc->pretrained_checkpoint) {
         TR_TRY(tr_ckpt_find(cc->pretrained_checkpoint, -1, dir, iteration, k->d));
         *src = SRC_WEIGHTS;
     }
     return TR_OK;
+}
+
+/* A Hugging Face model directory as the pretrained weights: config.json must describe the
+ * model the config builds, and each rank reads its own slices of the safetensors files. */
+static tr_status load_hf(tr_train_ckpt *k, const char *dir) {
+    TR_TRY(tr_hf_config_check(k->env.c, dir, k->d));
+    tr_hf_weights w;
+    TR_TRY(tr_hf_weights_open(&w, dir, k->d));
+    tr_status st = tr_hf_import(k->env.model, &w, k->d);
+    tr_hf_weights_close(&w);
+    if (st == TR_OK && k->rank == 0 && k->env.log)
+        fprintf(k->env.log, "checkpoint: loaded Hugging Face weights from %s\n", dir);
+    return st;
 }
 
 static bool has_tensor(tr_ckpt_reader *r, const char *name) {
@@ -465,6 +484,7 @@ static tr_status load_lora_base(tr_train_ckpt *k) {
                            "checkpoint.pretrained_checkpoint",
                            "set checkpoint.pretrained_checkpoint to the base model's checkpoint",
                            "a LoRA checkpoint holds only the adapters: resuming needs the base");
+    if (tr_hf_is_model_dir(base)) return load_hf(k, base);
     char *dir = NULL;
     int64_t iteration = 0, scalars[S_COUNT] = {0};
     bool with_opt = false, with_rng = false;
@@ -515,6 +535,11 @@ tr_status tr_train_ckpt_setup(tr_train_ckpt *k, const tr_train_ckpt_env *env, tr
     }
     int64_t scalars[S_COUNT] = {0};
     bool with_opt = false, with_rng = false;
+    if (src == SRC_HF) {
+        st = agree(k, load_hf(k, dir));
+        free(dir);
+        return st;
+    }
     if (src == SRC_RESUME && env->model->spec.lora_rank > 0) st = agree(k, load_lora_base(k));
     if (st == TR_OK) st = agree(k, load_from(k, dir, src, scalars, &with_opt, &with_rng));
     k->trainable_only = env->model->spec.lora_rank > 0;

@@ -130,25 +130,35 @@ def run(model, mapper, cfg, path):
     print(f"{path}: loss {loss.item():.6f}, {len(tensors)} tensors")
 
 
-def main():
-    torch.manual_seed(0)
-    lcfg = transformers.LlamaConfig(
+def tiny_llama_config():
+    """GQA, Llama 3 rotary scaling, an untied head (also make_hf_fixtures.py's model)."""
+    return transformers.LlamaConfig(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
         rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
         rope_theta=10000.0,
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8})
+
+
+def tiny_gpt2_config():
+    """LayerNorm, tanh GeLU, learned positions, biases, a tied head, no dropout."""
+    return transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=4, n_inner=None,
+        activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        layer_norm_epsilon=1e-5, tie_word_embeddings=True, bos_token_id=None,
+        eos_token_id=None)
+
+
+def main():
+    torch.manual_seed(0)
+    lcfg = tiny_llama_config()
     lcfg._attn_implementation = "eager"
     llama = transformers.LlamaForCausalLM(lcfg)
     run(llama, llama_map, lcfg, os.path.join(HERE, "fixtures", "model_llama.bin"))
 
     torch.manual_seed(0)
-    gcfg = transformers.GPT2Config(
-        vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=4, n_inner=None,
-        activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        layer_norm_epsilon=1e-5, tie_word_embeddings=True, bos_token_id=None,
-        eos_token_id=None)
+    gcfg = tiny_gpt2_config()
     gcfg._attn_implementation = "eager"
     gpt2 = transformers.GPT2LMHeadModel(gcfg)
     # The default GPT-2 init is tiny; widen it so every op's gradient is well above fp32 noise.

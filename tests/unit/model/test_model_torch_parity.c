@@ -8,57 +8,9 @@
 #include <string.h>
 
 #include "tests/unit/harness.h"
+#include "tests/unit/model/fixture.h"
 #include "runtime/model/model.h"
 #include "runtime/optimizer/optimizer.h"
-
-typedef struct fix_tensor {
-    char name[128];
-    float *data;
-    uint64_t n;
-} fix_tensor;
-
-typedef struct fixture {
-    fix_tensor *t;
-    uint32_t n;
-} fixture;
-
-static void fixture_free(fixture *f) {
-    for (uint32_t i = 0; i < f->n; i++) free(f->t[i].data);
-    free(f->t);
-    f->t = NULL;
-    f->n = 0;
-}
-
-static int fixture_load(fixture *f, const char *file) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/tests/reference/fixtures/%s", TRESTLE_SOURCE_DIR, file);
-    memset(f, 0, sizeof *f);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return fprintf(stderr, "  cannot open %s\n", path), 0;
-    char magic[8];
-    int ok = fread(magic, 1, 8, fp) == 8 && memcmp(magic, "TRMFIX01", 8) == 0 &&
-             fread(&f->n, 4, 1, fp) == 1 && f->n < 100000;
-    if (ok) f->t = calloc(f->n, sizeof *f->t);
-    for (uint32_t i = 0; ok && i < f->n; i++) {
-        uint32_t len = 0;
-        ok = fread(&len, 4, 1, fp) == 1 && len < sizeof f->t[i].name &&
-             fread(f->t[i].name, 1, len, fp) == len && fread(&f->t[i].n, 8, 1, fp) == 1 &&
-             f->t[i].n < (1u << 26);
-        if (ok) f->t[i].data = malloc(f->t[i].n * sizeof(float) + 1);
-        ok = ok && f->t[i].data && fread(f->t[i].data, 4, f->t[i].n, fp) == f->t[i].n;
-    }
-    fclose(fp);
-    if (!ok) fixture_free(f);
-    return ok;
-}
-
-static const fix_tensor *get(const fixture *f, const char *prefix, const char *name) {
-    char key[160];
-    snprintf(key, sizeof key, "%s%s", prefix, name);
-    for (uint32_t i = 0; i < f->n; i++)
-        if (strcmp(f->t[i].name, key) == 0) return &f->t[i];
-    return NULL;
-}
 
 /* max|a - b| / max|b|: relative to the tensor's scale, so near-zero elements do not dominate. */
 static double rel_err(const float *a, const float *b, int64_t n) {
@@ -87,12 +39,12 @@ static void check_params(const tr_model *m, const fixture *f, const float *buf, 
                          double tol) {
     for (int i = 0; i < m->n_info; i++) {
         const tr_param_info *p = &m->info[i];
-        const fix_tensor *t = get(f, prefix, p->name);
+        const fix_tensor *t = fixture_get(f, prefix, p->name);
         CHECK(t != NULL);
         if (!t) continue;
         CHECK_INT_EQ(t->n, p->numel);
         if ((int64_t)t->n != p->numel) continue;
-        const fix_tensor *g = get(f, "g:", p->name);
+        const fix_tensor *g = fixture_get(f, "g:", p->name);
         double e = strcmp(prefix, "p3:") == 0 && g
                        ? rel_err_masked(buf + p->offset, t->data, g->data, p->numel)
                        : rel_err(buf + p->offset, t->data, p->numel);
@@ -109,13 +61,13 @@ static void run_case(const char *file, tr_model_spec s) {
     const int batch = 2;
     CHECK_INT_EQ(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), batch), TR_OK);
     for (int i = 0; i < m.n_info; i++) {
-        const fix_tensor *t = get(&f, "w:", m.info[i].name);
+        const fix_tensor *t = fixture_get(&f, "w:", m.info[i].name);
         CHECK(t && (int64_t)t->n == m.info[i].numel);
         if (t && (int64_t)t->n == m.info[i].numel)
             memcpy(m.params + m.info[i].offset, t->data, t->n * sizeof(float));
     }
-    const fix_tensor *tok = get(&f, "", "tokens"), *tgt = get(&f, "", "targets");
-    const fix_tensor *logits = get(&f, "", "logits"), *loss = get(&f, "", "loss");
+    const fix_tensor *tok = fixture_get(&f, "", "tokens"), *tgt = fixture_get(&f, "", "targets");
+    const fix_tensor *logits = fixture_get(&f, "", "logits"), *loss = fixture_get(&f, "", "loss");
     int rows = batch * s.seq;
     CHECK(tok && tgt && logits && loss && (int)tok->n == rows);
     if (!tok || !tgt || !logits || !loss || (int)tok->n != rows) goto out;
@@ -218,12 +170,12 @@ static void test_parity_detects_mismatch(void) {
     tr_model m;
     CHECK_INT_EQ(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 2), TR_OK);
     for (int i = 0; i < m.n_info; i++) {
-        const fix_tensor *t = get(&f, "w:", m.info[i].name);
+        const fix_tensor *t = fixture_get(&f, "w:", m.info[i].name);
         if (t && (int64_t)t->n == m.info[i].numel)
             memcpy(m.params + m.info[i].offset, t->data, t->n * sizeof(float));
     }
-    const fix_tensor *tok = get(&f, "", "tokens"), *tgt = get(&f, "", "targets");
-    const fix_tensor *logits = get(&f, "", "logits");
+    const fix_tensor *tok = fixture_get(&f, "", "tokens"), *tgt = fixture_get(&f, "", "targets");
+    const fix_tensor *logits = fixture_get(&f, "", "logits");
     int32_t ids[24], tg[24];
     for (int i = 0; i < 24 && tok && tgt; i++) {
         ids[i] = (int32_t)tok->data[i];

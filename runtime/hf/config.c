@@ -1,0 +1,326 @@
+/* config.json to the model section (runtime/hf/hf.h), for LlamaForCausalLM (the dimensions as
+ * Megatron-Bridge's Llama bridge maps them, the Llama layer settings, rotary scaling, dtype) and
+ * GPT2LMHeadModel.
+ * Both spellings transformers writes are read: rope_theta / rope_scaling / torch_dtype, and the
+ * newer rope_parameters / dtype. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/field.h"
+#include "providers/common.h"
+#include "runtime/hf/hf.h"
+#include "runtime/io/json.h"
+
+typedef struct reader {
+    const tr_json *root;
+    const char *file;
+    tr_diags *d;
+    bool bad;
+} reader;
+
+static void fail(reader *r, const char *key, const char *hint, const char *what) {
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, r->file);
+    tr_diag_add(r->d, TR_SEV_ERROR, "hf.config", &o, NULL, hint, "%s: \"%s\" %s", r->file, key,
+                what);
+    r->bad = true;
+}
+
+/* A whole number in [lo, hi]; `fallback` when absent or null (required when fallback < 0). */
+static int64_t get_int(reader *r, const char *key, int64_t lo, int64_t hi, int64_t fallback) {
+    const tr_json *v = tr_json_get(r->root, key);
+    int64_t x;
+    if ((!v || v->type == TR_JSON_NULL) && fallback >= 0) return fallback;
+    if (!v || !tr_json_int(v, lo, hi, &x)) {
+        fail(r, key, "every Llama config.json gives it as a positive integer",
+             v ? "is not an integer in range" : "is missing");
+        return lo;
+    }
+    return x;
+}
+
+static double get_num(reader *r, const tr_json *obj, const char *key, double fallback) {
+    const tr_json *v = obj ? tr_json_get(obj, key) : NULL;
+    if (!v || v->type == TR_JSON_NULL) return fallback;
+    if (v->type != TR_JSON_NUMBER || !(v->number > 0)) {
+        fail(r, key, NULL, "is not a positive number");
+        return fallback;
+    }
+    return v->number;
+}
+
+static bool get_bool(reader *r, const char *key, bool fallback) {
+    const tr_json *v = tr_json_get(r->root, key);
+    if (!v || v->type == TR_JSON_NULL) return fallback;
+    if (v->type != TR_JSON_TRUE && v->type != TR_JSON_FALSE) fail(r, key, NULL, "is not a boolean");
+    return v->type == TR_JSON_TRUE;
+}
+
+static const char *get_str(const tr_json *obj, const char *key) {
+    const tr_json *v = obj ? tr_json_get(obj, key) : NULL;
+    return v && v->type == TR_JSON_STRING ? v->str : NULL;
+}
+
+/* Settings the Llama layers fix: anything else would be trained as something else. */
+static void check_llama(reader *r) {
+    const char *act = get_str(r->root, "hidden_act");
+    if (act && strcmp(act, "silu") != 0)
+        fail(r, "hidden_act", "Llama's MLP is SwiGLU (hidden_act silu)", "is not silu");
+    if (get_bool(r, "attention_bias", false))
+        fail(r, "attention_bias", "Trestle maps Llama without attention biases", "is true");
+    if (get_bool(r, "mlp_bias", false))
+        fail(r, "mlp_bias", "Trestle maps Llama without MLP biases", "is true");
+}
+
+static void apply_rope(reader *r, tr_model_config *m) {
+    const tr_json *rp = tr_json_get(r->root, "rope_parameters");
+    const tr_json *rs = tr_json_get(r->root, "rope_scaling");
+    const tr_json *scaling = rp && rp->type == TR_JSON_OBJECT ? rp : rs;
+    m->rotary_base = get_num(r, r->root, "rope_theta", get_num(r, rp, "rope_theta", 10000.0));
+    if (!scaling || scaling->type == TR_JSON_NULL) return;
+    const char *type = get_str(scaling, "rope_type");
+    if (!type) type = get_str(scaling, "type");
+    if (!type || strcmp(type, "default") == 0) return;
+    if (strcmp(type, "llama3") != 0) {
+        fail(r, rp == scaling ? "rope_parameters" : "rope_scaling",
+             "Trestle maps the default and llama3 rotary scalings", "has an unsupported rope_type");
+        return;
+    }
+    tr_provider_llama3_rope_scaling(m, get_num(r, scaling, "factor", 8.0));
+    m->rope_scaling_low_freq_factor = get_num(r, scaling, "low_freq_factor", 1.0);
+    m->rope_scaling_high_freq_factor = get_num(r, scaling, "high_freq_factor", 4.0);
+    m->rope_scaling_original_max_position_embeddings =
+        (int64_t)get_num(r, scaling, "original_max_position_embeddings", 8192.0);
+}
+
+static void apply_dtype(reader *r, tr_model_config *m) {
+    const char *dt = get_str(r->root, "dtype");
+    if (!dt) dt = get_str(r->root, "torch_dtype");
+    if (!dt) return; /* the Llama layers' bf16 stays */
+    m->bf16 = strcmp(dt, "bfloat16") == 0;
+    m->fp16 = strcmp(dt, "float16") == 0;
+    m->params_dtype = m->bf16 ? TR_DTYPE_BF16 : m->fp16 ? TR_DTYPE_FP16 : TR_DTYPE_FP32;
+    if (!m->bf16 && !m->fp16 && strcmp(dt, "float32") != 0)
+        fail(r, "dtype", "use float32, bfloat16 or float16", "is not a dtype Trestle trains in");
+}
+
+/* GPT2LMHeadModel's keys (n_embd, n_layer, ...): GPT layers with the tanh GeLU of "gelu_new". */
+static tr_status apply_gpt2(tr_config *c, reader *r) {
+    const int64_t big = (int64_t)1 << 31;
+    tr_model_config *m = &c->model;
+    int64_t hidden = get_int(r, "n_embd", 1, big, -1);
+    int64_t layers = get_int(r, "n_layer", 1, big, -1), heads = get_int(r, "n_head", 1, big, -1);
+    int64_t inner = get_int(r, "n_inner", 1, big, 4 * hidden);
+    int64_t vocab = get_int(r, "vocab_size", 1, big, -1);
+    int64_t positions = get_int(r, "n_positions", 1, big, -1);
+    double eps = get_num(r, r->root, "layer_norm_epsilon", 1e-5);
+    bool tied = get_bool(r, "tie_word_embeddings", true);
+    const char *act = get_str(r->root, "activation_function");
+    bool tanh_gelu = !act || strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0;
+    if (act && !tanh_gelu && strcmp(act, "gelu") != 0)
+        fail(r, "activation_function", "GPT-2's MLP uses gelu_new (tanh GeLU) or gelu",
+             "is not a GeLU Trestle implements");
+    /* Megatron has one hidden dropout for the embedding and the residual branches. */
+    double resid = 0.1, embd = 0.1, attn = 0.1;
+    const tr_json *v;
+    if ((v = tr_json_get(r->root, "resid_pdrop")) && v->type == TR_JSON_NUMBER) resid = v->number;
+    if ((v = tr_json_get(r->root, "embd_pdrop")) && v->type == TR_JSON_NUMBER) embd = v->number;
+    if ((v = tr_json_get(r->root, "attn_pdrop")) && v->type == TR_JSON_NUMBER) attn = v->number;
+    if (embd != resid)
+        fail(r, "embd_pdrop", "Trestle has one hidden dropout: give embd_pdrop = resid_pdrop",
+             "differs from resid_pdrop");
+    if (r->bad) return TR_ERR_CONFIG;
+    tr_provider_gpt_layers(m);
+    m->num_layers = layers;
+    m->hidden_size = hidden;
+    m->ffn_hidden_size = inner;
+    m->num_attention_heads = heads;
+    m->num_query_groups = TR_NULL_INT;
+    m->kv_channels = TR_NULL_INT;
+    m->vocab_size = vocab;
+    m->seq_length = positions;
+    m->layernorm_epsilon = eps;
+    m->share_embeddings_and_output_weights = tied;
+    m->activation_func = tanh_gelu ? TR_ACT_FAST_GELU : TR_ACT_GELU;
+    m->hidden_dropout = resid;
+    m->attention_dropout = attn;
+    apply_dtype(r, m);
+    if (r->bad) return TR_ERR_CONFIG;
+    return tr_config_set_str(c, TR_FID_model_hf_model_id, r->file);
+}
+
+static tr_status apply(tr_config *c, reader *r) {
+    const tr_json *arch = tr_json_get(r->root, "architectures");
+    const char *name =
+        arch && arch->type == TR_JSON_ARRAY && arch->n == 1 && arch->items[0].type == TR_JSON_STRING
+            ? arch->items[0].str
+            : NULL;
+    if (name && strcmp(name, "GPT2LMHeadModel") == 0) return apply_gpt2(c, r);
+    if (!name || strcmp(name, "LlamaForCausalLM") != 0) {
+        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, r->file);
+        return tr_diag_add(r->d, TR_SEV_ERROR, "hf.architecture", &o, NULL,
+                           "Trestle imports LlamaForCausalLM (Llama 2, 3, 3.1, 3.2) and "
+                           "GPT2LMHeadModel so far",
+                           "%s: architecture %s is not one Trestle maps", r->file,
+                           name ? name : "(none given)");
+    }
+    const int64_t big = (int64_t)1 << 31;
+    int64_t heads = get_int(r, "num_attention_heads", 1, big, -1);
+    tr_hf_dims x = {.layers = get_int(r, "num_hidden_layers", 1, big, -1),
+                    .hidden = get_int(r, "hidden_size", 1, big, -1),
+                    .ffn = get_int(r, "intermediate_size", 1, big, -1),
+                    .heads = heads,
+                    .kv_heads = get_int(r, "num_key_value_heads", 1, big, heads),
+                    .head_dim = get_int(r, "head_dim", 1, big, 0),
+                    .vocab = get_int(r, "vocab_size", 1, big, -1),
+                    .max_positions = get_int(r, "max_position_embeddings", 1, big, -1),
+                    .norm_eps = get_num(r, r->root, "rms_norm_eps", 1e-6),
+                    .tied = get_bool(r, "tie_word_embeddings", false),
+                    .hf_id = r->file};
+    check_llama(r);
+    if (r->bad) return TR_ERR_CONFIG;
+    tr_model_config *m = &c->model;
+    tr_provider_llama_layers(m);
+    apply_rope(r, m);
+    x.rope_theta = m->rotary_base;
+    apply_dtype(r, m);
+    if (r->bad) return TR_ERR_CONFIG;
+    return tr_provider_set_hf_dims(c, &x);
+}
+
+tr_status tr_hf_config_apply(tr_config *c, const char *dir, bool keep_schedule, tr_diags *d) {
+    size_t n = strlen(dir) + sizeof "/config.json";
+    char *path = malloc(n);
+    if (!path) return TR_ERR_NOMEM;
+    snprintf(path, n, "%s/config.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    tr_json root = {0};
+    tr_status st = tr_read_file(path, "hf.config", &text, &len, d);
+    if (st == TR_OK) st = tr_json_parse(text, len, path, &root, d);
+    tr_config *before = NULL;
+    if (st == TR_OK && root.type != TR_JSON_OBJECT) {
+        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
+        st = tr_diag_add(d, TR_SEV_ERROR, "hf.config", &o, NULL, NULL,
+                         "%s: the file is not a JSON object", path);
+    }
+    if (st == TR_OK && !(before = malloc(sizeof *before))) st = TR_ERR_NOMEM;
+    if (st == TR_OK && (st = tr_config_copy(before, c)) != TR_OK) {
+        free(before);
+        before = NULL;
+    }
+    /* Origins point at the name, so the config keeps its own copy. */
+    const char *file = st == TR_OK ? tr_config_intern(c, path) : NULL;
+    if (st == TR_OK && !file) st = TR_ERR_NOMEM;
+    if (st == TR_OK) {
+        reader r = {.root = &root, .file = file, .d = d};
+        st = apply(c, &r);
+        if (st == TR_OK && keep_schedule) {
+            c->model.seq_length = before->model.seq_length;
+            c->model.params_dtype = before->model.params_dtype;
+            c->model.bf16 = before->model.bf16;
+            c->model.fp16 = before->model.fp16;
+        }
+        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, file);
+        if (st == TR_OK) st = tr_config_mark_changes(c, before, &o);
+    }
+    if (before) {
+        tr_config_free(before);
+        free(before);
+    }
+    tr_json_free(&root);
+    free(text);
+    free(path);
+    return st;
+}
+
+bool tr_hf_is_model_dir(const char *dir) {
+    char p[4096];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode)) return false;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (stat(p, &sb) == 0) return true;
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    return stat(p, &sb) == 0;
+}
+
+/* The model fields a checkpoint's weights and maths depend on. */
+static const int checked_fields[] = {TR_FID_model_num_layers,
+                                     TR_FID_model_hidden_size,
+                                     TR_FID_model_ffn_hidden_size,
+                                     TR_FID_model_num_attention_heads,
+                                     TR_FID_model_num_query_groups,
+                                     TR_FID_model_kv_channels,
+                                     TR_FID_model_vocab_size,
+                                     TR_FID_model_share_embeddings_and_output_weights,
+                                     TR_FID_model_normalization,
+                                     TR_FID_model_layernorm_epsilon,
+                                     TR_FID_model_gated_linear_unit,
+                                     TR_FID_model_activation_func,
+                                     TR_FID_model_add_bias_linear,
+                                     TR_FID_model_add_qkv_bias,
+                                     TR_FID_model_position_embedding_type,
+                                     TR_FID_model_rotary_base,
+                                     TR_FID_model_rotary_percent,
+                                     TR_FID_model_rope_scaling,
+                                     TR_FID_model_rope_scaling_factor,
+                                     TR_FID_model_rope_scaling_low_freq_factor,
+                                     TR_FID_model_rope_scaling_high_freq_factor,
+                                     TR_FID_model_rope_scaling_original_max_position_embeddings,
+                                     TR_FID_model_layernorm_zero_centered_gamma};
+
+/* The value finalize() gives a field whose null means "compute it": kv_channels (hidden /
+ * heads), num_query_groups (the heads), ffn_hidden_size (4 x hidden). */
+static bool resolved(const tr_model_config *m, int field, int64_t *out) {
+    switch (field) {
+    case TR_FID_model_kv_channels:
+        *out = m->kv_channels != TR_NULL_INT ? m->kv_channels
+                                             : m->hidden_size / m->num_attention_heads;
+        return true;
+    case TR_FID_model_num_query_groups:
+        *out = m->num_query_groups != TR_NULL_INT ? m->num_query_groups : m->num_attention_heads;
+        return true;
+    case TR_FID_model_ffn_hidden_size:
+        *out = m->ffn_hidden_size != TR_NULL_INT ? m->ffn_hidden_size : 4 * m->hidden_size;
+        return true;
+    default:
+        return false;
+    }
+}
+
+tr_status tr_hf_config_check(const tr_config *c, const char *dir, tr_diags *d) {
+    tr_config *hf = malloc(sizeof *hf);
+    if (!hf) return TR_ERR_NOMEM;
+    tr_status st = tr_config_copy(hf, c);
+    if (st != TR_OK) {
+        free(hf);
+        return st;
+    }
+    st = tr_hf_config_apply(hf, dir, true, d);
+    bool bad = false; /* every disagreement is reported, not just the first */
+    for (size_t i = 0; st == TR_OK && i < sizeof checked_fields / sizeof checked_fields[0]; i++) {
+        const tr_field *f = &tr_fields[checked_fields[i]];
+        const tr_model_config *a = &c->model, *b = &hf->model;
+        /* A null that finalize() resolves compares as its resolved value. */
+        int64_t ra, rb;
+        if (resolved(a, checked_fields[i], &ra) && resolved(b, checked_fields[i], &rb)) {
+            if (ra == rb) continue;
+        } else if (tr_config_field_equal(c, hf, f)) {
+            continue;
+        }
+        char va[128], vb[128], where[160];
+        tr_config_field_format(c, f, va, sizeof va);
+        tr_config_field_format(hf, f, vb, sizeof vb);
+        tr_origin_format(&c->origin[f->id], where, sizeof where);
+        bad = true;
+        tr_diag_add(d, TR_SEV_ERROR, "hf.config_mismatch", &c->origin[f->id], f->path,
+                    "remove the override, or use a checkpoint of the model you configure "
+                    "(run_recipe --hf-model DIR takes the dimensions from it)",
+                    "%s is %s (%s) but %s/config.json gives %s", f->path, va, where, dir, vb);
+    }
+    tr_config_free(hf);
+    free(hf);
+    return st == TR_OK && bad ? TR_ERR_CONFIG : st;
+}

@@ -1,0 +1,57 @@
+/* Hugging Face model directories (config.json + *.safetensors) to Trestle, as Megatron-Bridge's
+ * AutoBridge does it: the config's dimensions become the model section (through the same
+ * provider helpers the named Llama providers use), and the weights fill a model built from it,
+ * each rank reading only the elements of its own shard. Architectures: LlamaForCausalLM,
+ * GPT2LMHeadModel. */
+#ifndef TR_HF_HF_H
+#define TR_HF_HF_H
+
+#include "core/config.h"
+#include "core/diag.h"
+#include "runtime/hf/safetensors.h"
+#include "runtime/model/model.h"
+
+/* Reads DIR/config.json and writes the model section from it, every change recorded with the
+ * file as its origin. With keep_schedule the recipe's sequence length and dtypes stay (as
+ * Megatron-Bridge keeps a recipe's layout and schedule and takes the checkpoint's dimensions).
+ * Diagnostics: "hf.config" (unreadable, not an object, a missing or contradictory key),
+ * "hf.architecture" (an architecture Trestle does not map). */
+tr_status tr_hf_config_apply(tr_config *c, const char *dir, bool keep_schedule, tr_diags *d);
+
+/* true when DIR holds config.json and model.safetensors or its index: a Hugging Face model. */
+bool tr_hf_is_model_dir(const char *dir);
+
+/* Every model field that shapes the weights or the maths (dimensions, norms, activation,
+ * rotary settings, tying, biases) must agree between c and DIR/config.json: a disagreement is
+ * one "hf.config_mismatch" per field, naming the key, both values and where c's came from. */
+tr_status tr_hf_config_check(const tr_config *c, const char *dir, tr_diags *d);
+
+/* The checkpoint's weight files: DIR/model.safetensors, or the files DIR/model.safetensors.
+ * index.json names ("hf.index" when it is malformed), and the architecture DIR/config.json
+ * names. Free with tr_hf_weights_close. */
+typedef struct tr_hf_weights {
+    tr_st_file *files;
+    int n;
+    char *architecture; /* "LlamaForCausalLM", ...; NULL when config.json names none */
+} tr_hf_weights;
+tr_status tr_hf_weights_open(tr_hf_weights *w, const char *dir, tr_diags *d);
+void tr_hf_weights_close(tr_hf_weights *w);
+/* The tensor of that name in any of the files, or NULL. */
+const tr_st_tensor *tr_hf_weights_find(const tr_hf_weights *w, const char *name);
+
+/* Fills every parameter of m (its TP shard and pipeline stages; adapters excepted) from the
+ * checkpoint, mapped as its architecture lays the tensors out: LlamaForCausalLM (q/k/v into
+ * Megatron's grouped QKV rows, gate and up into fc1) and GPT2LMHeadModel (Conv1D weights
+ * transposed, c_attn split into the grouped rows, learned positions); the vocabulary padding is
+ * zero. F32, BF16 and F16 files. A missing tensor, a wrong shape or a tensor the model has no
+ * place for is "hf.tensor", naming it; another architecture "hf.architecture". */
+tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d);
+/* Whether Trestle maps an architecture name. */
+bool tr_hf_architecture_known(const char *name);
+
+/* Writes a whole model (one rank, every layer) as DIR/config.json and DIR/model.safetensors of a
+ * LlamaForCausalLM, tensors in dtype (F32, BF16 or F16: rounded to nearest even); DIR is made
+ * when missing. "hf.export" when the model is not a whole Llama-style model. */
+tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
+
+#endif

@@ -1,0 +1,119 @@
+/* LlamaForCausalLM's tensors as the sources of Trestle's logical tensors (runtime/hf/internal.h):
+ * Megatron's grouped QKV rows from q/k/v, fc1 = [gate; up], the vocabulary padding zero. */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/hf/internal.h"
+
+/* The logical Trestle tensors of a Llama layer, and where each row comes from. */
+typedef enum piece { EMBED, OUTPUT, FINAL_NORM, LN1, QKV, PROJ, LN2, FC1, FC2, NONE } piece;
+
+static tr_status llama_source(const char *name, const tr_hf_shape *k, const tr_hf_weights *w,
+                              tr_hf_source *s, tr_diags *d) {
+    memset(s, 0, sizeof *s);
+    s->kind = NONE;
+    int layer, used = 0;
+    char rest[96], hf[160];
+    if (strcmp(name, "embedding.word_embeddings.weight") == 0) {
+        s->kind = EMBED;
+        return tr_hf_need(w, "model.embed_tokens.weight", k->hf_vocab, k->hidden, &s->t[0], d);
+    }
+    if (strcmp(name, "output_layer.weight") == 0) {
+        s->kind = OUTPUT;
+        return tr_hf_need(w, "lm_head.weight", k->hf_vocab, k->hidden, &s->t[0], d);
+    }
+    if (strcmp(name, "decoder.final_layernorm.weight") == 0) {
+        s->kind = FINAL_NORM;
+        return tr_hf_need(w, "model.norm.weight", k->hidden, 0, &s->t[0], d);
+    }
+    if (sscanf(name, "decoder.layers.%d.%95s%n", &layer, rest, &used) != 2 || layer < 0)
+        return tr_hf_tensor_error(d, name, "Trestle has no Hugging Face name for this tensor");
+    char pre[48];
+    snprintf(pre, sizeof pre, "model.layers.%d.", layer);
+    int64_t C = k->hidden, q = k->heads * k->head_dim, kv = k->groups * k->head_dim, F = k->ffn;
+#define NEED(i, suffix, rows, cols)                                                                \
+    (snprintf(hf, sizeof hf, "%s%s", pre, suffix), tr_hf_need(w, hf, rows, cols, &s->t[i], d))
+    if (strcmp(rest, "input_layernorm.weight") == 0) {
+        s->kind = LN1;
+        return NEED(0, "input_layernorm.weight", C, 0);
+    }
+    if (strcmp(rest, "pre_mlp_layernorm.weight") == 0) {
+        s->kind = LN2;
+        return NEED(0, "post_attention_layernorm.weight", C, 0);
+    }
+    if (strcmp(rest, "self_attention.linear_qkv.weight") == 0) {
+        s->kind = QKV;
+        TR_TRY(NEED(0, "self_attn.q_proj.weight", q, C));
+        TR_TRY(NEED(1, "self_attn.k_proj.weight", kv, C));
+        return NEED(2, "self_attn.v_proj.weight", kv, C);
+    }
+    if (strcmp(rest, "self_attention.linear_proj.weight") == 0) {
+        s->kind = PROJ;
+        return NEED(0, "self_attn.o_proj.weight", C, q);
+    }
+    if (strcmp(rest, "mlp.linear_fc1.weight") == 0) {
+        s->kind = FC1;
+        TR_TRY(NEED(0, "mlp.gate_proj.weight", F, C));
+        return NEED(1, "mlp.up_proj.weight", F, C);
+    }
+    if (strcmp(rest, "mlp.linear_fc2.weight") == 0) {
+        s->kind = FC2;
+        return NEED(0, "mlp.down_proj.weight", C, F);
+    }
+#undef NEED
+    return tr_hf_tensor_error(d, name, "Trestle has no Hugging Face name for this tensor");
+}
+
+/* Element (r, c) of the logical Trestle tensor. */
+static float llama_element(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c) {
+    switch (s->kind) {
+    case EMBED:
+    case OUTPUT: /* rows past the checkpoint's vocabulary are Trestle's padding */
+        return r < s->t[0]->shape[0] ? tr_hf_value(s->t[0], r * k->hidden + c) : 0.0f;
+    case FINAL_NORM:
+    case LN1:
+    case LN2:
+        return tr_hf_value(s->t[0], c);
+    case QKV: {
+        /* Megatron's grouped rows: per KV group its query heads, then its key, then its value. */
+        int64_t hpg = k->heads / k->groups, per = (hpg + 2) * k->head_dim;
+        int64_t g = r / per, j = r % per, D = k->head_dim;
+        if (j < hpg * D) return tr_hf_value(s->t[0], (g * hpg * D + j) * k->hidden + c);
+        if (j < (hpg + 1) * D) return tr_hf_value(s->t[1], (g * D + j - hpg * D) * k->hidden + c);
+        return tr_hf_value(s->t[2], (g * D + j - (hpg + 1) * D) * k->hidden + c);
+    }
+    case FC1: /* [gate; up] */
+        return r < k->ffn ? tr_hf_value(s->t[0], r * k->hidden + c)
+                          : tr_hf_value(s->t[1], (r - k->ffn) * k->hidden + c);
+    case PROJ:
+        return tr_hf_value(s->t[0], r * k->heads * k->head_dim + c);
+    case FC2:
+        return tr_hf_value(s->t[0], r * k->ffn + c);
+    default:
+        return 0.0f;
+    }
+}
+
+/* The tensors a LlamaForCausalLM checkpoint of this shape holds. */
+static bool llama_known(const char *n, const tr_hf_shape *k) {
+    static const char *const per_layer[] = {
+        "input_layernorm.weight",  "post_attention_layernorm.weight",
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+        "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+        "mlp.down_proj.weight"};
+    int layer, used = 0;
+    if (strcmp(n, "model.embed_tokens.weight") == 0 || strcmp(n, "model.norm.weight") == 0 ||
+        (!k->tied && strcmp(n, "lm_head.weight") == 0))
+        return true;
+    /* Older exports carry the rotary frequencies, which Trestle recomputes. */
+    if (strstr(n, ".rotary_emb.inv_freq")) return true;
+    if (sscanf(n, "model.layers.%d.%n", &layer, &used) != 1 || used == 0 || layer < 0 ||
+        layer >= k->layers)
+        return false;
+    for (size_t j = 0; j < sizeof per_layer / sizeof per_layer[0]; j++)
+        if (strcmp(n + used, per_layer[j]) == 0) return true;
+    return false;
+}
+
+const tr_hf_arch tr_hf_arch_llama = {"LlamaForCausalLM", llama_known, llama_source, llama_element};

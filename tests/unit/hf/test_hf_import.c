@@ -1,0 +1,379 @@
+/* Tiny random LlamaForCausalLM and GPT2LMHeadModel saved by transformers
+ * (tests/reference/make_hf_fixtures.py):
+ * config.json becomes the model section, the safetensors weights fill a Trestle model, and that
+ * model's logits and loss match what transformers computed (fp32, relative 1e-4). TP shards
+ * read exactly their slices of the same weights; a config.json that disagrees with the tensors,
+ * or another architecture, is refused naming the key or the tensor. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/validate.h"
+#include "runtime/hf/hf.h"
+#include "tests/unit/harness.h"
+#include "tests/unit/model/fixture.h"
+
+#define DIR TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_llama"
+
+static bool spec_from_dir(const char *dir, tr_model_spec *s, tr_diags *d) {
+    tr_config c;
+    if (tr_config_init(&c, d) != TR_OK) return false;
+    bool ok = tr_hf_config_apply(&c, dir, false, d) == TR_OK;
+    tr_world w = {1, 1};
+    ok = ok && tr_config_finalize(&c, &w, d) == TR_OK;
+    ok = ok && tr_model_spec_from_config(&c, s, d) == TR_OK;
+    tr_config_free(&c);
+    return ok;
+}
+
+static void test_config_json_to_model_section(void) {
+    tr_diags d = {0};
+    tr_config c;
+    CHECK(tr_config_init(&c, &d) == TR_OK);
+    CHECK(tr_hf_config_apply(&c, DIR, false, &d) == TR_OK);
+    const tr_model_config *m = &c.model;
+    CHECK_INT_EQ(m->num_layers, 2);
+    CHECK_INT_EQ(m->hidden_size, 32);
+    CHECK_INT_EQ(m->ffn_hidden_size, 48);
+    CHECK_INT_EQ(m->num_attention_heads, 4);
+    CHECK_INT_EQ(m->num_query_groups, 2);
+    CHECK_INT_EQ(m->kv_channels, 8);
+    CHECK_INT_EQ(m->vocab_size, 64);
+    CHECK_INT_EQ(m->seq_length, 12);
+    CHECK(m->rope_scaling && m->rope_scaling_factor == 8.0);
+    CHECK_INT_EQ(m->rope_scaling_original_max_position_embeddings, 8);
+    CHECK(m->rotary_base == 10000.0 && m->layernorm_epsilon == 1e-5);
+    CHECK(m->gated_linear_unit && m->normalization == TR_NORM_RMSNORM);
+    CHECK(!m->share_embeddings_and_output_weights);
+    CHECK(m->params_dtype == TR_DTYPE_FP32 && !m->bf16 && !m->fp16);
+    /* --explain names the file a value came from. */
+    const tr_origin *o = &c.origin[TR_FID_model_hidden_size];
+    CHECK(o->kind == TR_ORIGIN_FILE && o->name && strstr(o->name, "config.json"));
+    CHECK_INT_EQ(d.n_errors, 0);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+}
+
+/* dir's model imported into Trestle gives transformers' logits and loss; each TP 2 shard holds
+ * exactly its slice of the whole model's parameters. */
+static void check_parity(const char *dir, const char *expected) {
+    tr_diags d = {0};
+    tr_model_spec s;
+    CHECK(spec_from_dir(dir, &s, &d));
+    fixture f;
+    CHECK(fixture_load(&f, expected));
+    tr_hf_weights w;
+    CHECK(tr_hf_weights_open(&w, dir, &d) == TR_OK);
+    tr_model m;
+    const int batch = 2;
+    CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), batch) == TR_OK);
+    CHECK(tr_hf_import(&m, &w, &d) == TR_OK);
+    const fix_tensor *tok = fixture_get(&f, "", "tokens"), *tgt = fixture_get(&f, "", "targets");
+    const fix_tensor *logits = fixture_get(&f, "", "logits"), *loss = fixture_get(&f, "", "loss");
+    int rows = batch * s.seq;
+    CHECK(tok && tgt && logits && loss && (int)tok->n == rows && rows <= 64);
+    if (tok && tgt && logits && loss && (int)tok->n == rows && rows <= 64) {
+        int32_t ids[64], tg[64];
+        for (int i = 0; i < rows; i++)
+            ids[i] = (int32_t)tok->data[i], tg[i] = (int32_t)tgt->data[i];
+        float l = 0;
+        CHECK(tr_model_forward(&m, ids, tg, &l) == TR_OK);
+        double diff = 0, ref = 0;
+        for (int64_t i = 0; i < (int64_t)rows * s.vocab; i++) {
+            diff = fmax(diff, fabs((double)m.logits[i] - logits->data[i]));
+            ref = fmax(ref, fabs((double)logits->data[i]));
+        }
+        printf("  %s: logits relative error %.3g, loss %.7f vs transformers %.7f\n", expected,
+               diff / ref, (double)l, (double)loss->data[0]);
+        CHECK(diff / ref <= 1e-4);
+        CHECK_CLOSE(l, loss->data[0], 1e-4, 0);
+    }
+    /* Each TP shard holds exactly its slice of the whole model's parameters. */
+    for (int r = 0; r < 2; r++) {
+        tr_model part;
+        CHECK(tr_model_create(&part, &s, (tr_tp_shard){r, 2}, tr_ops_cpu(), batch) == TR_OK);
+        CHECK(tr_hf_import(&part, &w, &d) == TR_OK);
+        int64_t wrong = 0;
+        for (int i = 0; i < part.n_info; i++) {
+            const tr_param_info *p = &part.info[i];
+            const tr_param_info *q = tr_model_find_param(&m, p->name);
+            CHECK(q != NULL);
+            for (int64_t e = 0; q && e < p->numel; e++)
+                wrong += part.params[p->offset + e] !=
+                         m.params[q->offset + tr_model_logical_index(&part, p, e)];
+        }
+        CHECK_INT_EQ(wrong, 0);
+        tr_model_free(&part);
+    }
+    tr_model_free(&m);
+    tr_hf_weights_close(&w);
+    fixture_free(&f);
+    CHECK_INT_EQ(d.n_errors, 0);
+    tr_diags_free(&d);
+}
+
+static void test_logits_match_transformers(void) {
+    check_parity(DIR, "hf_llama/expected.bin");
+    check_parity(TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_gpt2", "hf_gpt2/expected.bin");
+}
+
+/* A copy of the fixture directory whose config.json has `from` replaced by `to`. */
+static const char *variant(const char *from, const char *to) {
+    static char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/trestle_hf_%ld", (long)getpid());
+    mkdir(dir, 0700);
+    char src[512], dst[512], *text = NULL;
+    snprintf(src, sizeof src, "%s/config.json", DIR);
+    FILE *in = fopen(src, "rb");
+    size_t n = 0;
+    if (in) {
+        text = calloc(1 << 16, 1);
+        n = text ? fread(text, 1, (1 << 16) - 1, in) : 0;
+        fclose(in);
+    }
+    char *at = text ? strstr(text, from) : NULL;
+    CHECK(at != NULL);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    FILE *out = fopen(dst, "wb");
+    if (out && at) {
+        fwrite(text, 1, (size_t)(at - text), out);
+        fputs(to, out);
+        fputs(at + strlen(from), out);
+    }
+    if (out) fclose(out);
+    free(text);
+    (void)n;
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    snprintf(src, sizeof src, "%s/model.safetensors", DIR);
+    unlink(dst);
+    CHECK(symlink(src, dst) == 0);
+    return dir;
+}
+
+static void cleanup(const char *dir) {
+    char p[256];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
+static void expect_import_refused(const char *from, const char *to, const char *word) {
+    tr_diags d = {0};
+    const char *dir = variant(from, to);
+    tr_model_spec s;
+    CHECK(spec_from_dir(dir, &s, &d));
+    tr_hf_weights w;
+    CHECK(tr_hf_weights_open(&w, dir, &d) == TR_OK);
+    tr_model m;
+    CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
+    CHECK(tr_hf_import(&m, &w, &d) != TR_OK);
+    CHECK(d.n > 0 && strcmp(d.items[d.n - 1].id, "hf.tensor") == 0 &&
+          strstr(d.items[d.n - 1].message, word));
+    if (d.n) fprintf(stderr, "  (expected) %s\n", d.items[d.n - 1].message);
+    tr_model_free(&m);
+    tr_hf_weights_close(&w);
+    cleanup(dir);
+    tr_diags_free(&d);
+}
+
+static void test_refuses_disagreements(void) {
+    /* config.json says 64 MLP channels, the tensors hold 48. */
+    expect_import_refused("\"intermediate_size\": 48", "\"intermediate_size\": 64",
+                          "model.layers.0.mlp.gate_proj.weight");
+    /* one layer fewer: layer 1's tensors have no place */
+    expect_import_refused("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1",
+                          "model.layers.1.");
+    /* tied: lm_head has no place */
+    expect_import_refused("\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true",
+                          "lm_head.weight");
+    tr_diags d = {0};
+    tr_config c;
+    CHECK(tr_config_init(&c, &d) == TR_OK);
+    const char *dir = variant("LlamaForCausalLM", "GPTNeoXForCausalLM");
+    CHECK(tr_hf_config_apply(&c, dir, false, &d) != TR_OK);
+    CHECK(d.n > 0 && strcmp(d.items[d.n - 1].id, "hf.architecture") == 0);
+    cleanup(dir);
+    dir = variant("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"");
+    CHECK(tr_hf_config_apply(&c, dir, false, &d) != TR_OK);
+    CHECK(d.n > 0 && strcmp(d.items[d.n - 1].id, "hf.config") == 0 &&
+          strstr(d.items[d.n - 1].message, "hidden_act"));
+    cleanup(dir);
+    CHECK(tr_hf_config_apply(&c, "/nonexistent", false, &d) != TR_OK);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+}
+
+/* The same weights split over two shards and an index: the same parameters. An index entry that
+ * leaves the directory is refused. */
+static void test_sharded_index(void) {
+    tr_diags d = {0};
+    tr_hf_weights one;
+    CHECK(tr_hf_weights_open(&one, DIR, &d) == TR_OK);
+    CHECK_INT_EQ(one.n, 1);
+    if (one.n != 1) return;
+    const tr_st_file *f = &one.files[0];
+    char dir[128], path[256];
+    snprintf(dir, sizeof dir, "/tmp/trestle_hf_shards_%ld", (long)getpid());
+    mkdir(dir, 0700);
+    tr_st_entry *e = calloc((size_t)f->n, sizeof *e);
+    for (int i = 0; i < f->n; i++)
+        e[i] =
+            (tr_st_entry){f->t[i].name, f->t[i].dtype, f->t[i].ndim, f->t[i].shape, f->t[i].data};
+    int half = f->n / 2;
+    snprintf(path, sizeof path, "%s/a.safetensors", dir);
+    CHECK(tr_st_write(path, e, half, NULL, NULL, 0, &d) == TR_OK);
+    snprintf(path, sizeof path, "%s/b.safetensors", dir);
+    CHECK(tr_st_write(path, e + half, f->n - half, NULL, NULL, 0, &d) == TR_OK);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *out = fopen(path, "w");
+    if (out) {
+        fputs("{\"metadata\": {}, \"weight_map\": {", out);
+        for (int i = 0; i < f->n; i++)
+            fprintf(out, "%s\"%s\": \"%s\"", i ? ", " : "", f->t[i].name,
+                    i < half ? "a.safetensors" : "b.safetensors");
+        fputs("}}", out);
+        fclose(out);
+    }
+    char src[512];
+    snprintf(src, sizeof src, "%s/config.json", DIR);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(symlink(src, path) == 0);
+    tr_model_spec s;
+    CHECK(spec_from_dir(dir, &s, &d));
+    tr_hf_weights two;
+    CHECK(tr_hf_weights_open(&two, dir, &d) == TR_OK);
+    CHECK_INT_EQ(two.n, 2);
+    tr_model a, b;
+    CHECK(tr_model_create(&a, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
+    CHECK(tr_model_create(&b, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
+    CHECK(tr_hf_import(&a, &one, &d) == TR_OK && tr_hf_import(&b, &two, &d) == TR_OK);
+    CHECK(a.n_params == b.n_params &&
+          memcmp(a.params, b.params, (size_t)a.n_params * sizeof(float)) == 0);
+    tr_model_free(&a);
+    tr_model_free(&b);
+    tr_hf_weights_close(&two);
+    CHECK_INT_EQ(d.n_errors, 0);
+    /* An index naming a file outside the directory. */
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    out = fopen(path, "w");
+    if (out) {
+        fprintf(out, "{\"weight_map\": {\"%s\": \"../a.safetensors\"}}", f->t[0].name);
+        fclose(out);
+    }
+    CHECK(tr_hf_weights_open(&two, dir, &d) != TR_OK);
+    CHECK(d.n > 0 && strcmp(d.items[d.n - 1].id, "hf.index") == 0);
+    const char *names[] = {"a.safetensors", "b.safetensors", "model.safetensors.index.json",
+                           "config.json"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+    free(e);
+    tr_hf_weights_close(&one);
+    tr_diags_free(&d);
+}
+
+/* Every tensor of `a` is in `b` with the same dtype, shape and bytes, and b has no other. */
+static int64_t differing_tensors(const tr_st_file *a, const tr_st_file *b) {
+    int64_t bad = a->n != b->n;
+    for (int i = 0; i < a->n; i++) {
+        const tr_st_tensor *x = &a->t[i], *y = tr_st_find(b, x->name);
+        bool same = y && y->dtype == x->dtype && y->ndim == x->ndim &&
+                    memcmp(y->shape, x->shape, sizeof x->shape) == 0 &&
+                    y->end - y->begin == x->end - x->begin &&
+                    memcmp(y->data, x->data, (size_t)(x->end - x->begin)) == 0;
+        if (!same) fprintf(stderr, "  tensor %s differs after the round trip\n", x->name);
+        bad += !same;
+    }
+    return bad;
+}
+
+/* Import then export gives the same file back, tensor for tensor, and a config.json that
+ * describes the same model; in fp32 and in bf16. */
+static void round_trip(const char *src, tr_st_dtype dtype, const char *out) {
+    tr_diags d = {0};
+    tr_model_spec s;
+    CHECK(spec_from_dir(src, &s, &d));
+    tr_hf_weights w;
+    CHECK(tr_hf_weights_open(&w, src, &d) == TR_OK);
+    tr_model m;
+    CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
+    CHECK(tr_hf_import(&m, &w, &d) == TR_OK);
+    CHECK(tr_hf_llama_export(&m, out, dtype, &d) == TR_OK);
+    tr_hf_weights back;
+    CHECK(tr_hf_weights_open(&back, out, &d) == TR_OK);
+    if (w.n == 1 && back.n == 1) {
+        CHECK_INT_EQ(differing_tensors(&w.files[0], &back.files[0]), 0);
+        CHECK_STR_EQ(tr_st_meta(&back.files[0], "format"), "pt");
+    }
+    tr_config c;
+    CHECK(tr_config_init(&c, &d) == TR_OK);
+    CHECK(tr_hf_config_apply(&c, src, false, &d) == TR_OK);
+    CHECK(tr_hf_config_check(&c, out, &d) == TR_OK);
+    tr_config_free(&c);
+    tr_hf_weights_close(&back);
+    tr_hf_weights_close(&w);
+    tr_model_free(&m);
+    CHECK_INT_EQ(d.n_errors, 0);
+    tr_diags_free(&d);
+    char p[256];
+    snprintf(p, sizeof p, "%s/config.json", out);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", out);
+    unlink(p);
+    rmdir(out);
+}
+
+static void test_round_trip(void) {
+    char out[128];
+    snprintf(out, sizeof out, "/tmp/trestle_hf_out_%ld", (long)getpid());
+    round_trip(DIR, TR_ST_F32, out);
+    /* A bf16 copy of the fixture (each weight rounded once), through Trestle and back. */
+    tr_diags d = {0};
+    tr_hf_weights w;
+    CHECK(tr_hf_weights_open(&w, DIR, &d) == TR_OK);
+    if (w.n != 1) return;
+    const tr_st_file *f = &w.files[0];
+    char bf[128], path[256], src[512];
+    snprintf(bf, sizeof bf, "/tmp/trestle_hf_bf16_%ld", (long)getpid());
+    mkdir(bf, 0700);
+    tr_st_entry *e = calloc((size_t)f->n, sizeof *e);
+    uint16_t **h = calloc((size_t)f->n, sizeof *h);
+    for (int i = 0; i < f->n; i++) {
+        int64_t n = tr_st_numel(&f->t[i]);
+        h[i] = malloc((size_t)(n ? n : 1) * 2);
+        for (int64_t k = 0; k < n; k++) {
+            float v;
+            memcpy(&v, (const char *)f->t[i].data + 4 * k, 4);
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even; the weights are finite */
+            h[i][k] = (uint16_t)(u >> 16);
+        }
+        e[i] = (tr_st_entry){f->t[i].name, TR_ST_BF16, f->t[i].ndim, f->t[i].shape, h[i]};
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", bf);
+    CHECK(tr_st_write(path, e, f->n, NULL, NULL, 0, &d) == TR_OK);
+    snprintf(src, sizeof src, "%s/config.json", DIR);
+    snprintf(path, sizeof path, "%s/config.json", bf);
+    CHECK(symlink(src, path) == 0);
+    round_trip(bf, TR_ST_BF16, out);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/model.safetensors", bf);
+    unlink(path);
+    rmdir(bf);
+    for (int i = 0; i < f->n; i++) free(h[i]);
+    free(h);
+    free(e);
+    tr_hf_weights_close(&w);
+    tr_diags_free(&d);
+}
+
+TR_TEST_MAIN(TR_TEST(test_config_json_to_model_section), TR_TEST(test_logits_match_transformers),
+             TR_TEST(test_sharded_index), TR_TEST(test_round_trip),
+             TR_TEST(test_refuses_disagreements))

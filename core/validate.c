@@ -290,35 +290,33 @@
       "exclude_modules is used with an empty target_modules.")                                     \
     X(tr_check_launch_files_exist, "files.launch_inputs_exist", E, true,                           \
       "Files and directories a launch reads exist (when files are checked).")                      \
-    /* keys without their effect in this runtime (core/rules/effects.c) */                         \
-    X(tr_check_effect_mla, "effects.multi_latent_attention", E, true,                              \
-      "model.multi_latent_attention is false (MLA is not built).")                                 \
-    X(tr_check_effect_p2p_warmup_flush, "effects.p2p_warmup_flush", E, true,                       \
+    /* keys whose effect this runtime lacks: capability rules too (core/rules/effects.c) */        \
+    X(tr_check_effect_p2p_warmup_flush, "runtime.p2p_warmup_flush", E, false,                      \
       "model.overlap_p2p_comm_warmup_flush is false (the executor has no such schedule).")         \
-    X(tr_check_effect_dataloader, "effects.dataloader_type", E, true,                              \
+    X(tr_check_effect_dataloader, "runtime.dataloader_type", E, false,                             \
       "dataset.dataloader_type is single or batch (cyclic and external are not built).")           \
-    X(tr_check_effect_drop_last, "effects.drop_last", E, true,                                     \
+    X(tr_check_effect_drop_last, "runtime.drop_last", E, false,                                    \
       "dataset.drop_last is true (a short final batch is never trained).")                         \
-    X(tr_check_effect_num_epochs, "effects.num_epochs", E, true,                                   \
+    X(tr_check_effect_num_epochs, "runtime.num_epochs", E, false,                                  \
       "train.num_epochs is null (the loop counts iterations).")                                    \
-    X(tr_check_effect_grad_norm_mp, "effects.grad_norm_across_mp", E, true,                        \
+    X(tr_check_effect_grad_norm_mp, "runtime.grad_norm_across_mp", E, false,                       \
       "train.skip_sync_grad_norm_across_mp is false (the norm is always global).")                 \
-    X(tr_check_effect_grad_checks, "effects.gradient_checks", E, true,                             \
+    X(tr_check_effect_grad_checks, "runtime.gradient_checks", E, false,                            \
       "ddp.check_for_large_grads and train.check_weight_hash_across_dp_replicas_interval are "     \
       "off.")                                                                                      \
-    X(tr_check_effect_rerun, "effects.rerun_state_machine", E, true,                               \
+    X(tr_check_effect_rerun, "runtime.rerun_state_machine", E, false,                              \
       "rerun_state_machine.rerun_mode is disabled and check_for_spiky_loss is false.")             \
-    X(tr_check_effect_validation_sets, "effects.validation_sets", E, true,                         \
+    X(tr_check_effect_validation_sets, "runtime.validation_sets", E, false,                        \
       "validation.multiple_validation_sets is false and validation_set_names is null.")            \
-    X(tr_check_effect_ckpt_scheduler, "effects.checkpoint_scheduler", E, true,                     \
+    X(tr_check_effect_ckpt_scheduler, "runtime.checkpoint_scheduler", E, false,                    \
       "scheduler.use_checkpoint_opt_param_scheduler is false (the schedule comes from the "        \
       "config).")                                                                                  \
-    X(tr_check_effect_non_persistent, "effects.non_persistent_checkpoints", E, true,               \
+    X(tr_check_effect_non_persistent, "runtime.non_persistent_checkpoints", E, false,              \
       "checkpoint.non_persistent_save_interval and non_persistent_ckpt_type are null.")            \
-    X(tr_check_effect_tokenizer, "effects.tokenizer_options", E, true,                             \
+    X(tr_check_effect_tokenizer, "runtime.tokenizer_options", E, false,                            \
       "tokenizer vocab_extra_ids, special_tokens, metadata_path, "                                 \
       "tokenizer_hf_no_include_special_tokens, chat_template(_path) keep their defaults.")         \
-    X(tr_check_effect_init_and_dtype, "effects.init_and_adapter_dtype", E, true,                   \
+    X(tr_check_effect_init_and_dtype, "runtime.init_and_adapter_dtype", E, false,                  \
       "rng.data_parallel_random_init is false; peft.lora_dtype is null or fp32.")                  \
     X(tr_note_no_effect, "config.no_effect", N, false,                                             \
       "Keys marked no-effect or unbuilt in the field table keep their defaults (a note).")

@@ -11,13 +11,6 @@
 
 #include "core/rules/rule.h"
 
-TR_RULE_FN(tr_check_effect_mla) {
-    if (!c->model.multi_latent_attention) return;
-    TR_FAIL("model.multi_latent_attention", "set model.multi_latent_attention=false",
-            "multi-latent attention is not implemented: the model would train standard "
-            "attention");
-}
-
 TR_RULE_FN(tr_check_effect_p2p_warmup_flush) {
     if (!c->model.overlap_p2p_comm_warmup_flush) return;
     TR_FAIL("model.overlap_p2p_comm_warmup_flush", "set model.overlap_p2p_comm_warmup_flush=false",

@@ -1,7 +1,7 @@
 # Keys without their effect: a marked key set on the command line is named by the note
 # config.no_effect (a note: exit 0, also under --strict, and in JSON); a key the runtime cannot
-# honour fails the dry run under its effects.* rule; a real launch on two ranks prints the note
-# once.
+# honour fails the dry run under its capability rule (runtime.*); a real launch on two ranks
+# prints the note once.
 . "$(dirname "$0")/lib.sh"
 base=(--recipe llama32_1b_pretrain --dry-run --world-size 2 -tp 2 model.sequence_parallel=true)
 
@@ -37,10 +37,10 @@ grep -q "comm_overlap.tp_comm_overlap" "$TMP/err" && { show; fail "named althoug
 
 rr --recipe llama_tiny_pretrain --dry-run model.multi_latent_attention=true
 expect_rc 2 "multi-latent attention is refused"
-expect_in "$TMP/err" "error [effects.multi_latent_attention]" "its rule id"
+expect_in "$TMP/err" "error [runtime.mla]" "its rule id"
 rr --recipe llama_tiny_pretrain --dry-run ddp.check_for_large_grads=true
 expect_rc 2 "check_for_large_grads is refused"
-expect_in "$TMP/err" "error [effects.gradient_checks]" "its rule id"
+expect_in "$TMP/err" "error [runtime.gradient_checks]" "its rule id"
 
 # --explain says it too, for the key and for an unbuilt parameter, and not for a key with effect.
 rr --recipe llama_tiny_pretrain --explain comm_overlap.tp_comm_overlap --explain model.moe_router_topk \

@@ -263,32 +263,32 @@ static void expect_refused(const char *overrides, const char *id, const char *ke
 }
 
 static void test_refusals(void) {
-    expect_refused("model.multi_latent_attention=true", "effects.multi_latent_attention",
+    expect_refused("model.multi_latent_attention=true", "runtime.mla",
                    "model.multi_latent_attention");
     expect_refused("model.pipeline_model_parallel_size=2;model.virtual_pipeline_model_parallel_"
                    "size=1;model.overlap_p2p_comm=true;model.batch_p2p_comm=false;"
                    "model.overlap_p2p_comm_warmup_flush=true",
-                   "effects.p2p_warmup_flush", "model.overlap_p2p_comm_warmup_flush");
-    expect_refused("dataset.dataloader_type=cyclic", "effects.dataloader_type",
+                   "runtime.p2p_warmup_flush", "model.overlap_p2p_comm_warmup_flush");
+    expect_refused("dataset.dataloader_type=cyclic", "runtime.dataloader_type",
                    "dataset.dataloader_type");
     expect_refused("train.train_iters=null;train.num_epochs=1;dataset.dataloader_type=batch",
-                   "effects.num_epochs", "train.num_epochs");
-    expect_refused("dataset.drop_last=false", "effects.drop_last", "dataset.drop_last");
-    expect_refused("ddp.check_for_large_grads=true", "effects.gradient_checks",
+                   "runtime.num_epochs", "train.num_epochs");
+    expect_refused("dataset.drop_last=false", "runtime.drop_last", "dataset.drop_last");
+    expect_refused("ddp.check_for_large_grads=true", "runtime.gradient_checks",
                    "ddp.check_for_large_grads");
-    expect_refused("train.skip_sync_grad_norm_across_mp=true", "effects.grad_norm_across_mp",
+    expect_refused("train.skip_sync_grad_norm_across_mp=true", "runtime.grad_norm_across_mp",
                    "train.skip_sync_grad_norm_across_mp");
-    expect_refused("rerun_state_machine.rerun_mode=validate_results", "effects.rerun_state_machine",
+    expect_refused("rerun_state_machine.rerun_mode=validate_results", "runtime.rerun_state_machine",
                    "rerun_state_machine.rerun_mode");
-    expect_refused("validation.multiple_validation_sets=true", "effects.validation_sets",
+    expect_refused("validation.multiple_validation_sets=true", "runtime.validation_sets",
                    "validation.multiple_validation_sets");
     expect_refused("scheduler.use_checkpoint_opt_param_scheduler=true",
-                   "effects.checkpoint_scheduler", "scheduler.use_checkpoint_opt_param_scheduler");
+                   "runtime.checkpoint_scheduler", "scheduler.use_checkpoint_opt_param_scheduler");
     expect_refused("checkpoint.non_persistent_save_interval=10",
-                   "effects.non_persistent_checkpoints", "checkpoint.non_persistent_save_interval");
-    expect_refused("tokenizer.vocab_extra_ids=4", "effects.tokenizer_options",
+                   "runtime.non_persistent_checkpoints", "checkpoint.non_persistent_save_interval");
+    expect_refused("tokenizer.vocab_extra_ids=4", "runtime.tokenizer_options",
                    "tokenizer.vocab_extra_ids");
-    expect_refused("rng.data_parallel_random_init=true", "effects.init_and_adapter_dtype",
+    expect_refused("rng.data_parallel_random_init=true", "runtime.init_and_adapter_dtype",
                    "rng.data_parallel_random_init");
 }
 

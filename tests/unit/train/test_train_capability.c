@@ -12,7 +12,7 @@
 typedef struct capability_case {
     const char *id;
     int world;
-    const char *ov[3]; /* applied as overrides to the dry run, set by hand for the launch */
+    const char *ov[5]; /* applied as overrides to the dry run, set by hand for the launch */
 } capability_case;
 
 static const capability_case cases[] = {
@@ -55,12 +55,31 @@ static const capability_case cases[] = {
     {"runtime.ckpt_format",
      1,
      {"checkpoint.save=/nonexistent/ckpt", "checkpoint.ckpt_format=torch"}},
+    /* keys whose effect the runtime lacks (core/rules/effects.c) */
+    {"runtime.p2p_warmup_flush",
+     2,
+     {"model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=1",
+      "model.overlap_p2p_comm=true", "model.batch_p2p_comm=false",
+      "model.overlap_p2p_comm_warmup_flush=true"}},
+    {"runtime.dataloader_type", 1, {"dataset.dataloader_type=cyclic"}},
+    {"runtime.num_epochs",
+     1,
+     {"train.train_iters=null", "train.num_epochs=1", "dataset.dataloader_type=batch"}},
+    {"runtime.drop_last", 1, {"dataset.drop_last=false"}},
+    {"runtime.gradient_checks", 1, {"ddp.check_for_large_grads=true"}},
+    {"runtime.grad_norm_across_mp", 1, {"train.skip_sync_grad_norm_across_mp=true"}},
+    {"runtime.rerun_state_machine", 1, {"rerun_state_machine.rerun_mode=validate_results"}},
+    {"runtime.validation_sets", 1, {"validation.multiple_validation_sets=true"}},
+    {"runtime.checkpoint_scheduler", 1, {"scheduler.use_checkpoint_opt_param_scheduler=true"}},
+    {"runtime.non_persistent_checkpoints", 1, {"checkpoint.non_persistent_save_interval=10"}},
+    {"runtime.tokenizer_options", 1, {"tokenizer.vocab_extra_ids=4"}},
+    {"runtime.init_and_adapter_dtype", 1, {"rng.data_parallel_random_init=true"}},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
 static int n_overrides(const capability_case *k) {
     int n = 0;
-    while (n < 3 && k->ov[n]) n++;
+    while (n < 5 && k->ov[n]) n++;
     return n;
 }
 
@@ -85,7 +104,7 @@ static void check_case(const capability_case *k) {
     if (g && g->severity == TR_SEV_ERROR) CHECK_INT_EQ(s, TR_ERR_CONFIG);
     /* The launch side: the same config, finalized but never validated, as a library caller may
      * hand it to tr_train_run (one iteration where it trains). */
-    const char *ov[4] = {"train.train_iters=1"};
+    const char *ov[6] = {"train.train_iters=1"};
     for (int i = 0; i < n_overrides(k); i++) ov[i + 1] = k->ov[i];
     tr_resolve_opts bo = o;
     bo.overrides = ov;

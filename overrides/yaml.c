@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "core/file.h"
 #include "overrides/overrides.h"
 
 /* Override files are a few hundred lines; anything far larger is a wrong path. */
@@ -323,22 +324,17 @@ tr_status tr_yaml_parse_file(tr_config *c, const char *path, tr_value *root, tr_
     const char *name = tr_config_intern(c, path);
     if (!name) return TR_ERR_NOMEM;
     tr_origin o = tr_origin_make(TR_ORIGIN_FILE, name);
-    FILE *f = fopen(path, "rb");
+    int err;
+    FILE *f = tr_file_fopen(path, 0, &err);
     if (!f) {
-        int err = errno;
+        bool notreg = err == EISDIR || err == TR_FILE_ENOTREG;
         tr_diag_add(d, TR_SEV_ERROR, "override.file", &o, NULL,
                     err == ENOENT ? "check the path (relative paths start at the current "
                                     "directory)"
+                    : notreg      ? "name a YAML file"
                                   : "check the file's permissions",
-                    "cannot open config file %s: %s", path, strerror(err));
-        return err == ENOENT ? TR_ERR_NOTFOUND : TR_ERR_IO;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        fclose(f);
-        tr_diag_add(d, TR_SEV_ERROR, "override.file", &o, NULL, "name a YAML file",
-                    "config file %s is a directory", path);
-        return TR_ERR_INVALID;
+                    "cannot open config file %s: %s", path, tr_file_strerror(err));
+        return err == ENOENT ? TR_ERR_NOTFOUND : notreg ? TR_ERR_INVALID : TR_ERR_IO;
     }
     char *text = NULL;
     size_t len = 0, cap = 0;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "core/file.h"
 #include "runtime/checkpoint/fsutil.h"
 #include "runtime/checkpoint/progress.h"
 
@@ -82,6 +83,12 @@ tr_status tr_ckpt_find(const char *root, int64_t step, char **iter_dir, int64_t 
     char *dir = tr_ckpt_join(root, name);
     if (!dir) return TR_ERR_NOMEM;
     struct stat st;
+    if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+        /* Read only from inside the root: a link could name any directory on the machine. */
+        tr_status s = no_checkpoint(d, dir, "is a symbolic link; refusing to follow it");
+        free(dir);
+        return s == TR_ERR_NOTFOUND ? TR_ERR_INVALID : s;
+    }
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         tr_status s = no_checkpoint(d, dir, "no such checkpoint directory");
         free(dir);
@@ -116,24 +123,20 @@ static tr_status open_files(tr_ckpt_reader *r, tr_diags *d) {
     if (!r->fds) return TR_ERR_NOMEM;
     for (int f = 0; f < r->m.n_files; f++) r->fds[f] = -1;
     for (int f = 0; f < r->m.n_files; f++) {
-        int fd = openat(r->dirfd, r->m.files[f].name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int err;
+        struct stat st;
+        int fd = tr_file_open(r->dirfd, r->m.files[f].name, TR_FILE_NOFOLLOW, &st, &err);
         if (fd < 0) {
-            int err = errno;
-            if (err == ELOOP)
+            if (err == ELOOP || err == TR_FILE_ENOTREG || err == EISDIR)
                 return file_error(r, f, "checkpoint.path_escape",
                                   "data files must be plain files inside the checkpoint",
-                                  "is a symbolic link; refusing to follow it", d);
+                                  tr_file_strerror(err), d);
             char what[128];
             snprintf(what, sizeof what, "cannot be opened: %s", strerror(err));
             return file_error(r, f, err == ENOENT ? "checkpoint.file_missing" : "checkpoint.io",
                               hint, what, d);
         }
         r->fds[f] = fd;
-        struct stat st;
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-            return file_error(r, f, "checkpoint.path_escape",
-                              "data files must be plain files inside the checkpoint",
-                              "is not a regular file", d);
         if ((uint64_t)st.st_size != r->m.files[f].bytes) {
             char what[160];
             snprintf(what, sizeof what, "has %lld bytes, the manifest records %" PRIu64 " (%s)",
@@ -164,18 +167,20 @@ tr_status tr_ckpt_open(const char *iter_dir, tr_ckpt_reader **out, tr_diags *d) 
     }
     char *path = tr_ckpt_join(iter_dir, TR_CKPT_MANIFEST);
     tr_status s = path ? TR_OK : TR_ERR_NOMEM;
-    int fd = path ? openat(r->dirfd, TR_CKPT_MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
-    if (s == TR_OK && fd < 0) {
-        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
-        tr_diag_add(d, TR_SEV_ERROR, "checkpoint.incomplete", &o, "checkpoint.load",
-                    "this save never finished; load an older checkpoint",
-                    "%s has no readable %s (%s)", iter_dir, TR_CKPT_MANIFEST, strerror(errno));
-        s = TR_ERR_INVALID;
-    }
-    if (fd >= 0) close(fd);
     char *text = NULL;
     size_t len = 0;
-    if (s == TR_OK) s = tr_ckpt_read_whole(path, &text, &len, d);
+    int err =
+        path ? tr_file_read_all(r->dirfd, TR_CKPT_MANIFEST, TR_FILE_NOFOLLOW, &text, &len) : 0;
+    if (s == TR_OK && err == ENOMEM) s = TR_ERR_NOMEM;
+    if (s == TR_OK && err) {
+        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
+        tr_diag_add(d, TR_SEV_ERROR, "checkpoint.incomplete", &o, "checkpoint.load",
+                    err == ENOENT ? "this save never finished; load an older checkpoint"
+                                  : "the manifest must be a regular file inside the checkpoint",
+                    "%s has no readable %s (%s)", iter_dir, TR_CKPT_MANIFEST,
+                    tr_file_strerror(err));
+        s = TR_ERR_INVALID;
+    }
     if (s == TR_OK) s = tr_ckpt_manifest_parse(text, len, path, &r->m, d);
     if (s == TR_OK && r->m.is_rank_index) {
         tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);

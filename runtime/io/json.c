@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
+
 enum { MAX_DEPTH = 256 };
 
 typedef struct parser {
@@ -346,12 +348,14 @@ tr_status tr_read_file(const char *path, const char *key, char **out, size_t *le
     *out = NULL;
     *len = 0;
     tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
-    FILE *f = fopen(path, "rb");
+    int err;
+    FILE *f = tr_file_fopen(path, 0, &err);
     if (!f) {
-        int err = errno;
-        tr_diag_add(diags, TR_SEV_ERROR, "data.file_open", &o, key, "check the path",
-                    "cannot open %s: %s", path, strerror(err));
-        return err == ENOENT ? TR_ERR_NOTFOUND : TR_ERR_IO;
+        bool notreg = err == EISDIR || err == TR_FILE_ENOTREG;
+        tr_diag_add(diags, TR_SEV_ERROR, "data.file_open", &o, key,
+                    notreg ? "name a regular file" : "check the path", "cannot open %s: %s", path,
+                    tr_file_strerror(err));
+        return err == ENOENT ? TR_ERR_NOTFOUND : notreg ? TR_ERR_INVALID : TR_ERR_IO;
     }
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);

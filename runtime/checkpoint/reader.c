@@ -1,5 +1,6 @@
 #include "runtime/checkpoint/reader.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -32,6 +33,42 @@ static tr_status no_checkpoint(tr_diags *d, const char *path, const char *what) 
                 "checkpoint.ckpt_step to load the latest",
                 "%s: %s", path, what);
     return TR_ERR_NOTFOUND;
+}
+
+/* "iter_0000003 iter_0000005" (committed directories only, at most a line), or "none". */
+static void list_iterations(const char *root, char *buf, size_t cap) {
+    snprintf(buf, cap, "none");
+    DIR *dir = opendir(root);
+    if (!dir) return;
+    size_t used = 0;
+    struct dirent *ent;
+    while ((ent = readdir(dir)) != NULL) {
+        const char *n = ent->d_name;
+        if (strncmp(n, "iter_", 5) != 0 || strspn(n + 5, "0123456789") != strlen(n + 5) || !n[5])
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(dir), n, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (used + strlen(n) + 5 >= cap) {
+            snprintf(buf + used, cap - used, " ...");
+            break;
+        }
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? " " : "", n);
+    }
+    closedir(dir);
+}
+
+/* A load was asked for (a tracker or a step names it) and its directory is not there: never a
+ * reason to start from scratch, which would later save over what is left. */
+static tr_status dangling(tr_diags *d, const char *root, const char *dir, const char *named_by) {
+    char have[512];
+    list_iterations(root, have, sizeof have);
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, dir);
+    tr_diag_add(d, TR_SEV_ERROR, "checkpoint.missing_iteration", &o, "checkpoint.load",
+                "set checkpoint.ckpt_step to one of the iterations that exist, or, to start over "
+                "deliberately, unset checkpoint.load (or remove the tracker file)",
+                "%s names %s, which does not exist or is not a directory; iterations in %s: %s",
+                named_by, dir, root, have);
+    return TR_ERR_INVALID;
 }
 
 tr_status tr_ckpt_find(const char *root, int64_t step, char **iter_dir, int64_t *iteration,
@@ -90,7 +127,13 @@ tr_status tr_ckpt_find(const char *root, int64_t step, char **iter_dir, int64_t 
         return s == TR_ERR_NOTFOUND ? TR_ERR_INVALID : s;
     }
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        tr_status s = no_checkpoint(d, dir, "no such checkpoint directory");
+        /* Without a tracker nothing was ever committed here: the caller may start fresh. */
+        char *tracker = tr_ckpt_join(root, TR_CKPT_TRACKER);
+        tr_status s = !tracker ? TR_ERR_NOMEM
+                      : step >= 0 && access(tracker, F_OK) != 0
+                          ? no_checkpoint(d, dir, "no such checkpoint directory")
+                          : dangling(d, root, dir, step < 0 ? tracker : "checkpoint.ckpt_step");
+        free(tracker);
         free(dir);
         return s;
     }

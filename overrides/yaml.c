@@ -136,6 +136,10 @@ static tr_status read_scalar(reader *r, yaml_event_t *ev, tr_value *out) {
     copy[n] = '\0';
     tr_status s = tr_value_scalar(out, copy, quoted, o);
     free(copy);
+    if (tag && !strcmp(tag, YAML_STR_TAG)) out->tag = 's';
+    if (tag && !strcmp(tag, YAML_INT_TAG)) out->tag = 'i';
+    if (tag && !strcmp(tag, YAML_FLOAT_TAG)) out->tag = 'f';
+    if (tag && !strcmp(tag, YAML_BOOL_TAG)) out->tag = 'b';
     return s;
 }
 

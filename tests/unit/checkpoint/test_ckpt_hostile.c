@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "runtime/checkpoint/ckpt.h"
+#include "runtime/checkpoint/manifest.h"
 #include "runtime/checkpoint/reader.h"
 #include "tests/ckpt/ckpt_util.h"
 #include "tests/unit/harness.h"
@@ -173,7 +174,39 @@ static void test_manifest_that_is_a_directory(void) {
     free(root);
 }
 
-TR_TEST_MAIN(TR_TEST(test_resave_over_symlinked_iteration_keeps_the_target),
+/* A manifest whose tensor shape multiplies past 64 bits: refused by name, without a signed
+ * overflow (the sanitizer build halts on one). Each dimension alone is in range. */
+static void test_manifest_with_huge_shape(void) {
+    static const char *const shapes[] = {"[4503599627370496, 4503599627370496]",
+                                         "[2147483648, 2147483648]", "[1, 2305843009213693952]"};
+    for (int i = 0; i < 3; i++) {
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "{\"format\": \"trestle-checkpoint\", \"version\": 1, \"code_version\": \"x\", "
+                 "\"iteration\": 1, \"config_fingerprint\": \"0000000000000000\", \"world\": 1, "
+                 "\"layout\": {\"tp\": 1, \"pp\": 1, \"vpp\": 1, \"dp\": 1, \"cp\": 1, \"ep\": 1, "
+                 "\"dist_opt\": 0}, \"files\": [{\"name\": \"shard_r00000.bin\", \"bytes\": 8}], "
+                 "\"tensors\": [{\"name\": \"w\", \"dtype\": \"f64\", \"shape\": %s, "
+                 "\"tp_axis\": -1, \"pp_axis\": -1, \"dp_axis\": -1, \"shards\": [{\"offset\": "
+                 "[0, 0], \"shape\": [1, 1], \"file\": 0, \"pos\": 0, \"bytes\": 8, "
+                 "\"xxh3\": \"0000000000000000\"}]}]}\n",
+                 shapes[i]);
+        tr_ckpt_manifest m;
+        tr_ckpt_manifest_init(&m);
+        tr_diags d;
+        tr_diags_init(&d);
+        CHECK(tr_ckpt_manifest_parse(text, strlen(text), "manifest.json", &m, &d) != TR_OK);
+        const tr_diag *g = tr_diags_find(&d, "checkpoint.manifest_invalid");
+        CHECK(g != NULL);
+        if (g && i < 2) CHECK_CONTAINS(g->message, "more than 2^63 bytes");
+        if (!g) tr_diags_print_text(&d, stderr, false);
+        tr_ckpt_manifest_free(&m);
+        tr_diags_free(&d);
+    }
+}
+
+TR_TEST_MAIN(TR_TEST(test_manifest_with_huge_shape),
+             TR_TEST(test_resave_over_symlinked_iteration_keeps_the_target),
              TR_TEST(test_retention_skips_symlinks), TR_TEST(test_symlinked_iteration_is_not_read),
              TR_TEST(test_fifos_are_refused_without_blocking),
              TR_TEST(test_manifest_that_is_a_directory))

@@ -24,6 +24,7 @@ typedef struct tr_value {
     struct tr_value *items; /* list elements or map values (owned) */
     char **keys;            /* map keys (owned), parallel to items */
     int n;
+    int cap;          /* allocated items (and keys): grown geometrically by tr_value_push */
     tr_origin origin; /* where the value starts */
 } tr_value;
 

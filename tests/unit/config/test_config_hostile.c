@@ -1,7 +1,9 @@
 /* Numbers a config must not take: NaN and infinity where a field must be finite, integers in
  * anything but decimal, and YAML tags that say the value is not of the field's type. Each error
  * is a full sentence (no uninitialised text); each refusal has an accepted twin. */
+#include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "overrides/overrides.h"
 #include "tests/unit/harness.h"
@@ -95,6 +97,44 @@ static void test_yaml_tags_are_honoured(void) {
     accepted(true, "optimizer:\n  lr: !!int 1\n");
 }
 
-TR_TEST_MAIN(TR_TEST(test_nan_is_refused_with_a_reason),
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "  too slow: the YAML reader is not linear in the number of keys\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(3);
+}
+
+/* 200k keys in one mapping: a quadratic reader took minutes, a linear one well under a second
+ * (the alarm leaves room for sanitizers and a loaded machine). The duplicate at the end must
+ * still be found, and reported once. */
+static void test_yaml_with_many_keys_is_linear(void) {
+    enum { KEYS = 200000 };
+    size_t cap = (size_t)KEYS * 24 + 64, n = 0;
+    char *text = malloc(cap);
+    n += (size_t)snprintf(text + n, cap - n, "many:\n");
+    for (int i = 0; i < KEYS; i++) n += (size_t)snprintf(text + n, cap - n, "  k%d: %d\n", i, i);
+    n += (size_t)snprintf(text + n, cap - n, "  k17: again\n");
+    tr_diags d;
+    tr_diags_init(&d);
+    tr_config c;
+    CHECK(tr_config_init(&c, &d) == TR_OK);
+    tr_value root;
+    signal(SIGALRM, on_alarm);
+    alarm(30);
+    tr_status s = tr_yaml_parse_text(&c, text, n, "many.yaml", &root, &d);
+    alarm(0);
+    CHECK(s != TR_OK);
+    CHECK_INT_EQ(d.n_errors, 1);
+    const tr_diag *g = tr_diags_find(&d, "override.yaml_duplicate");
+    CHECK(g != NULL);
+    if (g) CHECK_CONTAINS(g->message, "'k17' (first at line 19");
+    tr_value_free(&root);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+    free(text);
+}
+
+TR_TEST_MAIN(TR_TEST(test_yaml_with_many_keys_is_linear),
+             TR_TEST(test_nan_is_refused_with_a_reason),
              TR_TEST(test_infinity_only_where_the_range_names_it),
              TR_TEST(test_integers_are_decimal), TR_TEST(test_yaml_tags_are_honoured))

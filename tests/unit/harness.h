@@ -67,6 +67,11 @@ extern int tr_test_failures; /* failures in the current test */
 #define TR_TEST(fn)                                                                                \
     { #fn, fn }
 
+/* Arms a watchdog: if the process is still inside the guarded call after `seconds`, it prints
+ * "hang: <what>" and exits 3, so a blocking read or a runaway loop fails the test instead of
+ * stalling it. tr_test_deadline(0, NULL) disarms it. */
+void tr_test_deadline(unsigned seconds, const char *what);
+
 /* Runs the tests (all, or those whose name contains argv[1]); returns the process exit code. */
 int tr_test_main(int argc, char **argv, const tr_test_case *tests, int n);
 

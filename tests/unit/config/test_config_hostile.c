@@ -1,7 +1,6 @@
 /* Numbers a config must not take: NaN and infinity where a field must be finite, integers in
  * anything but decimal, and YAML tags that say the value is not of the field's type. Each error
  * is a full sentence (no uninitialised text); each refusal has an accepted twin. */
-#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -97,13 +96,6 @@ static void test_yaml_tags_are_honoured(void) {
     accepted(true, "optimizer:\n  lr: !!int 1\n");
 }
 
-static void on_alarm(int sig) {
-    (void)sig;
-    static const char msg[] = "  too slow: the YAML reader is not linear in the number of keys\n";
-    (void)!write(2, msg, sizeof msg - 1);
-    _exit(3);
-}
-
 /* 200k keys in one mapping: a quadratic reader took minutes, a linear one well under a second
  * (the alarm leaves room for sanitizers and a loaded machine). The duplicate at the end must
  * still be found, and reported once. */
@@ -119,10 +111,9 @@ static void test_yaml_with_many_keys_is_linear(void) {
     tr_config c;
     CHECK(tr_config_init(&c, &d) == TR_OK);
     tr_value root;
-    signal(SIGALRM, on_alarm);
-    alarm(30);
+    tr_test_deadline(30, "the YAML reader is not linear in the number of keys");
     tr_status s = tr_yaml_parse_text(&c, text, n, "many.yaml", &root, &d);
-    alarm(0);
+    tr_test_deadline(0, NULL);
     CHECK(s != TR_OK);
     CHECK_INT_EQ(d.n_errors, 1);
     const tr_diag *g = tr_diags_find(&d, "override.yaml_duplicate");

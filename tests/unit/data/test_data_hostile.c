@@ -1,7 +1,6 @@
 /* Data files that are not regular files (a FIFO nobody writes to, a directory, /dev/zero) are
  * refused as bad input before the first read; none of them may block the run. */
 #include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,13 +9,6 @@
 #include "runtime/data/datasets/indexed_dataset.h"
 #include "runtime/io/json.h"
 #include "tests/unit/harness.h"
-
-static void on_alarm(int sig) {
-    (void)sig;
-    static const char msg[] = "  hang: a read blocked on a file that is not regular\n";
-    (void)!write(2, msg, sizeof msg - 1);
-    _exit(3);
-}
 
 static char dir[64];
 
@@ -29,7 +21,6 @@ static const char *in_dir(const char *name) {
 static void make_dir(void) {
     snprintf(dir, sizeof dir, "/tmp/trestle_hostile_XXXXXX");
     CHECK(mkdtemp(dir) != NULL);
-    signal(SIGALRM, on_alarm);
 }
 
 static void remove_dir(void) {
@@ -46,9 +37,9 @@ static tr_status open_indexed_with_idx(const char *kind, tr_diags *d) {
     if (!strcmp(kind, "zero")) CHECK(symlink("/dev/zero", idx) == 0);
     tr_indexed_dataset ds;
     memset(&ds, 0, sizeof ds);
-    alarm(5);
+    tr_test_deadline(5, "a read blocked on a file that is not regular");
     tr_status s = tr_indexed_open(&ds, in_dir("ds"), d);
-    alarm(0);
+    tr_test_deadline(0, NULL);
     if (s == TR_OK) tr_indexed_close(&ds);
     return s;
 }
@@ -74,10 +65,10 @@ static void test_json_reader_refuses_fifo(void) {
     tr_diags_init(&d);
     char *text = NULL;
     size_t len;
-    alarm(5);
+    tr_test_deadline(5, "a read blocked on a file that is not regular");
     tr_status s =
         tr_read_file(in_dir("tokenizer.json"), "tokenizer.tokenizer_model", &text, &len, &d);
-    alarm(0);
+    tr_test_deadline(0, NULL);
     CHECK_INT_EQ(s, TR_ERR_INVALID);
     if (d.n_errors) CHECK_CONTAINS(d.items[0].message, "not a regular file");
     free(text);
@@ -93,9 +84,9 @@ static void test_config_file_refuses_fifo(void) {
     tr_config c;
     CHECK(tr_config_init(&c, &d) == TR_OK);
     tr_value root;
-    alarm(5);
+    tr_test_deadline(5, "a read blocked on a file that is not regular");
     tr_status s = tr_yaml_parse_file(&c, in_dir("run.yaml"), &root, &d);
-    alarm(0);
+    tr_test_deadline(0, NULL);
     CHECK_INT_EQ(s, TR_ERR_INVALID);
     if (d.n_errors) CHECK_CONTAINS(d.items[0].message, "not a regular file");
     if (s == TR_OK) tr_value_free(&root);

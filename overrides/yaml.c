@@ -9,6 +9,7 @@
 #include <yaml.h>
 
 #include "core/file.h"
+#include "core/key_index.h"
 #include "overrides/overrides.h"
 
 /* Override files are a few hundred lines; anything far larger is a wrong path. */
@@ -162,58 +163,16 @@ static tr_status read_sequence(reader *r, int depth, tr_value *out) {
     }
 }
 
-/* The keys of one mapping by hash (open addressing, kept at most half full), so that checking
- * for duplicates stays linear in the number of keys. Slots hold an item index + 1; 0 is free. */
-typedef struct key_index {
-    int *slot;
-    size_t cap;
-} key_index;
-
-static size_t hash_key(const char *k) {
-    size_t h = 14695981039346656037u;
-    for (; *k; k++) h = (h ^ (unsigned char)*k) * 1099511628211u;
-    return h;
-}
-
-/* Index of key in map, or -1 (and *free_slot = where it would go). */
-static int find_key(const key_index *ix, const tr_value *map, const char *key, size_t *free_slot) {
-    size_t mask = ix->cap - 1;
-    for (size_t i = hash_key(key) & mask;; i = (i + 1) & mask) {
-        if (ix->slot[i] == 0) {
-            *free_slot = i;
-            return -1;
-        }
-        if (!strcmp(map->keys[ix->slot[i] - 1], key)) return ix->slot[i] - 1;
-    }
-}
-
-/* Makes room for one more key (rehashing the n keys map already has). */
-static tr_status reserve_key(key_index *ix, const tr_value *map) {
-    if (ix->cap && (size_t)map->n + 1 <= ix->cap / 2) return TR_OK;
-    size_t cap = ix->cap ? ix->cap * 2 : 16;
-    int *slot = calloc(cap, sizeof *slot);
-    if (!slot) return TR_ERR_NOMEM;
-    free(ix->slot);
-    ix->slot = slot;
-    ix->cap = cap;
-    for (int k = 0; k < map->n; k++) {
-        size_t at;
-        find_key(ix, map, map->keys[k], &at);
-        ix->slot[at] = k + 1;
-    }
-    return TR_OK;
-}
-
-static tr_status read_mapping_indexed(reader *r, int depth, tr_value *out, key_index *ix);
+static tr_status read_mapping_indexed(reader *r, int depth, tr_value *out, tr_key_index *ix);
 
 static tr_status read_mapping(reader *r, int depth, tr_value *out) {
-    key_index ix = {NULL, 0};
+    tr_key_index ix = {NULL, 0};
     tr_status s = read_mapping_indexed(r, depth, out, &ix);
-    free(ix.slot);
+    tr_key_index_free(&ix);
     return s;
 }
 
-static tr_status read_mapping_indexed(reader *r, int depth, tr_value *out, key_index *ix) {
+static tr_status read_mapping_indexed(reader *r, int depth, tr_value *out, tr_key_index *ix) {
     out->kind = TR_VALUE_MAP;
     for (;;) {
         yaml_event_t ev;
@@ -240,13 +199,7 @@ static tr_status read_mapping_indexed(reader *r, int depth, tr_value *out, key_i
             return s;
         }
         value.origin = key_origin;
-        size_t at = 0;
-        if (key_ok && (s = reserve_key(ix, out)) != TR_OK) {
-            tr_value_free(&key);
-            tr_value_free(&value);
-            return s;
-        }
-        int prev = key_ok ? find_key(ix, out, key.text, &at) : -1;
+        int prev = key_ok ? tr_key_index_find(ix, out->keys, NULL, key.text, strlen(key.text)) : -1;
         if (prev >= 0) {
             char hint[200];
             snprintf(hint, sizeof hint, "keep one of the two (line %d or line %d)",
@@ -256,7 +209,7 @@ static tr_status read_mapping_indexed(reader *r, int depth, tr_value *out, key_i
                    out->items[prev].origin.line, key_origin.line);
         } else if (key_ok) {
             s = tr_value_push(out, key.text, &value);
-            if (s == TR_OK) ix->slot[at] = out->n;
+            if (s == TR_OK) s = tr_key_index_add(ix, out->keys, NULL, out->n);
         }
         tr_value_free(&key);
         tr_value_free(&value);

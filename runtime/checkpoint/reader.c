@@ -191,6 +191,28 @@ static tr_status open_files(tr_ckpt_reader *r, tr_diags *d) {
     return TR_OK;
 }
 
+/* An iter_NNNNNNN directory whose manifest records another iteration was renamed or copied
+ * over: loading it would resume at the wrong step. Other names (release, a copy) are not
+ * checked. */
+static tr_status check_iteration_name(const char *iter_dir, const tr_ckpt_manifest *m,
+                                      const char *path, tr_diags *d) {
+    size_t n = strlen(iter_dir);
+    while (n > 1 && iter_dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && iter_dir[b - 1] != '/') b--;
+    const char *base = iter_dir + b;
+    size_t digits = n - b > 5 ? strspn(base + 5, "0123456789") : 0;
+    if (n - b <= 5 || strncmp(base, "iter_", 5) != 0 || digits != n - b - 5 || digits > 18)
+        return TR_OK;
+    long long named = strtoll(base + 5, NULL, 10);
+    if (named == m->iteration) return TR_OK;
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
+    return tr_diag_add(d, TR_SEV_ERROR, "checkpoint.manifest_invalid", &o, "checkpoint.load",
+                       "the directory was renamed or copied over; load it under its own name",
+                       "%s records iteration %lld, but its directory is named for iteration %lld",
+                       path, (long long)m->iteration, named);
+}
+
 tr_status tr_ckpt_open(const char *iter_dir, tr_ckpt_reader **out, tr_diags *d) {
     *out = NULL;
     tr_ckpt_reader *r = calloc(1, sizeof *r);
@@ -230,6 +252,7 @@ tr_status tr_ckpt_open(const char *iter_dir, tr_ckpt_reader **out, tr_diags *d) 
         s = tr_diag_add(d, TR_SEV_ERROR, "checkpoint.manifest_invalid", &o, "checkpoint.load", NULL,
                         "%s is a rank index, not a manifest", path);
     }
+    if (s == TR_OK) s = check_iteration_name(iter_dir, &r->m, path, d);
     free(text);
     free(path);
     if (s == TR_OK) s = open_files(r, d);

@@ -197,7 +197,33 @@ static void test_manifest_with_huge_shape(void) {
     }
 }
 
-TR_TEST_MAIN(TR_TEST(test_manifest_with_huge_shape),
+static void test_manifest_iteration_must_match_its_directory(void) {
+    char *root = ck_tmpdir();
+    tr_diags d;
+    tr_diags_init(&d);
+    CHECK(ck_save_layout(root, &ONE, 5, &d) == TR_OK);
+    char *five = path_in(root, "iter_0000005"), *nine = path_in(root, "iter_0000009");
+    tr_ckpt_reader *r = NULL;
+    CHECK(tr_ckpt_open(five, &r, &d) == TR_OK);
+    tr_ckpt_close(r);
+    CHECK(rename(five, nine) == 0);
+    r = NULL;
+    CHECK(tr_ckpt_open(nine, &r, &d) != TR_OK);
+    const tr_diag *g = tr_diags_find(&d, "checkpoint.manifest_invalid");
+    CHECK(g != NULL);
+    if (g)
+        CHECK_CONTAINS(g->message,
+                       "records iteration 5, but its directory is named for iteration 9");
+    tr_ckpt_close(r);
+    free(five);
+    free(nine);
+    tr_diags_free(&d);
+    ck_rm_rf(root);
+    free(root);
+}
+
+TR_TEST_MAIN(TR_TEST(test_manifest_iteration_must_match_its_directory),
+             TR_TEST(test_manifest_with_huge_shape),
              TR_TEST(test_resave_over_symlinked_iteration_keeps_the_target),
              TR_TEST(test_retention_skips_symlinks), TR_TEST(test_symlinked_iteration_is_not_read),
              TR_TEST(test_fifos_are_refused_without_blocking),

@@ -154,7 +154,10 @@ TR_RULE_FN(tr_check_sizes_fit_runtime) {
     }
     /* fp32 weights, gradients and two Adam moments: 16 bytes a parameter, split over TP x PP.
      * 2^48 bytes (256 TiB) on one rank is beyond any machine this runs on. */
-    int64_t split = m->tensor_model_parallel_size * m->pipeline_model_parallel_size;
+    int64_t split;
+    if (__builtin_mul_overflow(m->tensor_model_parallel_size, m->pipeline_model_parallel_size,
+                               &split))
+        split = INT64_MAX;
     double bytes = (double)params * 16.0 / (double)(split > 0 ? split : 1);
     if (bytes > 281474976710656.0)
         TR_FAIL("model.num_layers,model.hidden_size,model.tensor_model_parallel_size,"

@@ -181,12 +181,33 @@ static bool value_is_null(const tr_value *v) {
            (v->kind == TR_VALUE_SCALAR && !v->quoted && tr_text_is_null(v->text));
 }
 
+/* A YAML tag states the type the author meant: a !!str "4" is a string, never an integer, and
+ * a !!float is not an integer either; untagged scalars are typed by the field. */
+static bool tag_allows(const tr_value *v, const char *tags) {
+    return v->tag == 0 || strchr(tags, v->tag) != NULL;
+}
+
+static tr_status tag_error(tr_diags *d, const tr_field *f, const tr_value *v, const tr_origin *o,
+                           const char *expected) {
+    static const char *const names[] = {"s!!str", "i!!int", "f!!float", "b!!bool"};
+    const char *tag = "";
+    for (int i = 0; i < 4; i++)
+        if (names[i][0] == v->tag) tag = names[i] + 1;
+    char got[256];
+    tr_value_format(v, got, sizeof got);
+    tr_diag_add(d, TR_SEV_ERROR, "override.type", o, f->path,
+                "remove the YAML tag, or write a value of the field's type",
+                "%s expects %s, got %s %s", f->path, expected, tag, got);
+    return TR_ERR_INVALID;
+}
+
 /* Parse one scalar element for a numeric or string type into out (no storage change). */
 static tr_status parse_int_elem(const tr_field *f, const tr_value *v, const tr_origin *o,
                                 tr_diags *d, int64_t *out) {
     char expected[96];
     snprintf(expected, sizeof expected, "an integer%s%s", f->range && *f->range ? " in " : "",
              f->range && *f->range ? f->range : "");
+    if (!tag_allows(v, "i")) return tag_error(d, f, v, o, expected);
     if (v->kind != TR_VALUE_SCALAR || !tr_parse_int(v->text, out)) {
         double x;
         if (v->kind == TR_VALUE_SCALAR && tr_parse_float(v->text, &x) && x == floor(x) &&
@@ -231,6 +252,7 @@ tr_status tr_config_set(tr_config *c, const tr_field *f, const tr_value *v, cons
             break;
         }
         bool b;
+        if (!tag_allows(v, "b")) return tag_error(d, f, v, o, "a bool (true or false)");
         if (!tr_parse_bool(v->text, &b)) return type_error(d, f, v, o, "a bool (true or false)");
         if (f->type == TR_T_BOOL)
             *(bool *)p = b;
@@ -256,6 +278,7 @@ tr_status tr_config_set(tr_config *c, const tr_field *f, const tr_value *v, cons
             break;
         }
         double x;
+        if (!tag_allows(v, "if")) return tag_error(d, f, v, o, "a number");
         if (!tr_parse_float(v->text, &x)) return type_error(d, f, v, o, "a number");
         char why[96];
         if (!tr_range_check(f->range, x, why, sizeof why)) return range_error(d, f, v, o, why);

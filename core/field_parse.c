@@ -42,6 +42,8 @@ bool tr_parse_float(const char *s, double *out) {
     if (!strcasecmp(p, ".inf") || !strcasecmp(p, "inf") || !strcasecmp(p, "infinity"))
         return *out = sign * INFINITY, true;
     if (!strcasecmp(p, ".nan") || !strcasecmp(p, "nan")) return *out = NAN, true;
+    /* strtod also reads hexadecimal ("0x10"): numbers in configs are decimal only. */
+    if (strpbrk(p, "xX")) return false;
     errno = 0;
     char *end;
     double v = strtod(s, &end);
@@ -80,17 +82,27 @@ void tr_enum_names(const tr_enum_def *e, char *buf, size_t cap) {
 }
 
 bool tr_range_check(const char *spec, double x, char *why, size_t cap) {
-    if (!spec || !*spec) return true;
+    if (!spec || !*spec || !strstr(spec, "..")) spec = "";
     const char *dots = strstr(spec, "..");
-    if (!dots) return true;
+    if (!dots) {
+        if (isfinite(x)) return true;
+        if (why) snprintf(why, cap, "a finite number");
+        return false;
+    }
     char lo_s[64] = "", hi_s[64] = "";
     snprintf(lo_s, sizeof lo_s, "%.*s", (int)(dots - spec), spec);
     snprintf(hi_s, sizeof hi_s, "%s", dots + 2);
     double lo, hi;
     bool has_lo = *lo_s && tr_parse_float(lo_s, &lo);
     bool has_hi = *hi_s && tr_parse_float(hi_s, &hi);
-    if (isnan(x)) return !has_lo && !has_hi;
-    bool ok = (!has_lo || x >= lo) && (!has_hi || x <= hi);
+    /* NaN compares false with every bound, and infinity is a value only where the range names
+     * it ("0..inf"): a field that must be finite says so by having finite bounds or none. */
+    bool ok = !isnan(x) && (isfinite(x) || (has_lo && x == lo) || (has_hi && x == hi));
+    if (!ok) {
+        if (why) snprintf(why, cap, "a finite number%s%s", *spec ? " in " : "", spec);
+        return false;
+    }
+    ok = (!has_lo || x >= lo) && (!has_hi || x <= hi);
     if (!ok && why) {
         if (has_lo && has_hi)
             snprintf(why, cap, "between %s and %s", lo_s, hi_s);

@@ -18,8 +18,9 @@ int tr_enum_lookup(const tr_enum_def *e, const char *s);
 /* "a|b|c" of canonical names, for messages. */
 void tr_enum_names(const tr_enum_def *e, char *buf, size_t cap);
 
-/* Check a number against a range spec "lo..hi" ("1..", "..8", "0..1", "" = any). On failure
- * writes a phrase such as ">= 1" into why. */
+/* Check a number against a range spec "lo..hi" ("1..", "..8", "0..1", "" = any). NaN never
+ * passes, an infinity only where a bound names it ("0..inf"). On failure always writes a phrase
+ * such as ">= 1" or "a finite number in 0.." into why. */
 bool tr_range_check(const char *spec, double x, char *why, size_t cap);
 
 /* Shortest text that reads back as the same double ("0.0003", "1e-05", "inf"). */

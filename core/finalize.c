@@ -123,7 +123,7 @@ static tr_status derive_model(tr_config *c) {
     if (!tr_is_set(m->expert_tensor_parallel_size))
         m->expert_tensor_parallel_size =
             m->expert_model_parallel_size > 1 ? 1 : m->tensor_model_parallel_size;
-    if (m->hidden_size > 0) set_if_null_int(&m->ffn_hidden_size, 4 * m->hidden_size);
+    if (m->hidden_size > 0) set_if_null_int(&m->ffn_hidden_size, mul_sat(4, m->hidden_size));
     if (m->num_attention_heads > 0) {
         set_if_null_int(&m->kv_channels, m->hidden_size / m->num_attention_heads);
         set_if_null_int(&m->num_query_groups, m->num_attention_heads);
@@ -217,7 +217,9 @@ static void derive_vocab(tr_config *c) {
     int64_t v = m->vocab_size;
     if (m->should_pad_vocab) {
         int64_t multiple = mul_sat(m->make_vocab_size_divisible_by, m->tensor_model_parallel_size);
-        v = mul_sat((v + multiple - 1) / multiple, multiple);
+        int64_t up;
+        if (multiple > 0 && !__builtin_add_overflow(v, multiple - 1, &up))
+            v = mul_sat(up / multiple, multiple);
     }
     c->derived.padded_vocab_size = v;
 }

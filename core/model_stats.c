@@ -16,6 +16,12 @@ static int64_t or_default(int64_t v, int64_t fallback) {
     return v == TR_NULL_INT ? fallback : v;
 }
 
+/* ffn_hidden_size, else MCore's 4 x hidden, in doubles: absurd sizes must not overflow. */
+static double ffn_size(const tr_model_config *m) {
+    return m->ffn_hidden_size == TR_NULL_INT ? 4.0 * (double)m->hidden_size
+                                             : (double)m->ffn_hidden_size;
+}
+
 static void add(counts *k, double all, double active, double matmul) {
     k->params += all;
     k->active += active;
@@ -75,7 +81,7 @@ static double mlp_biases(const tr_model_config *m, double ffn) {
 }
 
 static void dense_mlp(const tr_model_config *m, counts *k) {
-    double ffn = (double)or_default(m->ffn_hidden_size, 4 * m->hidden_size);
+    double ffn = ffn_size(m);
     double w = mlp_weights(m, ffn);
     double b = mlp_biases(m, ffn);
     add(k, w + b, w + b, w);
@@ -86,8 +92,8 @@ static void moe_mlp(const tr_model_config *m, counts *k) {
     double experts = (double)m->num_moe_experts;
     double topk = (double)m->moe_router_topk;
     if (topk > experts) topk = experts;
-    double ffn = (double)or_default(m->moe_ffn_hidden_size,
-                                    or_default(m->ffn_hidden_size, 4 * m->hidden_size));
+    double ffn =
+        m->moe_ffn_hidden_size == TR_NULL_INT ? ffn_size(m) : (double)m->moe_ffn_hidden_size;
     double expert = mlp_weights(m, ffn) + mlp_biases(m, ffn);
     double router = h * experts;
     add(k, experts * expert, topk * expert, topk * mlp_weights(m, ffn));

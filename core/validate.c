@@ -74,6 +74,8 @@
     /* batch sizes */                                                                              \
     X(tr_check_batch_sizes_set, "batch.sizes_set", E, false,                                       \
       "train.micro_batch_size and train.global_batch_size are set.")                               \
+    X(tr_check_batch_counts_fit_runtime, "batch.counts_fit_runtime", E, false,                     \
+      "Microbatches per step fit 32 bits and the run's samples fit 64 bits.")                      \
     X(tr_check_global_batch_divisible, "batch.global_divisible_by_micro_dp", E, false,             \
       "global_batch_size is divisible by micro_batch_size * DP.")                                  \
     X(tr_check_eval_batch_divisible, "batch.eval_global_divisible_by_micro_dp", E, false,          \
@@ -125,6 +127,8 @@
     /* model */                                                                                    \
     X(tr_check_architecture_set, "model.architecture_set", E, false,                               \
       "num_layers, hidden_size and num_attention_heads are set.")                                  \
+    X(tr_check_sizes_fit_runtime, "model.sizes_fit_runtime", E, false,                             \
+      "Model sizes fit the runtime's 32-bit indices; parameters and per-rank memory are finite.")  \
     X(tr_check_hidden_divisible_by_heads, "model.hidden_divisible_by_heads", E, false,             \
       "Without kv_channels, hidden_size is divisible by num_attention_heads.")                     \
     X(tr_check_recompute, "model.recompute", E, false,                                             \

@@ -26,13 +26,20 @@ tr_status tr_value_scalar(tr_value *v, const char *text, bool quoted, tr_origin 
 }
 
 tr_status tr_value_push(tr_value *c, const char *key, tr_value *item) {
-    tr_value *items = realloc(c->items, (size_t)(c->n + 1) * sizeof *items);
-    if (!items) return TR_ERR_NOMEM;
-    c->items = items;
+    if (c->n >= c->cap) {
+        /* Doubling: a mapping of n keys costs O(n) copies, not O(n^2). */
+        int cap = c->cap ? c->cap * 2 : 4;
+        tr_value *items = realloc(c->items, (size_t)cap * sizeof *items);
+        if (!items) return TR_ERR_NOMEM;
+        c->items = items;
+        if (c->kind == TR_VALUE_MAP) {
+            char **keys = realloc(c->keys, (size_t)cap * sizeof *keys);
+            if (!keys) return TR_ERR_NOMEM;
+            c->keys = keys;
+        }
+        c->cap = cap;
+    }
     if (c->kind == TR_VALUE_MAP) {
-        char **keys = realloc(c->keys, (size_t)(c->n + 1) * sizeof *keys);
-        if (!keys) return TR_ERR_NOMEM;
-        c->keys = keys;
         c->keys[c->n] = strdup(key ? key : "");
         if (!c->keys[c->n]) return TR_ERR_NOMEM;
     }

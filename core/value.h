@@ -19,10 +19,12 @@ typedef enum tr_value_kind {
 typedef struct tr_value {
     tr_value_kind kind;
     bool quoted;            /* scalar was quoted: "null" and "true" stay strings */
+    char tag;               /* YAML core tag: 's' !!str, 'i' !!int, 'f' !!float, 'b' !!bool, 0 */
     char *text;             /* scalar text (owned) */
     struct tr_value *items; /* list elements or map values (owned) */
     char **keys;            /* map keys (owned), parallel to items */
     int n;
+    int cap;          /* allocated items (and keys): grown geometrically by tr_value_push */
     tr_origin origin; /* where the value starts */
 } tr_value;
 

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "core/file.h"
+#include "core/key_index.h"
 #include "overrides/overrides.h"
 
 /* Override files are a few hundred lines; anything far larger is a wrong path. */
@@ -135,6 +137,10 @@ static tr_status read_scalar(reader *r, yaml_event_t *ev, tr_value *out) {
     copy[n] = '\0';
     tr_status s = tr_value_scalar(out, copy, quoted, o);
     free(copy);
+    if (tag && !strcmp(tag, YAML_STR_TAG)) out->tag = 's';
+    if (tag && !strcmp(tag, YAML_INT_TAG)) out->tag = 'i';
+    if (tag && !strcmp(tag, YAML_FLOAT_TAG)) out->tag = 'f';
+    if (tag && !strcmp(tag, YAML_BOOL_TAG)) out->tag = 'b';
     return s;
 }
 
@@ -157,13 +163,16 @@ static tr_status read_sequence(reader *r, int depth, tr_value *out) {
     }
 }
 
-static int find_key(const tr_value *map, const char *key) {
-    for (int i = 0; i < map->n; i++)
-        if (!strcmp(map->keys[i], key)) return i;
-    return -1;
-}
+static tr_status read_mapping_indexed(reader *r, int depth, tr_value *out, tr_key_index *ix);
 
 static tr_status read_mapping(reader *r, int depth, tr_value *out) {
+    tr_key_index ix = {NULL, 0};
+    tr_status s = read_mapping_indexed(r, depth, out, &ix);
+    tr_key_index_free(&ix);
+    return s;
+}
+
+static tr_status read_mapping_indexed(reader *r, int depth, tr_value *out, tr_key_index *ix) {
     out->kind = TR_VALUE_MAP;
     for (;;) {
         yaml_event_t ev;
@@ -190,7 +199,7 @@ static tr_status read_mapping(reader *r, int depth, tr_value *out) {
             return s;
         }
         value.origin = key_origin;
-        int prev = key_ok ? find_key(out, key.text) : -1;
+        int prev = key_ok ? tr_key_index_find(ix, out->keys, NULL, key.text, strlen(key.text)) : -1;
         if (prev >= 0) {
             char hint[200];
             snprintf(hint, sizeof hint, "keep one of the two (line %d or line %d)",
@@ -200,6 +209,7 @@ static tr_status read_mapping(reader *r, int depth, tr_value *out) {
                    out->items[prev].origin.line, key_origin.line);
         } else if (key_ok) {
             s = tr_value_push(out, key.text, &value);
+            if (s == TR_OK) s = tr_key_index_add(ix, out->keys, NULL, out->n);
         }
         tr_value_free(&key);
         tr_value_free(&value);
@@ -323,22 +333,17 @@ tr_status tr_yaml_parse_file(tr_config *c, const char *path, tr_value *root, tr_
     const char *name = tr_config_intern(c, path);
     if (!name) return TR_ERR_NOMEM;
     tr_origin o = tr_origin_make(TR_ORIGIN_FILE, name);
-    FILE *f = fopen(path, "rb");
+    int err;
+    FILE *f = tr_file_fopen(path, 0, &err);
     if (!f) {
-        int err = errno;
+        bool notreg = err == EISDIR || err == TR_FILE_ENOTREG;
         tr_diag_add(d, TR_SEV_ERROR, "override.file", &o, NULL,
                     err == ENOENT ? "check the path (relative paths start at the current "
                                     "directory)"
+                    : notreg      ? "name a YAML file"
                                   : "check the file's permissions",
-                    "cannot open config file %s: %s", path, strerror(err));
-        return err == ENOENT ? TR_ERR_NOTFOUND : TR_ERR_IO;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        fclose(f);
-        tr_diag_add(d, TR_SEV_ERROR, "override.file", &o, NULL, "name a YAML file",
-                    "config file %s is a directory", path);
-        return TR_ERR_INVALID;
+                    "cannot open config file %s: %s", path, tr_file_strerror(err));
+        return err == ENOENT ? TR_ERR_NOTFOUND : notreg ? TR_ERR_INVALID : TR_ERR_IO;
     }
     char *text = NULL;
     size_t len = 0, cap = 0;

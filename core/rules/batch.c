@@ -56,3 +56,25 @@ TR_RULE_FN(tr_check_rampup_format) {
                 "drop the batch-size ramp or train by train_iters",
                 "train.rampup_batch_size is not supported with sample- or epoch-based training");
 }
+
+/* Counts the loop steps through: the microbatches of one step (an int in the schedules) and the
+ * samples of the whole run (64 bits). finalize saturates them instead of wrapping; a saturated
+ * or oversized count would spin for ever or wrap at launch, so it is refused here. */
+TR_RULE_FN(tr_check_batch_counts_fit_runtime) {
+    const tr_train_config *t = &c->train;
+    if (!tr_is_set(t->global_batch_size) || !tr_is_set(t->micro_batch_size)) return;
+    if (c->derived.num_microbatches > INT32_MAX)
+        TR_FAIL("train.global_batch_size,train.micro_batch_size,derived.data_parallel_size",
+                "reduce train.global_batch_size or raise train.micro_batch_size",
+                "train.global_batch_size (%lld) gives %lld microbatches per step, more than the "
+                "runtime's 32-bit count (2147483647)",
+                tr_ll(t->global_batch_size), tr_ll(c->derived.num_microbatches));
+    int64_t samples;
+    if (tr_is_set(t->train_iters) &&
+        __builtin_mul_overflow(t->train_iters, t->global_batch_size, &samples))
+        TR_FAIL("train.train_iters,train.global_batch_size",
+                "reduce train.train_iters or train.global_batch_size",
+                "train.train_iters (%lld) x train.global_batch_size (%lld) samples overflow 64 "
+                "bits",
+                tr_ll(t->train_iters), tr_ll(t->global_batch_size));
+}

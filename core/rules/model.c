@@ -116,3 +116,54 @@ TR_RULE_FN(tr_check_window_size) {
         TR_FAIL("model.window_size", "write [left, right] with -1 for unbounded",
                 "model.window_size must be two values >= -1 ([left, right]); it has %d", w->n);
 }
+
+/* The runtime indexes layers, rows, heads and positions with int and sizes its buffers from
+ * these values: a size past INT32_MAX, a parameter count that saturated 64 bits, or weights no
+ * machine could hold would fail only at launch (or wrap), so the dry run refuses them too. */
+TR_RULE_FN(tr_check_sizes_fit_runtime) {
+    const tr_model_config *m = &c->model;
+    const struct {
+        const char *key;
+        int64_t v;
+    } f[] = {{"model.num_layers", m->num_layers},
+             {"model.hidden_size", m->hidden_size},
+             {"model.ffn_hidden_size", m->ffn_hidden_size},
+             {"model.num_attention_heads", m->num_attention_heads},
+             {"model.num_query_groups", m->num_query_groups},
+             {"model.kv_channels", m->kv_channels},
+             {"model.seq_length", m->seq_length},
+             {"model.vocab_size", m->vocab_size},
+             {"dataset.seq_length", c->dataset.seq_length},
+             {"train.micro_batch_size", c->train.micro_batch_size}};
+    bool too_big = false;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (!tr_is_set(f[i].v) || f[i].v <= INT32_MAX) continue;
+        too_big = true;
+        TR_FAIL(f[i].key, "use a size below 2^31",
+                "%s (%lld) is larger than the runtime's 32-bit index range (2147483647)", f[i].key,
+                tr_ll(f[i].v));
+    }
+    if (too_big) return;
+    int64_t params = c->derived.num_params;
+    if (params == INT64_MAX) {
+        TR_FAIL("model.num_layers,model.hidden_size,model.ffn_hidden_size,model.vocab_size",
+                "reduce the model's dimensions",
+                "the parameter count overflows 64 bits (num_layers %lld, hidden_size %lld)",
+                tr_ll(m->num_layers), tr_ll(m->hidden_size));
+        return;
+    }
+    /* fp32 weights, gradients and two Adam moments: 16 bytes a parameter, split over TP x PP.
+     * 2^48 bytes (256 TiB) on one rank is beyond any machine this runs on. */
+    int64_t split;
+    if (__builtin_mul_overflow(m->tensor_model_parallel_size, m->pipeline_model_parallel_size,
+                               &split))
+        split = INT64_MAX;
+    double bytes = (double)params * 16.0 / (double)(split > 0 ? split : 1);
+    if (bytes > 281474976710656.0)
+        TR_FAIL("model.num_layers,model.hidden_size,model.tensor_model_parallel_size,"
+                "model.pipeline_model_parallel_size",
+                "reduce the model or raise TP x PP",
+                "%lld parameters need %.3g TiB of weights, gradients and Adam moments per rank "
+                "(TP x PP = %lld); no rank can allocate that",
+                tr_ll(params), bytes / 1099511627776.0, tr_ll(split));
+}

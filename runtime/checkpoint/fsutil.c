@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
+
 tr_status tr_ckpt_io_error(tr_diags *d, const char *what, const char *path, int err) {
     tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
     tr_diag_add(d, TR_SEV_ERROR, "checkpoint.io", &o, "checkpoint.save",
@@ -99,12 +101,29 @@ tr_status tr_ckpt_write_atomic(const char *dir, const char *name, const void *da
 }
 
 tr_status tr_ckpt_remove_dir(const char *path, tr_diags *d) {
-    DIR *dir = opendir(path);
-    if (!dir) return errno == ENOENT ? TR_OK : tr_ckpt_io_error(d, "open directory", path, errno);
+    /* Never through a symbolic link: an iter_ entry pointing elsewhere is not ours to empty. */
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return TR_OK;
+    if (fd < 0) {
+        int err = errno;
+        return tr_ckpt_refuse(d, path,
+                              err == ELOOP || err == ENOTDIR
+                                  ? "it is not a directory Trestle created (a symbolic link "
+                                    "or a file); remove it by hand if it is not needed"
+                                  : strerror(err));
+    }
+    DIR *dir = fdopendir(fd);
+    if (!dir) {
+        int err = errno;
+        close(fd);
+        return tr_ckpt_io_error(d, "open directory", path, err);
+    }
     tr_status s = TR_OK;
     struct dirent *ent;
     while (s == TR_OK && (ent = readdir(dir)) != NULL) {
         if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0) continue;
+        /* Only files: unlinking a link removes the link, and a directory inside a checkpoint
+         * was not written by Trestle, so it stays (and the rmdir below reports it). */
         if (unlinkat(dirfd(dir), ent->d_name, 0) != 0 && errno != ENOENT) {
             char *p = tr_ckpt_join(path, ent->d_name);
             s = tr_ckpt_io_error(d, "remove", p ? p : path, errno);
@@ -117,32 +136,23 @@ tr_status tr_ckpt_remove_dir(const char *path, tr_diags *d) {
     return s;
 }
 
+tr_status tr_ckpt_refuse(tr_diags *d, const char *path, const char *why) {
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
+    tr_diag_add(d, TR_SEV_ERROR, "checkpoint.not_owned", &o, "checkpoint.save",
+                "Trestle removes and replaces only the directories it wrote",
+                "refusing to remove or replace %s: %s", path, why);
+    return TR_ERR_INVALID;
+}
+
 tr_status tr_ckpt_read_whole(const char *path, char **out, size_t *len, tr_diags *d) {
-    *out = NULL;
-    *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return tr_ckpt_io_error(d, "open", path, errno);
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
-        close(fd);
-        return tr_ckpt_io_error(d, "stat", path, err);
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        close(fd);
-        return TR_ERR_NOMEM;
-    }
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
-    buf[got] = '\0';
-    *out = buf;
-    *len = got;
-    return TR_OK;
+    int err = tr_file_read_all(AT_FDCWD, path, TR_FILE_NOFOLLOW, out, len);
+    if (err == 0) return TR_OK;
+    if (err == ENOMEM) return TR_ERR_NOMEM;
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
+    tr_diag_add(d, TR_SEV_ERROR, "checkpoint.io", &o, "checkpoint.load",
+                "checkpoint files must be regular files inside the checkpoint directory",
+                "cannot read %s: %s", path, tr_file_strerror(err));
+    return err == ENOENT                                             ? TR_ERR_NOTFOUND
+           : err == TR_FILE_ENOTREG || err == ELOOP || err == EISDIR ? TR_ERR_INVALID
+                                                                     : TR_ERR_IO;
 }

@@ -17,9 +17,13 @@ tr_status tr_ckpt_fsync_path(const char *path, tr_diags *d); /* a directory or a
 tr_status tr_ckpt_write_atomic(const char *dir, const char *name, const void *data, size_t len,
                                bool sync, tr_diags *d);
 tr_status tr_ckpt_write_all(int fd, const void *data, size_t len, const char *path, tr_diags *d);
-/* Removes a checkpoint directory and the plain files in it (our directories are flat). */
+/* Removes a checkpoint directory and the files in it (our directories are flat); refuses a
+ * symbolic link or anything else that is not a real directory. */
 tr_status tr_ckpt_remove_dir(const char *path, tr_diags *d);
-/* Reads a whole (small) file into a malloc'd NUL-terminated buffer. */
+/* The diagnostic for an entry Trestle will not remove or replace because it did not write it. */
+tr_status tr_ckpt_refuse(tr_diags *d, const char *path, const char *why);
+/* Reads a whole (small) regular file, not through a symbolic link, into a malloc'd
+ * NUL-terminated buffer (core/file.h's policy). */
 tr_status tr_ckpt_read_whole(const char *path, char **out, size_t *len, tr_diags *d);
 /* malloc'd "a/b". */
 char *tr_ckpt_join(const char *a, const char *b);

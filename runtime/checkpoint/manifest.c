@@ -149,10 +149,17 @@ static tr_status check_entry(const tr_ckpt_manifest *m, const tr_ckpt_entry *e, 
                              const char *path, tr_diags *d) {
     const char *hint = "the checkpoint is damaged or was not written by Trestle; load another one";
     size_t esize = tr_ckpt_dtype_size(e->dtype);
-    int64_t total = 1;
-    for (int i = 0; i < e->ndim; i++) total *= e->shape[i];
-    int64_t covered = 0;
+    int64_t total = 1, bytes;
     char what[256];
+    /* Every dimension is below 2^52, their product need not be: every count below (volumes,
+     * bytes, coverage) is bounded by the tensor's bytes once those fit in 63 bits. */
+    bool huge = false;
+    for (int i = 0; i < e->ndim; i++) huge |= __builtin_mul_overflow(total, e->shape[i], &total);
+    if (huge || __builtin_mul_overflow(total, (int64_t)esize, &bytes)) {
+        snprintf(what, sizeof what, "its shape has more than 2^63 bytes");
+        return bad(d, path, "checkpoint.manifest_invalid", hint, what, e->name);
+    }
+    int64_t covered = 0;
     for (int s = 0; s < e->n_shards; s++) {
         const tr_ckpt_shard *sh = &e->shards[s];
         if (sh->slice.ndim != e->ndim)

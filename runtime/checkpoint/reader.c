@@ -1,5 +1,6 @@
 #include "runtime/checkpoint/reader.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "core/file.h"
 #include "runtime/checkpoint/fsutil.h"
 #include "runtime/checkpoint/progress.h"
 
@@ -31,6 +33,42 @@ static tr_status no_checkpoint(tr_diags *d, const char *path, const char *what) 
                 "checkpoint.ckpt_step to load the latest",
                 "%s: %s", path, what);
     return TR_ERR_NOTFOUND;
+}
+
+/* "iter_0000003 iter_0000005" (committed directories only, at most a line), or "none". */
+static void list_iterations(const char *root, char *buf, size_t cap) {
+    snprintf(buf, cap, "none");
+    DIR *dir = opendir(root);
+    if (!dir) return;
+    size_t used = 0;
+    struct dirent *ent;
+    while ((ent = readdir(dir)) != NULL) {
+        const char *n = ent->d_name;
+        if (strncmp(n, "iter_", 5) != 0 || strspn(n + 5, "0123456789") != strlen(n + 5) || !n[5])
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(dir), n, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (used + strlen(n) + 5 >= cap) {
+            snprintf(buf + used, cap - used, " ...");
+            break;
+        }
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? " " : "", n);
+    }
+    closedir(dir);
+}
+
+/* A load was asked for (a tracker or a step names it) and its directory is not there: never a
+ * reason to start from scratch, which would later save over what is left. */
+static tr_status dangling(tr_diags *d, const char *root, const char *dir, const char *named_by) {
+    char have[512];
+    list_iterations(root, have, sizeof have);
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, dir);
+    tr_diag_add(d, TR_SEV_ERROR, "checkpoint.missing_iteration", &o, "checkpoint.load",
+                "set checkpoint.ckpt_step to one of the iterations that exist, or, to start over "
+                "deliberately, unset checkpoint.load (or remove the tracker file)",
+                "%s names %s, which does not exist or is not a directory; iterations in %s: %s",
+                named_by, dir, root, have);
+    return TR_ERR_INVALID;
 }
 
 tr_status tr_ckpt_find(const char *root, int64_t step, char **iter_dir, int64_t *iteration,
@@ -82,8 +120,20 @@ tr_status tr_ckpt_find(const char *root, int64_t step, char **iter_dir, int64_t 
     char *dir = tr_ckpt_join(root, name);
     if (!dir) return TR_ERR_NOMEM;
     struct stat st;
+    if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+        /* Read only from inside the root: a link could name any directory on the machine. */
+        tr_status s = no_checkpoint(d, dir, "is a symbolic link; refusing to follow it");
+        free(dir);
+        return s == TR_ERR_NOTFOUND ? TR_ERR_INVALID : s;
+    }
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        tr_status s = no_checkpoint(d, dir, "no such checkpoint directory");
+        /* Without a tracker nothing was ever committed here: the caller may start fresh. */
+        char *tracker = tr_ckpt_join(root, TR_CKPT_TRACKER);
+        tr_status s = !tracker ? TR_ERR_NOMEM
+                      : step >= 0 && access(tracker, F_OK) != 0
+                          ? no_checkpoint(d, dir, "no such checkpoint directory")
+                          : dangling(d, root, dir, step < 0 ? tracker : "checkpoint.ckpt_step");
+        free(tracker);
         free(dir);
         return s;
     }
@@ -116,24 +166,20 @@ static tr_status open_files(tr_ckpt_reader *r, tr_diags *d) {
     if (!r->fds) return TR_ERR_NOMEM;
     for (int f = 0; f < r->m.n_files; f++) r->fds[f] = -1;
     for (int f = 0; f < r->m.n_files; f++) {
-        int fd = openat(r->dirfd, r->m.files[f].name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int err;
+        struct stat st;
+        int fd = tr_file_open(r->dirfd, r->m.files[f].name, TR_FILE_NOFOLLOW, &st, &err);
         if (fd < 0) {
-            int err = errno;
-            if (err == ELOOP)
+            if (err == ELOOP || err == TR_FILE_ENOTREG || err == EISDIR)
                 return file_error(r, f, "checkpoint.path_escape",
                                   "data files must be plain files inside the checkpoint",
-                                  "is a symbolic link; refusing to follow it", d);
+                                  tr_file_strerror(err), d);
             char what[128];
             snprintf(what, sizeof what, "cannot be opened: %s", strerror(err));
             return file_error(r, f, err == ENOENT ? "checkpoint.file_missing" : "checkpoint.io",
                               hint, what, d);
         }
         r->fds[f] = fd;
-        struct stat st;
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-            return file_error(r, f, "checkpoint.path_escape",
-                              "data files must be plain files inside the checkpoint",
-                              "is not a regular file", d);
         if ((uint64_t)st.st_size != r->m.files[f].bytes) {
             char what[160];
             snprintf(what, sizeof what, "has %lld bytes, the manifest records %" PRIu64 " (%s)",
@@ -143,6 +189,28 @@ static tr_status open_files(tr_ckpt_reader *r, tr_diags *d) {
         }
     }
     return TR_OK;
+}
+
+/* An iter_NNNNNNN directory whose manifest records another iteration was renamed or copied
+ * over: loading it would resume at the wrong step. Other names (release, a copy) are not
+ * checked. */
+static tr_status check_iteration_name(const char *iter_dir, const tr_ckpt_manifest *m,
+                                      const char *path, tr_diags *d) {
+    size_t n = strlen(iter_dir);
+    while (n > 1 && iter_dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && iter_dir[b - 1] != '/') b--;
+    const char *base = iter_dir + b;
+    size_t digits = n - b > 5 ? strspn(base + 5, "0123456789") : 0;
+    if (n - b <= 5 || strncmp(base, "iter_", 5) != 0 || digits != n - b - 5 || digits > 18)
+        return TR_OK;
+    long long named = strtoll(base + 5, NULL, 10);
+    if (named == m->iteration) return TR_OK;
+    tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
+    return tr_diag_add(d, TR_SEV_ERROR, "checkpoint.manifest_invalid", &o, "checkpoint.load",
+                       "the directory was renamed or copied over; load it under its own name",
+                       "%s records iteration %lld, but its directory is named for iteration %lld",
+                       path, (long long)m->iteration, named);
 }
 
 tr_status tr_ckpt_open(const char *iter_dir, tr_ckpt_reader **out, tr_diags *d) {
@@ -164,24 +232,27 @@ tr_status tr_ckpt_open(const char *iter_dir, tr_ckpt_reader **out, tr_diags *d) 
     }
     char *path = tr_ckpt_join(iter_dir, TR_CKPT_MANIFEST);
     tr_status s = path ? TR_OK : TR_ERR_NOMEM;
-    int fd = path ? openat(r->dirfd, TR_CKPT_MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
-    if (s == TR_OK && fd < 0) {
-        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
-        tr_diag_add(d, TR_SEV_ERROR, "checkpoint.incomplete", &o, "checkpoint.load",
-                    "this save never finished; load an older checkpoint",
-                    "%s has no readable %s (%s)", iter_dir, TR_CKPT_MANIFEST, strerror(errno));
-        s = TR_ERR_INVALID;
-    }
-    if (fd >= 0) close(fd);
     char *text = NULL;
     size_t len = 0;
-    if (s == TR_OK) s = tr_ckpt_read_whole(path, &text, &len, d);
+    int err =
+        path ? tr_file_read_all(r->dirfd, TR_CKPT_MANIFEST, TR_FILE_NOFOLLOW, &text, &len) : 0;
+    if (s == TR_OK && err == ENOMEM) s = TR_ERR_NOMEM;
+    if (s == TR_OK && err) {
+        tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
+        tr_diag_add(d, TR_SEV_ERROR, "checkpoint.incomplete", &o, "checkpoint.load",
+                    err == ENOENT ? "this save never finished; load an older checkpoint"
+                                  : "the manifest must be a regular file inside the checkpoint",
+                    "%s has no readable %s (%s)", iter_dir, TR_CKPT_MANIFEST,
+                    tr_file_strerror(err));
+        s = TR_ERR_INVALID;
+    }
     if (s == TR_OK) s = tr_ckpt_manifest_parse(text, len, path, &r->m, d);
     if (s == TR_OK && r->m.is_rank_index) {
         tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
         s = tr_diag_add(d, TR_SEV_ERROR, "checkpoint.manifest_invalid", &o, "checkpoint.load", NULL,
                         "%s is a rank index, not a manifest", path);
     }
+    if (s == TR_OK) s = check_iteration_name(iter_dir, &r->m, path, d);
     free(text);
     free(path);
     if (s == TR_OK) s = open_files(r, d);

@@ -1,9 +1,11 @@
 /* most_recent_k: deleting old checkpoints without ever deleting the one the tracker names. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "runtime/checkpoint/ckpt.h"
 #include "runtime/checkpoint/fsutil.h"
@@ -55,6 +57,18 @@ tr_status tr_ckpt_retain(const char *root, int64_t k, int64_t retain_interval, t
         bool tmp;
         long long it = parse_name(ent->d_name, &tmp);
         if (it < 0) continue;
+        struct stat st;
+        if (fstatat(dirfd(dir), ent->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(st.st_mode)) {
+            /* Not a directory of ours (a link to elsewhere, a file): never counted or removed. */
+            char *p = tr_ckpt_join(root, ent->d_name);
+            tr_origin o = tr_origin_make(TR_ORIGIN_FILE, p ? p : root);
+            tr_diag_add(d, TR_SEV_WARNING, "checkpoint.not_owned", &o, "checkpoint.most_recent_k",
+                        "remove it by hand if it is not needed",
+                        "retention skips %s: not a directory Trestle created", ent->d_name);
+            free(p);
+            continue;
+        }
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
             found *g = realloc(items, (size_t)cap * sizeof *g);

@@ -290,7 +290,12 @@ tr_status tr_ckpt_save_commit(tr_ckpt_save *s, tr_diags *d) {
                            "call tr_ckpt_save_finalize on rank 0 before committing",
                            "checkpoint %s has no manifest yet", s->tmp_dir);
     struct stat st_old;
-    bool replace = stat(s->final_dir, &st_old) == 0;
+    bool replace = lstat(s->final_dir, &st_old) == 0;
+    /* A symbolic link (or a file) under our name was not written by us: swapping it in would
+     * make the removal below empty whatever it points at. */
+    if (replace && !S_ISDIR(st_old.st_mode))
+        return tr_ckpt_refuse(d, s->final_dir,
+                              "it is not a directory Trestle created (a symbolic link or a file)");
     if (replace) {
         /* Swap so that the iteration's directory is never missing, then drop the old copy. */
         if (renameat2(AT_FDCWD, s->tmp_dir, AT_FDCWD, s->final_dir, RENAME_EXCHANGE) != 0)

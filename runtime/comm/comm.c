@@ -35,6 +35,16 @@ const char *tr_comm_group_name(int group) {
     return tr_group_kind_name((tr_group_kind)group);
 }
 
+static const volatile sig_atomic_t *stop_flag;
+
+void tr_comm_set_stop_flag(const volatile sig_atomic_t *flag) {
+    stop_flag = flag;
+}
+
+bool tr_comm_stop_requested(void) {
+    return stop_flag && *stop_flag;
+}
+
 double tr_comm_timeout_from_config(const tr_config *cfg) {
     if (cfg->dist.distributed_timeout_seconds != TR_NULL_INT)
         return (double)cfg->dist.distributed_timeout_seconds;

@@ -13,6 +13,7 @@
 #ifndef TR_COMM_H
 #define TR_COMM_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -163,6 +164,14 @@ tr_status tr_comm_mpi_create(const struct tr_parallel_state *ps, const tr_comm_o
                              tr_diags *diags, tr_comm **out);
 /* Collective. Safe on NULL. */
 void tr_comm_destroy(tr_comm *c);
+
+/* The training loop's stop request (its SIGTERM/SIGINT flag), NULL for none. A wait still
+ * blocked TR_COMM_STOP_GRACE_S after the flag is set gives up with the comm.timeout diagnostic
+ * (what it waited for, on which group, for whom): a stopped peer must not make a rank ignore
+ * the signal until the full timeout. Process-wide, like the signal itself. */
+#define TR_COMM_STOP_GRACE_S 1.0
+void tr_comm_set_stop_flag(const volatile sig_atomic_t *flag);
+bool tr_comm_stop_requested(void);
 
 /* For main(): when st is not TR_OK, prints c's diagnostics to stderr, then ends every rank of
  * the world (MPI_Abort with exit code 2 on the MPI backend, so mpirun returns non-zero). */

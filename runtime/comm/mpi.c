@@ -445,12 +445,23 @@ static void probe_members(mpi_impl *m, int g, mpi_req *r, double grace, ask_list
     }
 }
 
+/* How a wait ended, for the diagnostic: the timeout, or the stop signal it gave way to. */
+static const char *why_ended(const tr_comm *c, bool stopped, char *buf, size_t cap) {
+    if (stopped)
+        snprintf(buf, cap, "was given up %.0f s after a stop signal (SIGTERM/SIGINT)",
+                 TR_COMM_STOP_GRACE_S);
+    else
+        snprintf(buf, cap, "did not complete within %.1f s", c->timeout_s);
+    return buf;
+}
+
 static tr_status report_collective_timeout(tr_comm *c, tr_comm_request *req, mpi_req *r,
-                                           double waited, ask_listener *l) {
+                                           double waited, ask_listener *l, bool stopped) {
     mpi_impl *m = impl_of(c);
     int g = req->group, p = m->size[g], me = m->rank[g];
-    double grace = c->timeout_s * 0.25;
+    double grace = stopped ? 0.2 : c->timeout_s * 0.25;
     grace = grace < 0.2 ? 0.2 : grace > 5.0 ? 5.0 : grace;
+    char why[96];
     probe_members(m, g, r, grace, l);
     char members[512] = "", silent[512] = "", same[512] = "", other[1024] = "";
     for (int j = 0; j < p; j++) {
@@ -472,17 +483,20 @@ static tr_status report_collective_timeout(tr_comm *c, tr_comm_request *req, mpi
                 "dist.distributed_timeout_minutes,dist.distributed_timeout_seconds",
                 "the silent ranks are stopped, dead, computing, or waiting on another group; "
                 "read their output. Raise dist.distributed_timeout_minutes if they are only slow",
-                "%s #%lld on group %s (world ranks %s) did not complete within %.1f s on world "
-                "rank %d (waited %.1f s): did not answer: %s; waiting in the same call: %s%s%s",
+                "%s #%lld on group %s (world ranks %s) %s on world rank %d (waited %.1f s): "
+                "did not answer: %s; waiting in the same call: %s%s%s",
                 tr_comm_kind_name(req->kind), (long long)r->seq, tr_comm_group_name(g), members,
-                c->timeout_s, m->members[g][me], waited, *silent ? silent : "none",
-                *same ? same : "none", *other ? "; elsewhere: " : "", other);
+                why_ended(c, stopped, why, sizeof why), m->members[g][me], waited,
+                *silent ? silent : "none", *same ? same : "none", *other ? "; elsewhere: " : "",
+                other);
     return TR_ERR_COMM;
 }
 
-static tr_status report_p2p_timeout(tr_comm *c, tr_comm_request *req, mpi_req *r, double waited) {
+static tr_status report_p2p_timeout(tr_comm *c, tr_comm_request *req, mpi_req *r, double waited,
+                                    bool stopped) {
     mpi_impl *m = impl_of(c);
     int g = req->group;
+    char why[96];
     char peers[512] = "";
     for (int i = 0; i < r->n; i++) {
         if (r->reqs[i] == MPI_REQUEST_NULL) continue;
@@ -502,10 +516,9 @@ static tr_status report_p2p_timeout(tr_comm *c, tr_comm_request *req, mpi_req *r
                 "dist.distributed_timeout_minutes,dist.distributed_timeout_seconds",
                 "the peer is stopped, dead, or in a different operation (check that both sides "
                 "send and receive in matching order); read its output",
-                "%s on group %s did not complete within %.1f s on world rank %d (waited %.1f s): "
-                "no answer for %s",
-                tr_comm_kind_name(req->kind), tr_comm_group_name(g), c->timeout_s,
-                m->members[g][m->rank[g]], waited, peers);
+                "%s on group %s %s on world rank %d (waited %.1f s): no answer for %s",
+                tr_comm_kind_name(req->kind), tr_comm_group_name(g),
+                why_ended(c, stopped, why, sizeof why), m->members[g][m->rank[g]], waited, peers);
     return TR_ERR_COMM;
 }
 
@@ -513,7 +526,7 @@ static tr_status mpi_wait(tr_comm *c, tr_comm_request *req) {
     mpi_impl *m = impl_of(c);
     mpi_req *r = req->impl;
     int g = req->group, spins = 0;
-    double t0 = now_s(), deadline = t0 + c->timeout_s;
+    double t0 = now_s(), deadline = t0 + c->timeout_s, stop_seen = -1;
     ask_listener l = {MPI_REQUEST_NULL, {0, 0}};
     if (r->collective) listen_post(m, g, &l);
     tr_status st = TR_OK;
@@ -523,9 +536,11 @@ static tr_status mpi_wait(tr_comm *c, tr_comm_request *req) {
         if (st != TR_OK || done) break;
         if (r->collective) listen_serve(m, g, &l, r->ask);
         double t = now_s();
-        if (t >= deadline) {
-            st = r->collective ? report_collective_timeout(c, req, r, t - t0, &l)
-                               : report_p2p_timeout(c, req, r, t - t0);
+        if (stop_seen < 0 && tr_comm_stop_requested()) stop_seen = t;
+        bool stopped = stop_seen >= 0 && t - stop_seen >= TR_COMM_STOP_GRACE_S;
+        if (t >= deadline || stopped) {
+            st = r->collective ? report_collective_timeout(c, req, r, t - t0, &l, stopped)
+                               : report_p2p_timeout(c, req, r, t - t0, stopped);
             bool pending = false;
             for (int i = 0; i < r->n; i++) pending |= r->reqs[i] != MPI_REQUEST_NULL;
             listen_stop(m, g, &l, r->ask);

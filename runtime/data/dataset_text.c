@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
+
 typedef struct text {
     unsigned char *bytes;
     int64_t n;
@@ -30,11 +32,12 @@ static void text_destroy(tr_token_dataset *ds) {
 }
 
 static tr_status read_all(const char *path, text *t, tr_diags *d) {
-    FILE *f = fopen(path, "rb");
+    int oerr;
+    FILE *f = tr_file_fopen(path, 0, &oerr);
     if (!f)
         return tr_diag_add(d, TR_SEV_ERROR, "data.text_open", NULL, "dataset.data_path",
-                           "point dataset.data_path at a readable text file", "cannot open %s: %s",
-                           path, strerror(errno));
+                           "point dataset.data_path at a readable regular text file",
+                           "cannot open %s: %s", path, tr_file_strerror(oerr));
     size_t cap = 1 << 20, n = 0, got;
     t->bytes = malloc(cap);
     while (t->bytes && (got = fread(t->bytes + n, 1, cap - n, f)) > 0) {

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/file.h"
+
 #include "runtime/data/datasets/indexed_dataset.h"
 #include "runtime/io/json.h"
 
@@ -112,11 +114,12 @@ tr_status tr_preprocess_jsonl(const tr_preprocess_opts *o, const tr_tokenizer *t
                               tr_preprocess_stats *st, tr_diags *diags) {
     memset(st, 0, sizeof *st);
     if (o->n_keys < 1 || o->n_keys > 16) return TR_ERR_INVALID;
-    FILE *in = fopen(o->input, "rb");
+    int err;
+    FILE *in = tr_file_fopen(o->input, 0, &err);
     if (!in) {
         tr_origin org = tr_origin_make(TR_ORIGIN_FILE, o->input);
         return tr_diag_add(diags, TR_SEV_ERROR, "data.file_open", &org, NULL, "check --input",
-                           "cannot open %s", o->input);
+                           "cannot open %s: %s", o->input, tr_file_strerror(err));
     }
     tr_indexed_writer writers[16];
     tr_status s = TR_OK;

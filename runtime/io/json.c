@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
+#include "core/key_index.h"
+
 enum { MAX_DEPTH = 256 };
 
 typedef struct parser {
@@ -227,7 +230,18 @@ static bool push(parser *p, tr_json *v, size_t *cap) {
     return true;
 }
 
+static bool container_indexed(parser *p, tr_json *v, int depth, tr_key_index *ix);
+
+/* Objects keep a hash of their keys: a repeated key is an error (the strict readers would
+ * otherwise see only the first), and finding it stays linear in the object's size. */
 static bool container(parser *p, tr_json *v, int depth) {
+    tr_key_index ix = {NULL, 0};
+    bool ok = container_indexed(p, v, depth, &ix);
+    tr_key_index_free(&ix);
+    return ok;
+}
+
+static bool container_indexed(parser *p, tr_json *v, int depth, tr_key_index *ix) {
     bool object = *p->s == '{';
     char close = object ? '}' : ']';
     v->type = object ? TR_JSON_OBJECT : TR_JSON_ARRAY;
@@ -258,6 +272,16 @@ static bool container(parser *p, tr_json *v, int depth) {
         bool ok = value(p, item, depth + 1);
         v->n++; /* counted even on failure so that free releases what was built */
         if (!ok) return false;
+        if (object) {
+            int i = (int)v->n - 1;
+            if (tr_key_index_find(ix, v->keys, v->key_lens, v->keys[i], v->key_lens[i]) >= 0) {
+                char what[160];
+                snprintf(what, sizeof what, "key '%.100s' appears twice", v->keys[i]);
+                return fail(p, what);
+            }
+            if (tr_key_index_add(ix, v->keys, v->key_lens, (int)v->n) != TR_OK)
+                return fail(p, "out of memory");
+        }
         skip_ws(p);
         if (p->s < p->end && *p->s == ',') {
             p->s++;
@@ -346,12 +370,14 @@ tr_status tr_read_file(const char *path, const char *key, char **out, size_t *le
     *out = NULL;
     *len = 0;
     tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
-    FILE *f = fopen(path, "rb");
+    int err;
+    FILE *f = tr_file_fopen(path, 0, &err);
     if (!f) {
-        int err = errno;
-        tr_diag_add(diags, TR_SEV_ERROR, "data.file_open", &o, key, "check the path",
-                    "cannot open %s: %s", path, strerror(err));
-        return err == ENOENT ? TR_ERR_NOTFOUND : TR_ERR_IO;
+        bool notreg = err == EISDIR || err == TR_FILE_ENOTREG;
+        tr_diag_add(diags, TR_SEV_ERROR, "data.file_open", &o, key,
+                    notreg ? "name a regular file" : "check the path", "cannot open %s: %s", path,
+                    tr_file_strerror(err));
+        return err == ENOENT ? TR_ERR_NOTFOUND : notreg ? TR_ERR_INVALID : TR_ERR_IO;
     }
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);

@@ -343,8 +343,9 @@ void tr_train_ckpt_free(tr_train_ckpt *k) {
 typedef enum source { SRC_NONE, SRC_RESUME, SRC_WEIGHTS, SRC_HF } source;
 
 /* The directory to load and how much of it: checkpoint.load (everything, or weights only with
- * finetune), else pretrained_checkpoint (weights only). A checkpoint.load without a checkpoint
- * starts fresh unless exit_on_missing_checkpoint. */
+ * finetune), else pretrained_checkpoint (weights only). A checkpoint.load without a tracker
+ * starts fresh unless exit_on_missing_checkpoint; a tracker naming a missing iteration is an
+ * error (tr_ckpt_find returns TR_ERR_INVALID, not TR_ERR_NOTFOUND). */
 static tr_status find_source(tr_train_ckpt *k, char **dir, int64_t *iteration, source *src) {
     const tr_checkpoint_config *cc = &k->env.c->checkpoint;
     *src = SRC_NONE;

@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "runtime/comm/comm.h"
+
 static volatile sig_atomic_t pending_signal;
 
 static void on_signal(int sig) {
@@ -20,6 +22,7 @@ void tr_train_signals_install(tr_train_signals *s) {
     sigaction(SIGTERM, &sa, &s->old_term);
     sigaction(SIGINT, &sa, &s->old_int);
     s->installed = 1;
+    tr_comm_set_stop_flag(&pending_signal);
 }
 
 void tr_train_signals_restore(tr_train_signals *s) {
@@ -27,6 +30,7 @@ void tr_train_signals_restore(tr_train_signals *s) {
     sigaction(SIGTERM, &s->old_term, NULL);
     sigaction(SIGINT, &s->old_int, NULL);
     s->installed = 0;
+    tr_comm_set_stop_flag(NULL);
 }
 
 int tr_train_signal_pending(void) {

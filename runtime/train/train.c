@@ -54,6 +54,9 @@ static tr_status agree_on_stop(trainer *t, tr_stop_reason *stop, int *signal) {
                                      TR_COMM_MAX));
     *stop = (tr_stop_reason)v[0];
     *signal = v[1];
+    /* Every rank now stops after this iteration: the save that follows gets the full timeout
+     * instead of the short grace a stop signal gives a blocked wait. */
+    if (*stop == TR_STOP_SIGNAL) tr_comm_set_stop_flag(NULL);
     return TR_OK;
 }
 

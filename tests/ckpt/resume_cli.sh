@@ -3,7 +3,8 @@
 # resumed run ends with the uninterrupted run's loss; damaged checkpoints (flipped byte,
 # truncated shard, missing shard, a manifest naming a file outside the directory) are refused
 # with the diagnostic and a non-zero exit before any training; most_recent_k retention;
-# exit_on_missing_checkpoint; finetune / pretrained_checkpoint; unsupported ckpt_format.
+# exit_on_missing_checkpoint; a tracker naming a missing iteration; finetune /
+# pretrained_checkpoint; unsupported ckpt_format.
 # Usage: resume_cli.sh RUN_RECIPE
 #        resume_cli.sh RUN_RECIPE --mpi MPIRUN_PREFIX... : only the SIGTERM check, as DP2 with
 #        the distributed optimizer under mpirun, the signal sent to the last rank alone (as a
@@ -135,6 +136,19 @@ expect missing_starts_fresh 0 'starting from scratch' -- "$RUN" "${SMALL[@]}" tr
     "checkpoint.load=$WORK/empty"
 expect exit_on_missing nonzero 'checkpoint.no_checkpoint' -- "$RUN" "${SMALL[@]}" \
     train.train_iters=1 "checkpoint.load=$WORK/empty" checkpoint.exit_on_missing_checkpoint=true
+
+# A tracker naming an iteration whose directory is gone is an error, never a fresh start (which
+# would later save over what is left); trestle_ckpt verify says the same.
+mkdir -p "$WORK/dangling"
+cp -r "$GOOD"/iter_* "$WORK/dangling/"
+echo 999 >"$WORK/dangling/latest_checkpointed_iteration.txt"
+DANGLING=("${SMALL[@]}" train.train_iters=1 "checkpoint.load=$WORK/dangling"
+          "checkpoint.save=$WORK/dangling")
+expect tracker_dangling nonzero 'checkpoint.missing_iteration.*iter_0000999.*: iter_0' -- \
+    "$RUN" "${DANGLING[@]}"
+out=$("$RUN" "${DANGLING[@]}" 2>&1)
+grep -q 'starting from scratch' <<<"$out" && fail "tracker_dangling: started from scratch" "$out"
+[[ -e $WORK/dangling/iter_0000001 ]] && fail "tracker_dangling: saved into the directory"
 
 # Weights only: finetune restarts the iteration count; pretrained_checkpoint when load is empty.
 expect finetune 0 'loaded weights.*iteration 5\)' -- "$RUN" "${SMALL[@]}" train.train_iters=2 \

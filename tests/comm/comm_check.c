@@ -7,9 +7,13 @@
  *   mpirun -np N comm_check stall-p2p DIR          all-reduce (or before answering rank 0's
  *                                                  receive); the others must end with
  *                                                  comm.timeout within the 2 s timeout.
+ *   mpirun -np N comm_check stall-sigterm DIR      as stall-collective with a 60 s timeout; the
+ *                                                  live ranks get SIGTERM 1 s into the wait (the
+ *                                                  loop's handler) and must give up 1 s later.
  * DIR receives one <rank>.pid file per rank, so the caller can clean up the stopped one. */
 #include <math.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -21,6 +25,7 @@
 #include "core/config.h"
 #include "runtime/comm/comm.h"
 #include "runtime/parallel/state.h"
+#include "runtime/train/signal.h"
 
 static int g_rank, g_fail;
 
@@ -417,12 +422,19 @@ static void write_pid(const char *dir) {
     }
 }
 
-static int stall(tr_parallel_state *ps, bool collective, const char *dir) {
+static void *sigterm_later(void *arg) {
+    (void)arg;
+    sleep(1);
+    kill(getpid(), SIGTERM);
+    return NULL;
+}
+
+static int stall(tr_parallel_state *ps, bool collective, bool sigterm, const char *dir) {
     tr_config *cfg = malloc(sizeof *cfg);
     tr_diags diags;
     tr_diags_init(&diags);
     if (tr_config_init(cfg, &diags) != TR_OK) return 1;
-    cfg->dist.distributed_timeout_seconds = 2;
+    cfg->dist.distributed_timeout_seconds = sigterm ? 60 : 2;
     tr_comm_options opt = {tr_comm_timeout_from_config(cfg), TR_COMM_REDUCE_NATIVE};
     tr_config_free(cfg);
     free(cfg);
@@ -432,6 +444,13 @@ static int stall(tr_parallel_state *ps, bool collective, const char *dir) {
     tr_comm_abort_on_error(c, tr_comm_barrier(c, TR_COMM_WORLD));
     int last = ps->world_size - 1;
     if (g_rank == last) raise(SIGSTOP); /* a peer that stops answering, mid-run */
+    tr_train_signals sigs = {0};
+    pthread_t killer;
+    if (sigterm) {
+        tr_train_signals_install(&sigs);
+        pthread_create(&killer, NULL, sigterm_later, NULL);
+        pthread_detach(killer);
+    }
     float x[4] = {1, 2, 3, 4}, y[4];
     tr_status st;
     if (collective) {
@@ -463,9 +482,11 @@ int main(int argc, char **argv) {
         tr_diags_print_text(&diags, stderr, false);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (!strcmp(mode, "stall-collective") || !strcmp(mode, "stall-p2p")) {
+    if (!strcmp(mode, "stall-collective") || !strcmp(mode, "stall-p2p") ||
+        !strcmp(mode, "stall-sigterm")) {
         if (argc < 3) MPI_Abort(MPI_COMM_WORLD, 64);
-        int rc = stall(&ps, !strcmp(mode, "stall-collective"), argv[2]);
+        int rc =
+            stall(&ps, strcmp(mode, "stall-p2p") != 0, !strcmp(mode, "stall-sigterm"), argv[2]);
         MPI_Abort(MPI_COMM_WORLD, rc);
     }
     if (strcmp(mode, "ops") != 0) {

@@ -34,3 +34,7 @@ tr_comm_stall_test(timeout_collective 4 stall-collective "all_reduce #2 on group
                    "did not answer: 3;" "within 2.0 s")
 tr_comm_stall_test(timeout_p2p 2 stall-p2p "p2p_batch on group world"
                    "no answer for recv from world rank 1" "within 2.0 s")
+# A stop signal during a wait that a stopped peer blocks: honoured within a second, not after
+# the 60 s timeout, with the same diagnostic (stall.sh fails past 12 s).
+tr_comm_stall_test(sigterm_during_wait 4 stall-sigterm "all_reduce #2 on group world"
+                   "did not answer: 3;" "given up 1 s after a stop signal")

@@ -11,7 +11,7 @@ if(TRESTLE_SANITIZE)
   # Open MPI's allocations at exit are reported as leaks that cannot be suppressed by name.
   list(APPEND TR_STUCK_ENV "ASAN_OPTIONS=detect_leaks=0")
 endif()
-set_tests_properties(mpi_stuck_peer PROPERTIES LABELS "mpi" TIMEOUT 60 RUN_SERIAL TRUE
+set_tests_properties(mpi_stuck_peer PROPERTIES LABELS "mpi" TIMEOUT 90 RUN_SERIAL TRUE
                      ENVIRONMENT "${TR_STUCK_ENV}")
 
 # The model cut into pipeline stages equals the whole model (label "unit").

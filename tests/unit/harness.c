@@ -1,8 +1,27 @@
 #include "tests/unit/harness.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 int tr_test_failures;
+
+static char deadline_what[200];
+
+static void on_deadline(int sig) {
+    (void)sig;
+    static const char head[] = "  hang: ";
+    (void)!write(2, head, sizeof head - 1);
+    (void)!write(2, deadline_what, strlen(deadline_what));
+    (void)!write(2, "\n", 1);
+    _exit(3);
+}
+
+void tr_test_deadline(unsigned seconds, const char *what) {
+    snprintf(deadline_what, sizeof deadline_what, "%s", what ? what : "");
+    signal(SIGALRM, on_deadline);
+    alarm(seconds);
+}
 
 int tr_test_main(int argc, char **argv, const tr_test_case *tests, int n) {
     int passed = 0, failed = 0;

@@ -69,6 +69,10 @@ extern int tr_test_failures; /* failures in the current test */
 
 /* The whole file as a NUL-terminated malloc'd string, or NULL when it cannot be read. */
 char *tr_test_read_file(const char *path);
+/* Arms a watchdog: if the process is still inside the guarded call after `seconds`, it prints
+ * "hang: <what>" and exits 3, so a blocking read or a runaway loop fails the test instead of
+ * stalling it. tr_test_deadline(0, NULL) disarms it. */
+void tr_test_deadline(unsigned seconds, const char *what);
 
 /* Runs the tests (all, or those whose name contains argv[1]); returns the process exit code. */
 int tr_test_main(int argc, char **argv, const tr_test_case *tests, int n);

@@ -8,6 +8,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "core/file.h"
+
 #define CACHE_MAGIC "TRIDXC01"
 #define KEY         "dataset.path_to_cache"
 
@@ -99,7 +101,8 @@ tr_status tr_index_cache_load(const char *dir, uint64_t key, const char *name,
     *hit = 0;
     char *path = tr_index_cache_path(dir, key, name);
     if (!path) return TR_ERR_NOMEM;
-    FILE *f = fopen(path, "rb");
+    int err;
+    FILE *f = tr_file_fopen(path, TR_FILE_NOFOLLOW, &err);
     if (!f) {
         free(path);
         return TR_OK;

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
+
 /* The format is little-endian and we read it in place. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "indexed datasets need a little-endian host");
@@ -186,20 +188,16 @@ static char *join(const char *a, const char *b) {
 static tr_status map_file(const char *path, void **map, size_t *size, tr_diags *diags) {
     static const uint8_t empty[8];
     tr_origin o = file_origin(path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        tr_diag_add(diags, TR_SEV_ERROR, "data.file_open", &o, KEY,
-                    "check the path prefix: Trestle opens <prefix>.idx and <prefix>.bin",
-                    "cannot open %s: %s", path, strerror(err));
-        return err == ENOENT ? TR_ERR_NOTFOUND : TR_ERR_IO;
-    }
+    int err;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        tr_diag_add(diags, TR_SEV_ERROR, "data.file_open", &o, KEY, NULL,
-                    "%s is not a regular file", path);
-        return TR_ERR_IO;
+    int fd = tr_file_open(AT_FDCWD, path, 0, &st, &err);
+    if (fd < 0) {
+        bool notreg = err == EISDIR || err == TR_FILE_ENOTREG;
+        tr_diag_add(diags, TR_SEV_ERROR, "data.file_open", &o, KEY,
+                    "check the path prefix: Trestle opens <prefix>.idx and <prefix>.bin, which "
+                    "must be regular files",
+                    "cannot open %s: %s", path, tr_file_strerror(err));
+        return err == ENOENT ? TR_ERR_NOTFOUND : notreg ? TR_ERR_INVALID : TR_ERR_IO;
     }
     *size = (size_t)st.st_size;
     if (*size == 0) {

@@ -195,7 +195,9 @@ static void test_manifest_strictness(void) {
     tr_diags_clear(&f.d);
     edit_manifest(f.iter, "\"iterations\": 5", "\"version\": 9");
     CHECK(open_and_load(f.iter, &f.d) == TR_ERR_INVALID);
-    CHECK_CONTAINS(message_of(&f.d, "checkpoint.manifest_invalid"), "'version' appears twice");
+    /* Repeated keys are refused by the JSON reader itself, with the line. */
+    CHECK_CONTAINS(message_of(&f.d, "data.json_syntax"), "'version' appears twice");
+    CHECK(tr_diags_find(&f.d, "checkpoint.manifest_invalid") != NULL);
     tr_diags_clear(&f.d);
     edit_manifest(f.iter, "\"version\": 1,", "\"version\": 2,");
     edit_manifest(f.iter, ", \"version\": 9", "");
@@ -238,8 +240,23 @@ static void test_tracker_problems(void) {
     CHECK(tr_ckpt_find(f.root, -1, &dir, &it, &f.d) == TR_OK);
     CHECK_INT_EQ(it, 5);
     free(dir);
-    CHECK(tr_ckpt_find(f.root, 6, &dir, &it, &f.d) == TR_ERR_NOTFOUND);
-    CHECK_CONTAINS(message_of(&f.d, "checkpoint.no_checkpoint"), "iter_0000006");
+    /* A step the root does not hold, beside committed ones: an error listing what exists. */
+    CHECK(tr_ckpt_find(f.root, 6, &dir, &it, &f.d) == TR_ERR_INVALID);
+    CHECK_CONTAINS(message_of(&f.d, "checkpoint.missing_iteration"), "iter_0000006");
+    CHECK_CONTAINS(message_of(&f.d, "checkpoint.missing_iteration"), "iterations in");
+    CHECK_CONTAINS(message_of(&f.d, "checkpoint.missing_iteration"), ": iter_0000005");
+    tr_diags_clear(&f.d);
+    /* The tracker names an iteration whose directory is gone: never "no checkpoint". */
+    char *five = path_in(f.root, "iter_0000005"), *moved = path_in(f.root, "moved");
+    CHECK(rename(five, moved) == 0);
+    CHECK(tr_ckpt_find(f.root, -1, &dir, &it, &f.d) == TR_ERR_INVALID);
+    CHECK_CONTAINS(message_of(&f.d, "checkpoint.missing_iteration"),
+                   "latest_checkpointed_iteration.txt names");
+    CHECK_CONTAINS(message_of(&f.d, "checkpoint.missing_iteration"), ": none");
+    CHECK(tr_diags_find(&f.d, "checkpoint.missing_iteration")->hint != NULL);
+    CHECK(rename(moved, five) == 0);
+    free(five);
+    free(moved);
     tr_diags_clear(&f.d);
     char *tracker = path_in(f.root, TR_CKPT_TRACKER);
     FILE *fp = fopen(tracker, "w");

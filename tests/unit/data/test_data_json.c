@@ -1,4 +1,5 @@
 /* The JSON reader: values, escapes and UTF-8 exactly as RFC 8259 says; errors with line:column. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/io/json.h"
@@ -72,4 +73,35 @@ static void rejects_invalid_json_with_position(void) {
     CHECK_STR_EQ(error_of("[[[[1]]]]", m, sizeof m), "ok");
 }
 
-TR_TEST_MAIN(TR_TEST(parses_values_and_escapes), TR_TEST(rejects_invalid_json_with_position))
+/* A repeated key (a tokenizer.json vocabulary with one token twice) is an error with its line;
+ * keys that differ only after an embedded NUL are distinct. A 200k-key object stays linear. */
+static void rejects_duplicate_keys(void) {
+    tr_diags d;
+    tr_diags_init(&d);
+    tr_json v;
+    CHECK(parse("{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1,\n \"a\": 2}}}", &v, &d) != TR_OK);
+    const tr_diag *g = tr_diags_find(&d, "data.json_syntax");
+    CHECK(g != NULL);
+    if (g) CHECK_CONTAINS(g->message, "x.json:2:");
+    if (g) CHECK_CONTAINS(g->message, "key 'a' appears twice");
+    tr_diags_free(&d);
+    CHECK(parse("{\"a\\u0000x\": 1, \"a\\u0000y\": 2}", &v, NULL) == TR_OK);
+    tr_json_free(&v);
+
+    enum { KEYS = 200000 };
+    size_t cap = (size_t)KEYS * 20 + 16, n = 0;
+    char *text = malloc(cap);
+    text[n++] = '{';
+    for (int i = 0; i < KEYS; i++)
+        n += (size_t)snprintf(text + n, cap - n, "%s\"t%d\": %d", i ? ", " : "", i, i);
+    text[n++] = '}';
+    tr_test_deadline(30, "the JSON reader is not linear in the number of keys");
+    CHECK(tr_json_parse(text, n, "big.json", &v, NULL) == TR_OK);
+    tr_test_deadline(0, NULL);
+    CHECK_INT_EQ(v.n, KEYS);
+    tr_json_free(&v);
+    free(text);
+}
+
+TR_TEST_MAIN(TR_TEST(parses_values_and_escapes), TR_TEST(rejects_invalid_json_with_position),
+             TR_TEST(rejects_duplicate_keys))

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "runtime/io/json.h"
 
 static const struct {
@@ -238,20 +239,19 @@ tr_status tr_st_parse(tr_st_file *f, const void *bytes, size_t len, const char *
 tr_status tr_st_open(tr_st_file *f, const char *path, tr_diags *d) {
     memset(f, 0, sizeof *f);
     tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
-    /* O_NONBLOCK: a FIFO in the model directory must not hang the open. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    /* The read policy of core/file.h: a FIFO in the model directory must not hang the open. */
+    int err = 0;
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        int err = fd < 0 ? errno : 0;
-        if (fd >= 0) close(fd);
+    int fd = tr_file_open(AT_FDCWD, path, 0, &sb, &err);
+    if (fd < 0) {
         tr_diag_add(d, TR_SEV_ERROR, "safetensors.open", &o, NULL,
                     "name a readable regular .safetensors file", "cannot read %s: %s", path,
-                    err ? strerror(err) : "not a regular file");
+                    tr_file_strerror(err));
         return err == ENOENT ? TR_ERR_NOTFOUND : TR_ERR_IO;
     }
     size_t len = (size_t)sb.st_size;
     void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    int err = errno;
+    err = errno;
     close(fd);
     if (len && map == MAP_FAILED) {
         tr_diag_add(d, TR_SEV_ERROR, "safetensors.open", &o, NULL, NULL, "cannot map %s: %s", path,

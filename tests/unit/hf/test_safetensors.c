@@ -181,7 +181,7 @@ static void test_refuses_hostile_headers(void) {
                    "safetensors.layout", "4 bytes of data follow");
     expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                    "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-                   8, "safetensors.header", "appears twice");
+                   8, "data.json_syntax", "appears twice");
     expect_refused("{\"__metadata__\":{\"format\":1}}", 0, "safetensors.header", "__metadata__");
     expect_refused("{\"__metadata__\":[]}", 0, "safetensors.header", "__metadata__");
     expect_refused("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
-#include "core/file.h"
-#include "core/key_index.h"
+#include "core/input/file.h"
+#include "core/input/key_index.h"
 #include "overrides/overrides.h"
 
 /* Override files are a few hundred lines; anything far larger is a wrong path. */

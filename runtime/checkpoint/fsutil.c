@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/file.h"
+#include "core/input/file.h"
 
 tr_status tr_ckpt_io_error(tr_diags *d, const char *what, const char *path, int err) {
     tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);

@@ -23,7 +23,7 @@ tr_status tr_ckpt_remove_dir(const char *path, tr_diags *d);
 /* The diagnostic for an entry Trestle will not remove or replace because it did not write it. */
 tr_status tr_ckpt_refuse(tr_diags *d, const char *path, const char *why);
 /* Reads a whole (small) regular file, not through a symbolic link, into a malloc'd
- * NUL-terminated buffer (core/file.h's policy). */
+ * NUL-terminated buffer (core/input/file.h's policy). */
 tr_status tr_ckpt_read_whole(const char *path, char **out, size_t *len, tr_diags *d);
 /* malloc'd "a/b". */
 char *tr_ckpt_join(const char *a, const char *b);

@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "core/file.h"
+#include "core/input/file.h"
 #include "runtime/checkpoint/fsutil.h"
 #include "runtime/checkpoint/progress.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file.h"
+#include "core/input/file.h"
 
 typedef struct text {
     unsigned char *bytes;

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/file.h"
+#include "core/input/file.h"
 
 #include "runtime/data/datasets/indexed_dataset.h"
 #include "runtime/io/json.h"

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/file.h"
+#include "core/input/file.h"
 #include "runtime/io/json.h"
 
 static const struct {
@@ -239,7 +239,8 @@ tr_status tr_st_parse(tr_st_file *f, const void *bytes, size_t len, const char *
 tr_status tr_st_open(tr_st_file *f, const char *path, tr_diags *d) {
     memset(f, 0, sizeof *f);
     tr_origin o = tr_origin_make(TR_ORIGIN_FILE, path);
-    /* The read policy of core/file.h: a FIFO in the model directory must not hang the open. */
+    /* The read policy of core/input/file.h: a FIFO in the model directory must not hang the open.
+     */
     int err = 0;
     struct stat sb;
     int fd = tr_file_open(AT_FDCWD, path, 0, &sb, &err);

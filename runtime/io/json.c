@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file.h"
-#include "core/key_index.h"
+#include "core/input/file.h"
+#include "core/input/key_index.h"
 
 enum { MAX_DEPTH = 256 };
 

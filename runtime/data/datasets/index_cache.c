@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "core/file.h"
+#include "core/input/file.h"
 
 #define CACHE_MAGIC "TRIDXC01"
 #define KEY         "dataset.path_to_cache"

@@ -1,4 +1,4 @@
-#include "core/key_index.h"
+#include "core/input/key_index.h"
 
 #include <stdlib.h>
 #include <string.h>

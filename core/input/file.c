@@ -1,4 +1,4 @@
-#include "core/file.h"
+#include "core/input/file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -24,7 +24,7 @@ int tr_docs_section_index(const char *name);
 tr_status tr_docs_config_reference(FILE *out);
 /* The whole of docs/validation-rules.md. */
 tr_status tr_docs_validation_rules(FILE *out);
-/* docs/effects.md: the keys by whether they have their effect (flags and effects.* rules). */
+/* docs/effects.md: the keys by whether they have their effect (flags and capability rules). */
 tr_status tr_docs_effects(FILE *out);
 
 /* The paths, relative to the source root, of the generated documents and their writers. */

@@ -1,7 +1,9 @@
 /* A whole Trestle Llama model to a Hugging Face directory (runtime/hf/hf.h): config.json from
- * the model section, model.safetensors with the tensors under transformers' names, the fused
+ * the model section, model.safetensors with the tensors under transformers' names. The tensors
+ * are filled through the import's own map (runtime/hf/llama.c), run the other way: the fused
  * QKV and fc1 split back, the vocabulary padding dropped. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,27 +11,10 @@
 
 #include "kernels/common/lowp_bits.h"
 #include "runtime/device/device.h"
-#include "runtime/hf/hf.h"
-
-typedef enum part {
-    P_EMBED,
-    P_LN1,
-    P_Q,
-    P_K,
-    P_V,
-    P_O,
-    P_LN2,
-    P_GATE,
-    P_UP,
-    P_DOWN,
-    P_NORM,
-    P_HEAD
-} part;
+#include "runtime/hf/internal.h"
 
 typedef struct out_tensor {
     char name[128];
-    part kind;
-    int layer;
     int64_t rows, cols; /* cols 0: a vector */
 } out_tensor;
 
@@ -40,104 +25,34 @@ static tr_status export_error(tr_diags *d, const char *dir, const char *what) {
                        "%s: %s", dir, what);
 }
 
-/* The Trestle tensor and logical position of element (r, c) of an exported tensor. */
-static const char *trestle_source(const out_tensor *t, const tr_model_spec *s, int64_t r, int64_t c,
-                                  char *name, size_t cap, int64_t *tr, int64_t *tc) {
-    int64_t D = s->head_dim, hpg = s->heads / s->groups, per = (hpg + 2) * D;
-    *tr = r;
-    *tc = c;
-    const char *what = NULL;
-    switch (t->kind) {
-    case P_EMBED:
-        return "embedding.word_embeddings.weight";
-    case P_HEAD:
-        return s->tied ? "embedding.word_embeddings.weight" : "output_layer.weight";
-    case P_NORM:
-        *tr = 0, *tc = r;
-        return "decoder.final_layernorm.weight";
-    case P_LN1:
-        *tr = 0, *tc = r, what = "input_layernorm.weight";
-        break;
-    case P_LN2:
-        *tr = 0, *tc = r, what = "pre_mlp_layernorm.weight";
-        break;
-    case P_Q: /* head h = r / D of group h / hpg */
-        *tr = (r / D / hpg) * per + (r / D % hpg) * D + r % D,
-        what = "self_attention.linear_qkv.weight";
-        break;
-    case P_K:
-        *tr = (r / D) * per + hpg * D + r % D, what = "self_attention.linear_qkv.weight";
-        break;
-    case P_V:
-        *tr = (r / D) * per + (hpg + 1) * D + r % D, what = "self_attention.linear_qkv.weight";
-        break;
-    case P_O:
-        what = "self_attention.linear_proj.weight";
-        break;
-    case P_GATE:
-        what = "mlp.linear_fc1.weight";
-        break;
-    case P_UP:
-        *tr = s->ffn + r, what = "mlp.linear_fc1.weight";
-        break;
-    case P_DOWN:
-        what = "mlp.linear_fc2.weight";
-        break;
-    }
-    snprintf(name, cap, "decoder.layers.%d.%s", t->layer, what);
-    return name;
-}
-
-/* transformers' order: embedding, each layer's modules, the final norm, the head. */
+/* transformers' order and shapes: embedding, each layer's modules, the final norm, the head. */
 static int list_tensors(const tr_model_spec *s, int64_t vocab, out_tensor *o) {
     int n = 0;
     int64_t C = s->hidden, q = (int64_t)s->heads * s->head_dim,
-            kv = (int64_t)s->groups * s->head_dim;
-#define ADD(nm, k, l, r, c)                                                                        \
-    (o[n] = (out_tensor){"", k, l, r, c}, snprintf(o[n].name, sizeof o[n].name, "%s", nm), n++)
-    ADD("model.embed_tokens.weight", P_EMBED, 0, vocab, C);
+            kv = (int64_t)s->groups * s->head_dim, F = s->ffn;
+    o[n++] = (out_tensor){"model.embed_tokens.weight", vocab, C};
     for (int i = 0; i < s->num_layers; i++) {
-        static const struct {
+        const struct {
             const char *suffix;
-            part kind;
-        } mods[] = {{"input_layernorm.weight", P_LN1}, {"self_attn.q_proj.weight", P_Q},
-                    {"self_attn.k_proj.weight", P_K},  {"self_attn.v_proj.weight", P_V},
-                    {"self_attn.o_proj.weight", P_O},  {"post_attention_layernorm.weight", P_LN2},
-                    {"mlp.gate_proj.weight", P_GATE},  {"mlp.up_proj.weight", P_UP},
-                    {"mlp.down_proj.weight", P_DOWN}};
+            int64_t rows, cols;
+        } mods[] = {{"input_layernorm.weight", C, 0},   {"self_attn.q_proj.weight", q, C},
+                    {"self_attn.k_proj.weight", kv, C}, {"self_attn.v_proj.weight", kv, C},
+                    {"self_attn.o_proj.weight", C, q},  {"post_attention_layernorm.weight", C, 0},
+                    {"mlp.gate_proj.weight", F, C},     {"mlp.up_proj.weight", F, C},
+                    {"mlp.down_proj.weight", C, F}};
         for (size_t j = 0; j < sizeof mods / sizeof mods[0]; j++) {
-            int64_t rows = 0, cols = 0;
-            switch (mods[j].kind) {
-            case P_LN1:
-            case P_LN2:
-                rows = C;
-                break;
-            case P_Q:
-                rows = q, cols = C;
-                break;
-            case P_K:
-            case P_V:
-                rows = kv, cols = C;
-                break;
-            case P_O:
-                rows = C, cols = q;
-                break;
-            case P_GATE:
-            case P_UP:
-                rows = s->ffn, cols = C;
-                break;
-            default:
-                rows = C, cols = s->ffn;
-            }
-            char nm[128];
-            snprintf(nm, sizeof nm, "model.layers.%d.%s", i, mods[j].suffix);
-            ADD(nm, mods[j].kind, i, rows, cols);
+            o[n] = (out_tensor){"", mods[j].rows, mods[j].cols};
+            snprintf(o[n].name, sizeof o[n].name, "model.layers.%d.%s", i, mods[j].suffix);
+            n++;
         }
     }
-    ADD("model.norm.weight", P_NORM, 0, C, 0);
-    if (!s->tied) ADD("lm_head.weight", P_HEAD, 0, vocab, C);
-#undef ADD
+    o[n++] = (out_tensor){"model.norm.weight", C, 0};
+    if (!s->tied) o[n++] = (out_tensor){"lm_head.weight", vocab, C};
     return n;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const tr_st_tensor *)a)->name, ((const tr_st_tensor *)b)->name);
 }
 
 /* The shortest decimal that reads back as the same float: 1e-05, not 9.99999975e-06. */
@@ -201,40 +116,65 @@ tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dty
         return TR_ERR_NOMEM;
     }
     int n = list_tensors(s, vocab, o);
-    size_t esize = tr_st_dtype_size(dtype);
+    /* The output tensors as an in-memory checkpoint (fp32, sorted for lookup), filled through
+     * the same map the import reads by: each model element written where the import would read
+     * it from. */
+    tr_st_tensor *views = calloc((size_t)n, sizeof *views);
+    float **vals = calloc((size_t)n, sizeof *vals);
+    tr_status st = views && vals ? TR_OK : TR_ERR_NOMEM;
+    for (int i = 0; st == TR_OK && i < n; i++) {
+        int64_t numel = o[i].rows * (o[i].cols ? o[i].cols : 1);
+        if (!(vals[i] = calloc((size_t)(numel ? numel : 1), sizeof **vals))) st = TR_ERR_NOMEM;
+        views[i] = (tr_st_tensor){.name = o[i].name,
+                                  .dtype = TR_ST_F32,
+                                  .ndim = o[i].cols ? 2 : 1,
+                                  .shape = {o[i].rows, o[i].cols},
+                                  .end = (uint64_t)numel * 4,
+                                  .data = vals[i]};
+    }
+    tr_st_tensor *sorted = st == TR_OK ? malloc((size_t)n * sizeof *sorted) : NULL;
+    if (st == TR_OK && !sorted) st = TR_ERR_NOMEM;
+    if (st == TR_OK) {
+        memcpy(sorted, views, (size_t)n * sizeof *sorted);
+        qsort(sorted, (size_t)n, sizeof *sorted, by_name);
+    }
+    tr_st_file file = {.t = sorted, .n = n};
+    tr_hf_weights w = {.files = &file, .n = 1, .architecture = "LlamaForCausalLM"};
+    tr_hf_shape k = tr_hf_shape_of(s);
     /* A device model is read once to the host. */
     bool direct = tr_device_host_visible(m->dev);
     float *host = direct ? m->params : malloc((size_t)m->n_params * sizeof *host);
-    tr_status st = host ? TR_OK : TR_ERR_NOMEM;
+    if (st == TR_OK && !host) st = TR_ERR_NOMEM;
     if (st == TR_OK && !direct)
         st = tr_device_to_host(m->dev, host, m->params, (size_t)m->n_params * sizeof *host);
-    for (int i = 0; st == TR_OK && i < n; i++) {
-        int64_t rows = o[i].rows, cols = o[i].cols ? o[i].cols : 1, numel = rows * cols;
-        bufs[i] = malloc((size_t)(numel ? numel : 1) * esize);
-        if (!bufs[i]) {
-            st = TR_ERR_NOMEM;
-            break;
+    for (int i = 0; st == TR_OK && i < m->n_info; i++) {
+        const tr_param_info *p = &m->info[i];
+        if (strstr(p->name, ".adapter.")) continue; /* adapters have no Hugging Face tensor */
+        tr_hf_source src;
+        st = tr_hf_arch_llama.source(p->name, &k, &w, &src, d);
+        for (int64_t e = 0; st == TR_OK && e < p->numel; e++) {
+            int64_t at = tr_model_logical_index(m, p, e), idx = 0;
+            int which =
+                tr_hf_arch_llama.locate(&src, &k, at / p->full_cols, at % p->full_cols, &idx);
+            /* The views' data are this function's own buffers (vals), writable. */
+            if (which >= 0) ((float *)(uintptr_t)src.t[which]->data)[idx] = host[p->offset + e];
         }
-        char name[128];
-        for (int64_t r = 0; st == TR_OK && r < rows; r++)
-            for (int64_t c = 0; c < cols; c++) {
-                int64_t tr, tc;
-                const char *src = trestle_source(&o[i], s, r, c, name, sizeof name, &tr, &tc);
-                const tr_param_info *p = tr_model_find_param(m, src);
-                if (!p) {
-                    st = export_error(d, dir, "the model lacks a tensor of the Llama layout");
-                    break;
-                }
-                float v = host[p->offset + tr * p->full_cols + tc];
-                int64_t at = r * cols + c;
-                if (dtype == TR_ST_F32)
-                    memcpy((char *)bufs[i] + 4 * at, &v, 4);
-                else {
-                    uint16_t h = tr_lowp_bits(dtype == TR_ST_BF16, v);
-                    memcpy((char *)bufs[i] + 2 * at, &h, 2);
-                }
+    }
+    size_t esize = tr_st_dtype_size(dtype);
+    for (int i = 0; st == TR_OK && i < n; i++) {
+        int64_t numel = o[i].rows * (o[i].cols ? o[i].cols : 1);
+        if (dtype == TR_ST_F32) {
+            bufs[i] = vals[i];
+            vals[i] = NULL;
+        } else if ((bufs[i] = malloc((size_t)(numel ? numel : 1) * esize))) {
+            for (int64_t j = 0; j < numel; j++) {
+                uint16_t h = tr_lowp_bits(dtype == TR_ST_BF16, vals[i][j]);
+                memcpy((char *)bufs[i] + 2 * j, &h, 2);
             }
-        shape[i][0] = rows;
+        } else {
+            st = TR_ERR_NOMEM;
+        }
+        shape[i][0] = o[i].rows;
         shape[i][1] = o[i].cols;
         e[i] = (tr_st_entry){o[i].name, dtype, o[i].cols ? 2 : 1, shape[i], bufs[i]};
     }
@@ -248,8 +188,12 @@ tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dty
                           : dtype == TR_ST_BF16 ? "bfloat16"
                                                 : "float16",
                           d);
-    for (int i = 0; i < n; i++) free(bufs[i]);
+    for (int i = 0; i < n; i++) {
+        free(bufs[i]);
+        if (vals) free(vals[i]);
+    }
     if (!direct) free(host);
+    free(views), free(sorted), free(vals);
     free(o), free(e), free(shape), free(bufs);
     return st;
 }

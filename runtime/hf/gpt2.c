@@ -118,32 +118,39 @@ static int64_t qkv_column(const tr_hf_shape *k, int64_t r) {
     return (j / D) * k->hidden + g * D + j % D;
 }
 
-static float gpt2_element(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c) {
-    const tr_st_tensor *t = s->t[0];
+/* Conv1D weights are [in, out]: Trestle's (row = out, col = in) is element in * out_width + out. */
+static int gpt2_locate(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c,
+                       int64_t *at) {
     int64_t C = k->hidden, F = k->ffn;
     switch ((piece)s->kind) {
     case WTE: /* rows past the checkpoint's vocabulary are Trestle's padding */
-        return r < t->shape[0] ? tr_hf_value(t, r * C + c) : 0.0f;
+        *at = r * C + c;
+        return r < s->t[0]->shape[0] ? 0 : -1;
     case WPE:
-        return tr_hf_value(t, r * C + c);
+        *at = r * C + c;
+        return 0;
     case LN_W:
     case LN_B:
     case PROJ_B:
     case FC1_B:
     case FC2_B: /* [1, n] in Trestle */
-        return tr_hf_value(t, c);
+        *at = c;
+        return 0;
     case QKV_W:
-        return tr_hf_value(t, c * 3 * C + qkv_column(k, r));
+        *at = c * 3 * C + qkv_column(k, r);
+        return 0;
     case QKV_B:
-        return tr_hf_value(t, qkv_column(k, c));
+        *at = qkv_column(k, c);
+        return 0;
     case PROJ_W:
-        return tr_hf_value(t, c * C + r);
-    case FC1_W:
-        return tr_hf_value(t, c * F + r);
     case FC2_W:
-        return tr_hf_value(t, c * C + r);
+        *at = c * C + r;
+        return 0;
+    case FC1_W:
+        *at = c * F + r;
+        return 0;
     }
-    return 0.0f;
+    return -1;
 }
 
 static bool gpt2_known(const char *n, const tr_hf_shape *k) {
@@ -167,4 +174,4 @@ static bool gpt2_known(const char *n, const tr_hf_shape *k) {
     return false;
 }
 
-const tr_hf_arch tr_hf_arch_gpt2 = {"GPT2LMHeadModel", gpt2_known, gpt2_source, gpt2_element};
+const tr_hf_arch tr_hf_arch_gpt2 = {"GPT2LMHeadModel", gpt2_known, gpt2_source, gpt2_locate};

@@ -8,6 +8,19 @@
 #include "runtime/device/device.h"
 #include "runtime/hf/internal.h"
 
+tr_hf_shape tr_hf_shape_of(const tr_model_spec *f) {
+    return (tr_hf_shape){.hidden = f->hidden,
+                         .heads = f->heads,
+                         .groups = f->groups,
+                         .head_dim = f->head_dim,
+                         .ffn = f->ffn,
+                         .vocab = f->vocab,
+                         .layers = f->num_layers,
+                         .seq = f->seq,
+                         .hf_vocab = f->vocab_real ? f->vocab_real : f->vocab,
+                         .tied = f->tied};
+}
+
 static const tr_hf_arch *arch_named(const char *name) {
     static const tr_hf_arch *const all[] = {&tr_hf_arch_llama, &tr_hf_arch_gpt2};
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
@@ -27,16 +40,7 @@ tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d) {
                            "architecture %s is not one Trestle maps",
                            w->architecture ? w->architecture : "(none given)");
     const tr_model_spec *f = &m->full;
-    tr_hf_shape k = {.hidden = f->hidden,
-                     .heads = f->heads,
-                     .groups = f->groups,
-                     .head_dim = f->head_dim,
-                     .ffn = f->ffn,
-                     .vocab = f->vocab,
-                     .layers = f->num_layers,
-                     .seq = f->seq,
-                     .hf_vocab = f->vocab_real ? f->vocab_real : f->vocab,
-                     .tied = f->tied};
+    tr_hf_shape k = tr_hf_shape_of(f);
     for (int fi = 0; fi < w->n; fi++)
         for (int i = 0; i < w->files[fi].n; i++)
             if (!a->known(w->files[fi].t[i].name, &k))
@@ -53,7 +57,9 @@ tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d) {
         if (!dst) return TR_ERR_NOMEM;
         for (int64_t e = 0; e < p->numel; e++) {
             int64_t at = tr_model_logical_index(m, p, e);
-            dst[e] = a->element(&s, &k, at / p->full_cols, at % p->full_cols);
+            int64_t idx = 0;
+            int which = a->locate(&s, &k, at / p->full_cols, at % p->full_cols, &idx);
+            dst[e] = which < 0 ? 0.0f : tr_hf_value(s.t[which], idx);
         }
         if (direct) continue;
         tr_status st =

@@ -25,11 +25,16 @@ typedef struct tr_hf_arch {
     /* The source of Trestle tensor `name`, each HF tensor checked for shape ("hf.tensor"). */
     tr_status (*source)(const char *name, const tr_hf_shape *k, const tr_hf_weights *w,
                         tr_hf_source *s, tr_diags *d);
-    /* Element (r, c) of the logical (unsharded) Trestle tensor. */
-    float (*element)(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c);
+    /* Where element (r, c) of the logical (unsharded) Trestle tensor lives: the source tensor
+     * s->t[returned] and its flat index *at; -1 for an element the checkpoint does not hold (the
+     * vocabulary padding, zero). Import reads there, export writes there: one map, both ways. */
+    int (*locate)(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c, int64_t *at);
 } tr_hf_arch;
 
 extern const tr_hf_arch tr_hf_arch_llama, tr_hf_arch_gpt2;
+
+/* The shapes of a model's (unsharded) spec. */
+tr_hf_shape tr_hf_shape_of(const tr_model_spec *f);
 
 tr_status tr_hf_tensor_error(tr_diags *d, const char *name, const char *what);
 /* A required tensor of rows x cols (cols 0: a vector of rows), F32, BF16 or F16. */

@@ -64,33 +64,39 @@ static tr_status llama_source(const char *name, const tr_hf_shape *k, const tr_h
     return tr_hf_tensor_error(d, name, "Trestle has no Hugging Face name for this tensor");
 }
 
-/* Element (r, c) of the logical Trestle tensor. */
-static float llama_element(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c) {
+static int llama_locate(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c,
+                        int64_t *at) {
+    int64_t C = k->hidden;
     switch (s->kind) {
     case EMBED:
     case OUTPUT: /* rows past the checkpoint's vocabulary are Trestle's padding */
-        return r < s->t[0]->shape[0] ? tr_hf_value(s->t[0], r * k->hidden + c) : 0.0f;
+        *at = r * C + c;
+        return r < s->t[0]->shape[0] ? 0 : -1;
     case FINAL_NORM:
     case LN1:
     case LN2:
-        return tr_hf_value(s->t[0], c);
+        *at = c;
+        return 0;
     case QKV: {
         /* Megatron's grouped rows: per KV group its query heads, then its key, then its value. */
-        int64_t hpg = k->heads / k->groups, per = (hpg + 2) * k->head_dim;
-        int64_t g = r / per, j = r % per, D = k->head_dim;
-        if (j < hpg * D) return tr_hf_value(s->t[0], (g * hpg * D + j) * k->hidden + c);
-        if (j < (hpg + 1) * D) return tr_hf_value(s->t[1], (g * D + j - hpg * D) * k->hidden + c);
-        return tr_hf_value(s->t[2], (g * D + j - (hpg + 1) * D) * k->hidden + c);
+        int64_t D = k->head_dim, hpg = k->heads / k->groups, per = (hpg + 2) * D;
+        int64_t g = r / per, j = r % per;
+        int which = j < hpg * D ? 0 : j < (hpg + 1) * D ? 1 : 2;
+        int64_t row = which == 0 ? g * hpg * D + j : g * D + j - (hpg + which - 1) * D;
+        *at = row * C + c;
+        return which;
     }
     case FC1: /* [gate; up] */
-        return r < k->ffn ? tr_hf_value(s->t[0], r * k->hidden + c)
-                          : tr_hf_value(s->t[1], (r - k->ffn) * k->hidden + c);
+        *at = (r < k->ffn ? r : r - k->ffn) * C + c;
+        return r < k->ffn ? 0 : 1;
     case PROJ:
-        return tr_hf_value(s->t[0], r * k->heads * k->head_dim + c);
+        *at = r * k->heads * k->head_dim + c;
+        return 0;
     case FC2:
-        return tr_hf_value(s->t[0], r * k->ffn + c);
+        *at = r * k->ffn + c;
+        return 0;
     default:
-        return 0.0f;
+        return -1;
     }
 }
 
@@ -116,4 +122,4 @@ static bool llama_known(const char *n, const tr_hf_shape *k) {
     return false;
 }
 
-const tr_hf_arch tr_hf_arch_llama = {"LlamaForCausalLM", llama_known, llama_source, llama_element};
+const tr_hf_arch tr_hf_arch_llama = {"LlamaForCausalLM", llama_known, llama_source, llama_locate};

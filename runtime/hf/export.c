@@ -101,6 +101,11 @@ tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dty
     if (m->tp.size != 1 || m->n_parts != 1 || m->parts[0].num_layers != s->num_layers ||
         !s->swiglu || !s->rope || s->layernorm || s->bias_linear || s->bias_qkv || s->learned_pos)
         return export_error(d, dir, "the model is not a whole Llama-style model on one rank");
+    /* Writing the base weights alone would drop what the fine-tune learned. */
+    if (s->lora_rank)
+        return export_error(d, dir,
+                            "the model carries LoRA adapters, which export does not merge into the "
+                            "weights yet; export the model before adding adapters");
     if (dtype != TR_ST_F32 && dtype != TR_ST_BF16 && dtype != TR_ST_F16)
         return export_error(d, dir, "export writes F32, BF16 or F16");
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -149,7 +154,6 @@ tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dty
         st = tr_device_to_host(m->dev, host, m->params, (size_t)m->n_params * sizeof *host);
     for (int i = 0; st == TR_OK && i < m->n_info; i++) {
         const tr_param_info *p = &m->info[i];
-        if (strstr(p->name, ".adapter.")) continue; /* adapters have no Hugging Face tensor */
         tr_hf_source src;
         st = tr_hf_arch_llama.source(p->name, &k, &w, &src, d);
         for (int64_t e = 0; st == TR_OK && e < p->numel; e++) {

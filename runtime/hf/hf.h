@@ -51,7 +51,8 @@ bool tr_hf_architecture_known(const char *name);
 
 /* Writes a whole model (one rank, every layer) as DIR/config.json and DIR/model.safetensors of a
  * LlamaForCausalLM, tensors in dtype (F32, BF16 or F16: rounded to nearest even); DIR is made
- * when missing. "hf.export" when the model is not a whole Llama-style model. */
+ * when missing. "hf.export" when the model is not a whole Llama-style model or carries LoRA
+ * adapters (merging them is not built). */
 tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
 
 #endif

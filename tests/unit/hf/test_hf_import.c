@@ -3,7 +3,8 @@
  * config.json becomes the model section, the safetensors weights fill a Trestle model, and that
  * model's logits and loss match what transformers computed (fp32, relative 1e-4). TP shards
  * read exactly their slices of the same weights; a config.json that disagrees with the tensors,
- * or another architecture, is refused naming the key or the tensor. */
+ * or another architecture, is refused naming the key or the tensor. Export writes the same
+ * files back, and refuses a model it would write wrongly. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,6 +375,35 @@ static void test_round_trip(void) {
     tr_diags_free(&d);
 }
 
+/* Export refuses, naming why and creating nothing, a model it would write wrongly: one of
+ * another shape (GPT-2: LayerNorm, biases, learned positions) and one carrying LoRA adapters. */
+static void expect_export_refused(const char *src, int lora_rank, const char *word) {
+    tr_diags d = {0};
+    tr_model_spec s;
+    CHECK(spec_from_dir(src, &s, &d));
+    s.lora_rank = lora_rank;
+    s.lora_targets = 1u << TR_LORA_QKV;
+    s.lora_scale = 1.0f;
+    tr_model m;
+    CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
+    char out[128];
+    snprintf(out, sizeof out, "/tmp/trestle_hf_refused_%ld", (long)getpid());
+    CHECK(tr_hf_llama_export(&m, out, TR_ST_F32, &d) != TR_OK);
+    CHECK(d.n > 0 && strcmp(d.items[d.n - 1].id, "hf.export") == 0 &&
+          strstr(d.items[d.n - 1].message, word));
+    if (d.n > 0) fprintf(stderr, "  (expected) %s\n", d.items[d.n - 1].message);
+    struct stat st;
+    CHECK(stat(out, &st) != 0);
+    tr_model_free(&m);
+    tr_diags_free(&d);
+}
+
+static void test_export_refusals(void) {
+    expect_export_refused(TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_gpt2", 0,
+                          "not a whole Llama-style model");
+    expect_export_refused(DIR, 4, "LoRA adapters");
+}
+
 TR_TEST_MAIN(TR_TEST(test_config_json_to_model_section), TR_TEST(test_logits_match_transformers),
              TR_TEST(test_sharded_index), TR_TEST(test_round_trip),
-             TR_TEST(test_refuses_disagreements))
+             TR_TEST(test_refuses_disagreements), TR_TEST(test_export_refusals))

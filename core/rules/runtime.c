@@ -308,16 +308,6 @@ TR_RULE_FN(tr_check_runtime_lora) {
     if (p->dropout > 0.0 && p->dropout_position != TR_LORADROP_PRE)
         TR_FAIL("peft.dropout_position", "set peft.dropout_position=pre", NOT_YET,
                 "LoRA dropout after the low-rank projection");
-    if (c->model.sequence_parallel && c->model.tensor_model_parallel_size > 1)
-        TR_FAIL("model.sequence_parallel", "set model.sequence_parallel=false", NOT_YET,
-                "LoRA with sequence parallelism");
-    if (c->optimizer.use_distributed_optimizer || c->ddp.use_distributed_optimizer)
-        TR_FAIL("ddp.use_distributed_optimizer,optimizer.use_distributed_optimizer",
-                "set both to false (Megatron-Bridge's PEFT recipes do)", NOT_YET,
-                "LoRA with the distributed optimizer");
-    if (c->ddp.overlap_grad_reduce)
-        TR_FAIL("ddp.overlap_grad_reduce", "set ddp.overlap_grad_reduce=false", NOT_YET,
-                "LoRA with gradient reduction overlapped with backward");
 }
 
 /* The runtime adapts the four linear layers by name; wildcard patterns are Megatron-Bridge's. */

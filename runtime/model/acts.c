@@ -118,7 +118,10 @@ static void carve_acts(tr_model *m, carver *c) {
     m->lora_du = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
     int64_t widest = C > s->ffn ? C : s->ffn;
     if (hd > widest) widest = hd;
-    m->lora_x = s->lora_rank && s->lora_dropout > 0.0f ? carve(c, bt * widest) : NULL;
+    /* The adapter's dropped-out input, and (sequence parallelism) a column layer's whole-sequence
+     * input gradient before this rank's rows of it are taken. */
+    bool lora_x = s->lora_rank && (s->lora_dropout > 0.0f || s->sequence_parallel);
+    m->lora_x = lora_x ? carve(c, bt * widest) : NULL;
 }
 
 int tr_model_layer_slots(const tr_model *m, int layer) {

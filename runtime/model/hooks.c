@@ -59,15 +59,37 @@ static tr_status notify(const tr_model *m, const float *base, const float *const
     return TR_OK;
 }
 
-static int layer_list(const tr_layer_views *v, const float *out[12]) {
+/* A layer's tensors in model order: the base ones, then the LoRA adapters (NULL when absent). */
+enum { LAYER_TENSORS = 12 + 2 * TR_LORA_TARGETS };
+
+static int layer_list(const tr_layer_views *v, const float *out[LAYER_TENSORS]) {
     const float *l[12] = {v->ln1_w, v->ln1_b, v->qkv_w, v->qkv_b, v->proj_w, v->proj_b,
                           v->ln2_w, v->ln2_b, v->fc1_w, v->fc1_b, v->fc2_w,  v->fc2_b};
     memcpy(out, l, sizeof l);
-    return 12;
+    for (int t = 0; t < TR_LORA_TARGETS; t++) {
+        out[12 + 2 * t] = v->lora_a[t];
+        out[13 + 2 * t] = v->lora_b[t];
+    }
+    return LAYER_TENSORS;
+}
+
+/* LoRA: the backward still computes the gradients of frozen norms and embeddings; they are
+ * zeroed before anyone is told they are final, so an overlapped bucket reduction never carries
+ * them into the gradient norm. */
+static tr_status clear_frozen(const tr_model *m, const float *const *views, int n) {
+    if (!m->spec.lora_rank) return TR_OK;
+    for (int i = 0; i < n; i++) {
+        if (!views[i]) continue;
+        int p = param_index(m, m->grads, views[i]);
+        if (p < 0) return TR_ERR_INVALID;
+        if (m->info[p].frozen)
+            TR_TRY(m->ops->fill(m->grads + m->info[p].offset, m->info[p].numel, 0.0f));
+    }
+    return TR_OK;
 }
 
 tr_status tr_model_before_params(const tr_model *m, int where) {
-    const float *v[12];
+    const float *v[LAYER_TENSORS];
     int n;
     if (where == TR_MODEL_AT_EMBEDDING) {
         v[0] = m->p.word_emb;
@@ -94,7 +116,7 @@ tr_status tr_model_before_params(const tr_model *m, int where) {
 }
 
 tr_status tr_model_grads_done(const tr_model *m, int where) {
-    const float *v[12];
+    const float *v[LAYER_TENSORS];
     int n;
     if (where == TR_MODEL_AT_EMBEDDING) {
         v[0] = m->g.pos_emb;
@@ -109,5 +131,6 @@ tr_status tr_model_grads_done(const tr_model *m, int where) {
     } else {
         n = layer_list(&m->g.layers[where], v);
     }
+    TR_TRY(clear_frozen(m, v, n));
     return notify(m, m->grads, v, n, m->hooks.grad_ready);
 }

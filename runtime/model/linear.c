@@ -40,8 +40,10 @@ static tr_status weight_gemm(const tr_ops *ops, const tr_linear *l, tr_transpose
 
 /* LoRA's low-rank path, in fp32 (the adapters are small), as Megatron's ParallelLinearAdapter
  * splits it under TP: a column-parallel layer's adapter holds all of A and its rows of B, a
- * row-parallel layer's its columns of A (summed over TP into u) and all of B. No sequence
- * parallelism (runtime/peft/lora.c refuses it). u = x A^T [rows, rank]. */
+ * row-parallel layer's its columns of A (summed over TP into u) and all of B. Inside the TP
+ * region the adapter sees whole sequences, as the base GEMM does; with sequence parallelism
+ * only what leaves the region (a row layer's output, a column layer's input gradient) is this
+ * rank's sequence chunk. u = x A^T [rows, rank]. */
 static tr_status lora_down(const tr_ops *ops, const tr_linear *l, const float *x, int rows) {
     int r = l->model->spec.lora_rank;
     TR_TRY(ops->gemm(TR_NOTRANS, TR_TRANS, rows, r, l->in, 1.0f, x, l->in, l->lora_a, l->in, 0.0f,
@@ -58,20 +60,52 @@ static tr_status lora_input(const tr_linear *l, const float *x, int rows, const 
     return tr_lora_dropout(l, l->model->lora_x, x, rows, true);
 }
 
+/* Sequence parallel: the first row of sequence b's chunk on this rank, in a whole-sequence
+ * matrix, and how many rows the chunk has. */
+static int64_t chunk_row(const tr_model *m, int b, int *chunk) {
+    *chunk = m->spec.seq / m->tp.size;
+    return (int64_t)b * m->spec.seq + (int64_t)m->tp.rank * *chunk;
+}
+
 /* y += scale * u B^T; B = 0 (its initial value) adds exact zeros, so the output is bitwise the
- * base layer's. */
+ * base layer's. rows: whole sequences (x, u); a sequence-parallel row layer's y holds this
+ * rank's chunk of each, so only those rows of u go out. */
 static tr_status lora_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y,
                           int rows) {
-    int r = l->model->spec.lora_rank;
+    const tr_model *m = l->model;
+    int r = m->spec.lora_rank;
+    float scale = m->spec.lora_scale;
     TR_TRY(lora_input(l, x, rows, &x));
     TR_TRY(lora_down(ops, l, x, rows));
-    return ops->gemm(TR_NOTRANS, TR_TRANS, rows, l->out, r, l->model->spec.lora_scale,
-                     l->model->lora_u, r, l->lora_b, r, 1.0f, y, l->out);
+    if (!(l->kind == TR_LINEAR_ROW && seq_split(l)))
+        return ops->gemm(TR_NOTRANS, TR_TRANS, rows, l->out, r, scale, m->lora_u, r, l->lora_b, r,
+                         1.0f, y, l->out);
+    for (int b = 0; b < m->batch; b++) {
+        int chunk;
+        int64_t at = chunk_row(m, b, &chunk);
+        TR_TRY(ops->gemm(TR_NOTRANS, TR_TRANS, chunk, l->out, r, scale, m->lora_u + at * r, r,
+                         l->lora_b, r, 1.0f, y + (int64_t)b * chunk * l->out, l->out));
+    }
+    return TR_OK;
+}
+
+/* Sequence parallel, a column layer: dx [local rows, in] += this rank's chunk rows of the
+ * adapter's whole-sequence input gradient full [rows, in]. */
+static tr_status add_chunk_rows(const tr_linear *l, float *dx, const float *full) {
+    const tr_model *m = l->model;
+    for (int b = 0; b < m->batch; b++) {
+        int chunk;
+        int64_t at = chunk_row(m, b, &chunk);
+        TR_TRY(m->ops->add(dx + (int64_t)b * chunk * l->in, full + at * l->in,
+                           (int64_t)chunk * l->in));
+    }
+    return TR_OK;
 }
 
 /* dB += scale dy^T u, du = scale dy B (summed over a column layer's output shards), dA += du^T x,
  * and dx += du A when dx is wanted: a column layer's dx is then already complete (the caller
- * adds it after the base layer's all-reduce), a row layer's is its own input shard. */
+ * adds it after the base layer's all-reduce or reduce-scatter; with sequence parallelism only
+ * this rank's chunk rows of it), a row layer's is its own input shard. rows: whole sequences. */
 static tr_status lora_bwd(const tr_ops *ops, const tr_linear *l, const float *x, const float *dy,
                           float *dx, int rows) {
     const tr_model *m = l->model;
@@ -87,13 +121,16 @@ static tr_status lora_bwd(const tr_ops *ops, const tr_linear *l, const float *x,
     TR_TRY(ops->gemm(TR_TRANS, TR_NOTRANS, r, l->in, rows, 1.0f, m->lora_du, r, x, l->in, 1.0f,
                      l->lora_da, l->in));
     if (!dx) return TR_OK;
-    if (!tr_lora_dropout_on(m))
+    bool sp_dx = l->kind == TR_LINEAR_COLUMN && seq_split(l);
+    if (!tr_lora_dropout_on(m) && !sp_dx)
         return ops->gemm(TR_NOTRANS, TR_NOTRANS, rows, l->in, r, 1.0f, m->lora_du, r, l->lora_a,
                          l->in, 1.0f, dx, l->in);
-    /* Through the dropout mask: du A into the (no longer needed) dropped-out input, then back. */
+    /* du A into the (no longer needed) dropped-out input, back through the dropout mask, then
+     * added: all of it, or this rank's chunk rows. */
     TR_TRY(ops->gemm(TR_NOTRANS, TR_NOTRANS, rows, l->in, r, 1.0f, m->lora_du, r, l->lora_a, l->in,
                      0.0f, m->lora_x, l->in));
-    TR_TRY(tr_lora_dropout(l, m->lora_x, m->lora_x, rows, false));
+    if (tr_lora_dropout_on(m)) TR_TRY(tr_lora_dropout(l, m->lora_x, m->lora_x, rows, false));
+    if (sp_dx) return add_chunk_rows(l, dx, m->lora_x);
     return ops->add(dx, m->lora_x, (int64_t)rows * l->in);
 }
 
@@ -108,13 +145,13 @@ static tr_status linear_fwd(const tr_ops *ops, const tr_linear *l, tr_gemm_opera
      * order of the additions is the same. */
     bool bias_now = l->b && (l->kind == TR_LINEAR_COLUMN || l->model->tp.size == 1);
     TR_TRY(weight_gemm(ops, l, TR_TRANS, rows, l->out, l->in, x, out, bias_now ? l->b : NULL));
+    int local_rows = tr_tp_local_rows(l->model);
     if (sp_out) {
         TR_TRY(tr_tp_seq_reduce_scatter(l->model, out, y, l->out));
-        rows = tr_tp_local_rows(l->model);
     } else if (l->kind == TR_LINEAR_ROW) {
         TR_TRY(tr_tp_all_reduce(l->model, y, (int64_t)rows * l->out));
     }
-    if (l->b && !bias_now) TR_TRY(ops->bias_add(y, l->b, rows, l->out));
+    if (l->b && !bias_now) TR_TRY(ops->bias_add(y, l->b, sp_out ? local_rows : rows, l->out));
     if (l->lora_a) TR_TRY(lora_fwd(ops, l, x.p, y, rows));
     return TR_OK;
 }
@@ -146,8 +183,10 @@ static tr_status linear_bwd(const tr_ops *ops, const tr_linear *l, tr_gemm_opera
     float *out = sp_dx ? l->model->sp_full : dx;
     tr_gemm_operand g = {dy, l->out, false};
     TR_TRY(weight_gemm(ops, l, TR_NOTRANS, rows, l->in, l->out, g, out, NULL));
-    if (sp_dx) return tr_tp_seq_reduce_scatter(l->model, out, dx, l->in);
-    if (l->kind == TR_LINEAR_COLUMN) TR_TRY(tr_tp_all_reduce(l->model, dx, (int64_t)rows * l->in));
+    if (sp_dx)
+        TR_TRY(tr_tp_seq_reduce_scatter(l->model, out, dx, l->in));
+    else if (l->kind == TR_LINEAR_COLUMN)
+        TR_TRY(tr_tp_all_reduce(l->model, dx, (int64_t)rows * l->in));
     return l->lora_a ? lora_bwd(ops, l, x.p, dy, dx, rows) : TR_OK;
 }
 

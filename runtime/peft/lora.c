@@ -50,8 +50,8 @@ tr_status tr_lora_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diag
     const tr_peft_config *p = &c->peft;
     s->lora_rank = 0;
     if (p->scheme < 0) return TR_OK;
-    /* DoRA, post-dropout, SP, the distributed optimizer and module names the runtime does not
-     * know are refused before this by tr_runtime_check (core/rules/runtime.c). */
+    /* DoRA, post-dropout and module names the runtime does not know are refused before this by
+     * tr_runtime_check (core/rules/runtime.c). */
     (void)d;
     unsigned targets = 0;
     if (read_targets(p, &targets) || !targets) return TR_ERR_INVALID;

@@ -15,9 +15,8 @@
 #include "runtime/model/model.h"
 
 /* Fills the spec's lora_* fields from peft.* (nothing when peft.scheme is null); what the runtime
- * does not implement (DoRA, dropout after the projection, sequence parallelism, the distributed
- * optimizer, overlapped gradient reduction, wildcard target patterns) is a runtime.unsupported
- * diagnostic naming the key. */
+ * does not implement (DoRA, dropout after the projection, wildcard target patterns) is refused
+ * before this by the capability rules runtime.lora and runtime.lora_modules. */
 tr_status tr_lora_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d);
 
 /* Writes the merged weights W + (alpha / dim) B A of a LoRA model `lora` into `base`, a model of

@@ -248,4 +248,26 @@ tr_equiv_lora_tp_test(llama_lora_tp2_dp2 -- ${TR_TP2})
 tr_equiv_lora_tp_test(llama_lora_tp2_pp2 -- ${TR_TP2} ${TR_PP2})
 # Adapter dropout: masks keyed by the global microbatch and the logical input element.
 tr_equiv_lora_tp_test(llama_lora_dropout_tp2_dp2 peft.dropout=0.1 optimizer.lr=3e-3 -- ${TR_TP2})
+# Sequence parallelism: the adapters see whole sequences inside the TP region; a row layer's
+# adapter output and a column layer's adapter input gradient are taken at this rank's chunk rows
+# (micro batch 2, unpacked: the chunks of several sequences).
+set(TR_LORA_UNPACKED train.micro_batch_size=2 dataset.enable_offline_packing=false
+                     dataset.packed_sequence_size=null)
+tr_equiv_lora_tp_test(llama_lora_tp2_sp_dp2 ${TR_LORA_UNPACKED} -- ${TR_TP2} ${TR_SP})
+tr_equiv_lora_tp_test(llama_lora_dropout_tp2_sp_dp2 peft.dropout=0.1 optimizer.lr=3e-3
+                      ${TR_LORA_UNPACKED} -- ${TR_TP2} ${TR_SP})
 set_tests_properties(mpi_equiv_llama_lora_dp2 PROPERTIES FIXTURES_REQUIRED lora_base)
+# The distributed optimizer (frozen ranges of a shard are never stepped) and gradient reduction
+# overlapped with backward: frozen norm gradients are zeroed before their bucket may start, the
+# adapters report ready (and, with the parameter all-gather overlapped, wait for it) like every
+# other tensor.
+function(tr_equiv_lora_dp_test name np)
+  tr_mpirun_test(mpi_equiv_${name} ${np} equiv_check ${ARGN})
+  set_tests_properties(mpi_equiv_${name} PROPERTIES FIXTURES_REQUIRED lora_base)
+endfunction()
+tr_equiv_lora_dp_test(llama_lora_dp2_distopt 2 llama_tiny_lora ${TR_LORA_COMMON} -- ${TR_DISTOPT})
+tr_equiv_lora_dp_test(llama_lora_dp2_overlap_clip 2 --expect-overlap llama_tiny_lora ${TR_LORA_COMMON}
+                      optimizer.clip_grad=0.05 -- ${TR_OVERLAP})
+tr_equiv_lora_dp_test(llama_lora_tp2_sp_dp2_distopt_overlap 4 --expect-overlap llama_tiny_lora
+                      ${TR_LORA_COMMON} ${TR_LORA_UNPACKED} -- ${TR_TP2} ${TR_SP} ${TR_DISTOPT}
+                      ${TR_OVERLAP} ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)

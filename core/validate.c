@@ -279,7 +279,7 @@
     X(tr_check_runtime_distopt_instances, "runtime.distopt_instances", E, false,                   \
       "num_distributed_optimizer_instances is 1.")                                                 \
     X(tr_check_runtime_lora, "runtime.lora", E, false,                                             \
-      "LoRA uses scheme lora (not DoRA) with its dropout before the projection.")                  \
+      "LoRA's dropout comes before the projection; DoRA runs without dropout.")                    \
     X(tr_check_runtime_lora_modules, "runtime.lora_modules", E, false,                             \
       "LoRA names modules among linear_qkv/proj/fc1/fc2 and adapts at least one.")                 \
     X(tr_check_runtime_ckpt_format, "runtime.ckpt_format", E, false,                               \

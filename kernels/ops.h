@@ -203,6 +203,17 @@ typedef struct tr_ops {
      * NaN and inf kept); dst and src must not overlap. Pipeline stages receive their input and
      * its gradient in half precision and compute in fp32. */
     tr_status (*widen_lowp)(tr_lowp dtype, float *dst, const uint16_t *src, int64_t n);
+
+    /* Per-row and per-column reductions and scalings: DoRA's weight norms and magnitudes.
+     * row_sum_squares: out[r] = sum over c of x[r,c]^2, in double, rounded once (overwrites).
+     * col_scale: y[r,c] *= s[c].
+     * col_dot: out[c] += s[c] * sum over r of a[r,c] * b[r,c], in double in row order.
+     * norm_scale: inv[i] = 1 / sqrt(sq[i]) and scale[i] = mag[i] * inv[i]. */
+    tr_status (*row_sum_squares)(float *out, const float *x, int rows, int cols);
+    tr_status (*col_scale)(float *y, const float *s, int rows, int cols);
+    tr_status (*col_dot)(float *out, const float *a, const float *b, const float *s, int rows,
+                         int cols);
+    tr_status (*norm_scale)(float *scale, float *inv, const float *mag, const float *sq, int n);
 } tr_ops;
 
 const tr_ops *tr_ops_cpu(void);

@@ -304,7 +304,9 @@ TR_RULE_FN(tr_check_runtime_distopt_instances) {
 TR_RULE_FN(tr_check_runtime_lora) {
     const tr_peft_config *p = &c->peft;
     if (p->scheme < 0) return;
-    if (p->scheme != TR_PEFT_LORA) TR_FAIL("peft.scheme", "use peft.scheme=lora", NOT_YET, "DoRA");
+    if (p->scheme == TR_PEFT_DORA && p->dropout > 0.0)
+        TR_FAIL("peft.dropout", "set peft.dropout=0 with peft.scheme=dora", NOT_YET,
+                "DoRA with adapter dropout (its dropout correction term)");
     if (p->dropout > 0.0 && p->dropout_position != TR_LORADROP_PRE)
         TR_FAIL("peft.dropout_position", "set peft.dropout_position=pre", NOT_YET,
                 "LoRA dropout after the low-rank projection");

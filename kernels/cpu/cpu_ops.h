@@ -16,6 +16,11 @@ tr_status tr_cpu_gemm_lowp_ex(tr_lowp dtype, tr_transpose ta, tr_transpose tb, i
 tr_status tr_cpu_cast_lowp(tr_lowp dtype, uint16_t *dst, const float *src, int64_t n);
 tr_status tr_cpu_round_lowp(tr_lowp dtype, float *x, int64_t n);
 tr_status tr_cpu_widen_lowp(tr_lowp dtype, float *dst, const uint16_t *src, int64_t n);
+tr_status tr_cpu_row_sum_squares(float *out, const float *x, int rows, int cols);
+tr_status tr_cpu_col_scale(float *y, const float *s, int rows, int cols);
+tr_status tr_cpu_col_dot(float *out, const float *a, const float *b, const float *s, int rows,
+                         int cols);
+tr_status tr_cpu_norm_scale(float *scale, float *inv, const float *mag, const float *sq, int n);
 tr_status tr_cpu_unscale_check(float *g, int64_t n, float inv_scale, float *found_inf);
 tr_status tr_cpu_bias_add(float *y, const float *bias, int rows, int cols);
 tr_status tr_cpu_bias_grad(float *dbias, const float *dy, int rows, int cols);

@@ -83,3 +83,71 @@ tr_status tr_cpu_sum_squares(float *out, const float *x, int64_t n) {
     *out = (float)s;
     return TR_OK;
 }
+
+/* Row and column reductions (DoRA's weight norms and magnitude gradients): each output element
+ * is one thread's sum in a fixed order, so results do not depend on the thread count. */
+typedef struct rowcol_ctx {
+    float *out, *y;
+    const float *a, *b, *s;
+    int rows, cols;
+} rowcol_ctx;
+
+static void row_ssq_range(void *vc, int64_t r0, int64_t r1) {
+    rowcol_ctx *c = vc;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = c->a + r * c->cols;
+        double acc = 0.0;
+        for (int j = 0; j < c->cols; j++) acc += (double)x[j] * x[j];
+        c->out[r] = (float)acc;
+    }
+}
+
+tr_status tr_cpu_row_sum_squares(float *out, const float *x, int rows, int cols) {
+    if (rows < 0 || cols < 0 || (rows && (!out || (cols && !x)))) return TR_ERR_INVALID;
+    rowcol_ctx c = {.out = out, .a = x, .rows = rows, .cols = cols};
+    tr_cpu_parallel_for(rows, 16, row_ssq_range, &c);
+    return TR_OK;
+}
+
+static void col_scale_range(void *vc, int64_t r0, int64_t r1) {
+    rowcol_ctx *c = vc;
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = c->y + r * c->cols;
+        for (int j = 0; j < c->cols; j++) y[j] *= c->s[j];
+    }
+}
+
+tr_status tr_cpu_col_scale(float *y, const float *s, int rows, int cols) {
+    if (rows < 0 || cols < 0 || (rows && cols && (!y || !s))) return TR_ERR_INVALID;
+    rowcol_ctx c = {.y = y, .s = s, .rows = rows, .cols = cols};
+    tr_cpu_parallel_for(rows, 16, col_scale_range, &c);
+    return TR_OK;
+}
+
+static void col_dot_range(void *vc, int64_t j0, int64_t j1) {
+    rowcol_ctx *c = vc;
+    for (int64_t j = j0; j < j1; j++) {
+        double acc = 0.0;
+        for (int64_t r = 0; r < c->rows; r++)
+            acc += (double)c->a[r * c->cols + j] * c->b[r * c->cols + j];
+        c->out[j] += c->s[j] * (float)acc;
+    }
+}
+
+tr_status tr_cpu_col_dot(float *out, const float *a, const float *b, const float *s, int rows,
+                         int cols) {
+    if (rows < 0 || cols < 0 || (cols && (!out || !s || (rows && (!a || !b)))))
+        return TR_ERR_INVALID;
+    rowcol_ctx c = {.out = out, .a = a, .b = b, .s = s, .rows = rows, .cols = cols};
+    tr_cpu_parallel_for(cols, 64, col_dot_range, &c);
+    return TR_OK;
+}
+
+tr_status tr_cpu_norm_scale(float *scale, float *inv, const float *mag, const float *sq, int n) {
+    if (n < 0 || (n && (!scale || !inv || !mag || !sq))) return TR_ERR_INVALID;
+    for (int i = 0; i < n; i++) {
+        inv[i] = 1.0f / sqrtf(sq[i]);
+        scale[i] = mag[i] * inv[i];
+    }
+    return TR_OK;
+}

@@ -44,6 +44,10 @@ static const tr_ops g_cpu_ops = {
     .adamw = tr_cpu_adamw,
     .sgd = tr_cpu_sgd,
     .widen_lowp = tr_cpu_widen_lowp,
+    .row_sum_squares = tr_cpu_row_sum_squares,
+    .col_scale = tr_cpu_col_scale,
+    .col_dot = tr_cpu_col_dot,
+    .norm_scale = tr_cpu_norm_scale,
 };
 
 const tr_ops *tr_ops_cpu(void) {

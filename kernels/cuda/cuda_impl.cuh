@@ -14,6 +14,11 @@ tr_status tr_cuda_add(float *y, const float *x, int64_t n);
 tr_status tr_cuda_fill(float *x, int64_t n, float value);
 tr_status tr_cuda_scale(float *x, int64_t n, float s);
 tr_status tr_cuda_sum_squares(float *out, const float *x, int64_t n);
+tr_status tr_cuda_row_sum_squares(float *out, const float *x, int rows, int cols);
+tr_status tr_cuda_col_scale(float *y, const float *s, int rows, int cols);
+tr_status tr_cuda_col_dot(float *out, const float *a, const float *b, const float *s, int rows,
+                          int cols);
+tr_status tr_cuda_norm_scale(float *scale, float *inv, const float *mag, const float *sq, int n);
 tr_status tr_cuda_copy_2d(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
                           int64_t cols);
 tr_status tr_cuda_fill_2d(float *x, int64_t ld, int64_t rows, int64_t cols, float value);

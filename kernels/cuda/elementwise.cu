@@ -51,6 +51,42 @@ tr_status tr_cuda_sum_squares(float *out, const float *x, int64_t n) {
     return TR_OK;
 }
 
+tr_status tr_cuda_row_sum_squares(float *out, const float *x, int rows, int cols) {
+    if (rows < 0 || cols < 0 || (rows && (!out || (cols && !x)))) return TR_ERR_INVALID;
+    if (!rows) return TR_OK;
+    TR_CUDA_CTX("row_sum_squares");
+    row_ssq_kernel<<<(unsigned)rows, 256, 0, ctx->stream>>>(out, x, cols);
+    TR_CUDA_LAUNCHED();
+    return TR_OK;
+}
+
+tr_status tr_cuda_col_scale(float *y, const float *s, int rows, int cols) {
+    if (rows < 0 || cols < 0 || (rows && cols && (!y || !s))) return TR_ERR_INVALID;
+    int64_t n = (int64_t)rows * cols;
+    if (!n) return TR_OK;
+    TR_CUDA_CTX("col_scale");
+    LAUNCH(col_scale_kernel, n, y, s, n, cols);
+    return TR_OK;
+}
+
+tr_status tr_cuda_col_dot(float *out, const float *a, const float *b, const float *s, int rows,
+                          int cols) {
+    if (rows < 0 || cols < 0 || (cols && (!out || !s || (rows && (!a || !b)))))
+        return TR_ERR_INVALID;
+    if (!cols) return TR_OK;
+    TR_CUDA_CTX("col_dot");
+    LAUNCH(col_dot_kernel, cols, out, a, b, s, rows, cols);
+    return TR_OK;
+}
+
+tr_status tr_cuda_norm_scale(float *scale, float *inv, const float *mag, const float *sq, int n) {
+    if (n < 0 || (n && (!scale || !inv || !mag || !sq))) return TR_ERR_INVALID;
+    if (!n) return TR_OK;
+    TR_CUDA_CTX("norm_scale");
+    LAUNCH(norm_scale_kernel, n, scale, inv, mag, sq, (int64_t)n);
+    return TR_OK;
+}
+
 tr_status tr_cuda_gelu_fwd(float *y, const float *x, int64_t n, int tanh_approx) {
     if (n < 0 || (n && (!y || !x))) return TR_ERR_INVALID;
     if (!n) return TR_OK;

@@ -43,6 +43,38 @@ __global__ void ssq_final_kernel(float *out, const double *partial, int64_t nb) 
     if (threadIdx.x == 0) *out = (float)s;
 }
 
+/* Row and column reductions (DoRA): one block per row, its threads' double partial sums
+ * combined by tr_block_sum; one thread per column, rows in order (adjacent threads read
+ * adjacent columns). */
+__global__ void row_ssq_kernel(float *out, const float *x, int cols) {
+    const float *row = x + (int64_t)blockIdx.x * cols;
+    double s = 0.0;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) s += (double)row[j] * row[j];
+    s = tr_block_sum(s);
+    if (threadIdx.x == 0) out[blockIdx.x] = (float)s;
+}
+
+__global__ void col_scale_kernel(float *y, const float *s, int64_t n, int cols) {
+    GRID_STRIDE(i, n) y[i] *= s[i % cols];
+}
+
+__global__ void col_dot_kernel(float *out, const float *a, const float *b, const float *s, int rows,
+                               int cols) {
+    GRID_STRIDE(j, cols) {
+        double acc = 0.0;
+        for (int64_t r = 0; r < rows; r++) acc += (double)a[r * cols + j] * b[r * cols + j];
+        out[j] += s[j] * (float)acc;
+    }
+}
+
+__global__ void norm_scale_kernel(float *scale, float *inv, const float *mag, const float *sq,
+                                  int64_t n) {
+    GRID_STRIDE(i, n) {
+        inv[i] = 1.0f / sqrtf(sq[i]);
+        scale[i] = mag[i] * inv[i];
+    }
+}
+
 __global__ void gelu_fwd_kernel(float *y, const float *x, int64_t n, int tanh_approx) {
     GRID_STRIDE(i, n) y[i] = tanh_approx ? tr_gelu_tanh(x[i]) : tr_gelu_erf(x[i]);
 }

@@ -45,11 +45,15 @@ static const tr_ops g_cuda_ops = {
     tr_cuda_adamw,
     tr_cuda_sgd,
     tr_cuda_widen_lowp,
+    tr_cuda_row_sum_squares,
+    tr_cuda_col_scale,
+    tr_cuda_col_dot,
+    tr_cuda_norm_scale,
 };
 
 /* C++ before C++20 has no designated initialisers, so the order above must follow tr_ops; this
  * catches a member added to ops.h without a CUDA entry. */
-static_assert(sizeof(tr_ops) == sizeof(void *) * 43, "tr_ops changed: update kernels/cuda");
+static_assert(sizeof(tr_ops) == sizeof(void *) * 47, "tr_ops changed: update kernels/cuda");
 
 extern "C" const tr_ops *tr_ops_cuda(void) {
     return &g_cuda_ops;

@@ -296,6 +296,24 @@ static tr_status g_widen_lowp(tr_lowp dtype, float *dst, const uint16_t *src, in
     LEAVE(CPU->widen_lowp(dtype, dst, src, n));
 }
 
+static tr_status g_row_sum_squares(float *out, const float *x, int rows, int cols) {
+    ENTER("row_sum_squares", out, x);
+    LEAVE(CPU->row_sum_squares(out, x, rows, cols));
+}
+static tr_status g_col_scale(float *y, const float *s, int rows, int cols) {
+    ENTER("col_scale", y, s);
+    LEAVE(CPU->col_scale(y, s, rows, cols));
+}
+static tr_status g_col_dot(float *out, const float *a, const float *b, const float *s, int rows,
+                           int cols) {
+    ENTER("col_dot", out, a, b, s);
+    LEAVE(CPU->col_dot(out, a, b, s, rows, cols));
+}
+static tr_status g_norm_scale(float *scale, float *inv, const float *mag, const float *sq, int n) {
+    ENTER("norm_scale", scale, inv, mag, sq);
+    LEAVE(CPU->norm_scale(scale, inv, mag, sq, n));
+}
+
 static const tr_ops strict_ops = {
     .name = "cpu-strict",
     .gemm = g_gemm,
@@ -340,6 +358,10 @@ static const tr_ops strict_ops = {
     .adamw = g_adamw,
     .sgd = g_sgd,
     .widen_lowp = g_widen_lowp,
+    .row_sum_squares = g_row_sum_squares,
+    .col_scale = g_col_scale,
+    .col_dot = g_col_dot,
+    .norm_scale = g_norm_scale,
 };
 
 /* ------------------------------------------------------------------ memory ------------- */

@@ -1,6 +1,6 @@
 /* What the model itself does for LoRA adapters (runtime/peft/lora.h builds the spec): the
- * adapters' input dropout, drawn per logical element, and the zeroing of the gradients the
- * backward leaves in frozen tensors. */
+ * adapters' input dropout, drawn per logical element. (The gradients the backward leaves in
+ * frozen tensors are zeroed as they are reported final: runtime/model/hooks.c.) */
 #include "runtime/model/internal.h"
 
 bool tr_lora_dropout_on(const tr_model *m) {
@@ -30,12 +30,5 @@ tr_status tr_lora_dropout(const tr_linear *l, float *y, const float *x, int rows
         TR_TRY(forward ? m->ops->dropout_fwd(y + at, x + at, l->in, p, seed, off)
                        : m->ops->dropout_bwd(y + at, x + at, l->in, p, seed, off));
     }
-    return TR_OK;
-}
-
-tr_status tr_model_clear_frozen_grads(tr_model *m) {
-    for (int i = 0; i < m->n_info; i++)
-        if (m->info[i].frozen)
-            TR_TRY(m->ops->fill(m->grads + m->info[i].offset, m->info[i].numel, 0.0f));
     return TR_OK;
 }

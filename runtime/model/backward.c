@@ -135,7 +135,9 @@ tr_status tr_model_backward_part(tr_model *m, int part_index, int slot, float lo
         TR_TRY(embed_bwd(m));
     else
         TR_TRY(tr_model_copy(m, dx_out, m->dx, n));
-    return m->spec.lora_rank ? tr_model_clear_frozen_grads(m) : TR_OK;
+    /* (LoRA: the frozen tensors' gradients were zeroed as each was reported final, before any
+     * bucket holding them started: nothing may write a started bucket.) */
+    return TR_OK;
 }
 
 tr_status tr_model_backward(tr_model *m, float loss_scale) {

@@ -59,16 +59,18 @@ static tr_status notify(const tr_model *m, const float *base, const float *const
     return TR_OK;
 }
 
-/* A layer's tensors in model order: the base ones, then the LoRA adapters (NULL when absent). */
-enum { LAYER_TENSORS = 12 + 2 * TR_LORA_TARGETS };
+/* A layer's tensors in model order: the base ones, then the LoRA adapters and DoRA magnitudes
+ * (NULL when absent). */
+enum { LAYER_TENSORS = 12 + 3 * TR_LORA_TARGETS };
 
 static int layer_list(const tr_layer_views *v, const float *out[LAYER_TENSORS]) {
     const float *l[12] = {v->ln1_w, v->ln1_b, v->qkv_w, v->qkv_b, v->proj_w, v->proj_b,
                           v->ln2_w, v->ln2_b, v->fc1_w, v->fc1_b, v->fc2_w,  v->fc2_b};
     memcpy(out, l, sizeof l);
     for (int t = 0; t < TR_LORA_TARGETS; t++) {
-        out[12 + 2 * t] = v->lora_a[t];
-        out[13 + 2 * t] = v->lora_b[t];
+        out[12 + 3 * t] = v->lora_a[t];
+        out[13 + 3 * t] = v->lora_b[t];
+        out[14 + 3 * t] = v->lora_m[t];
     }
     return LAYER_TENSORS;
 }

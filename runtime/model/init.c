@@ -5,7 +5,9 @@
 
 #include "kernels/common/philox.h"
 #include "runtime/device/device.h"
+#include "runtime/model/dora.h"
 #include "runtime/model/internal.h"
+#include "runtime/model/linear.h"
 
 /* The stream of a tensor is keyed by its name, so adding or reordering other tensors never
  * changes its values. */
@@ -78,5 +80,34 @@ tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
         TR_TRY(st);
     }
     tr_model_params_changed(m);
-    return TR_OK;
+    return tr_model_init_dora_magnitudes(m);
+}
+
+tr_status tr_model_init_dora_magnitudes(tr_model *m) {
+    if (!m->spec.lora_rank || !m->spec.lora_dora) return TR_OK;
+    float *host = NULL;
+    tr_status st = TR_OK;
+    for (int i = 0; i < m->spec.num_layers && st == TR_OK; i++)
+        for (int t = 0; t < TR_LORA_TARGETS && st == TR_OK; t++) {
+            float *mag = m->p.layers[i].lora_m[t];
+            if (!mag) continue;
+            tr_linear l = tr_model_layer_linear(m, i, (tr_model_linear_id)t);
+            float *h = realloc(host, (size_t)l.out * sizeof *h);
+            if (!h) {
+                st = TR_ERR_NOMEM;
+                break;
+            }
+            host = h;
+            /* The squared norms in the layer's scale buffer, square-rooted on the host: once
+             * per run. */
+            st = tr_dora_weight_sq(&l, l.dora_inv);
+            if (st == TR_OK)
+                st = tr_device_to_host(m->dev, host, l.dora_inv, (size_t)l.out * sizeof *host);
+            for (int j = 0; st == TR_OK && j < l.out; j++) host[j] = sqrtf(host[j]);
+            if (st == TR_OK)
+                st = tr_device_to_device(m->dev, mag, host, (size_t)l.out * sizeof *host);
+        }
+    free(host);
+    if (st == TR_OK) tr_model_params_changed(m);
+    return st;
 }

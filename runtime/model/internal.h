@@ -63,9 +63,6 @@ tr_status tr_model_rope(const tr_model *m, float *x, int heads, bool forward);
 /* Learned positions of this rank's rows: added to x0 (forward) or their gradient accumulated
  * from dx (backward). */
 tr_status tr_model_pos_embedding(tr_model *m, float *x, bool forward);
-/* LoRA: zeroes the gradients the backward leaves in frozen tensors (norms, embeddings), so only
- * adapters carry a gradient (runtime/peft/lora.c). */
-tr_status tr_model_clear_frozen_grads(tr_model *m);
 /* true when the adapters' input dropout is active (peft.dropout > 0, training). */
 bool tr_lora_dropout_on(const tr_model *m);
 /* The adapter dropout of linear l on its input x [rows, in] (forward: y = the dropped-out input;

@@ -6,6 +6,7 @@
 
 #include "runtime/comm/comm.h"
 #include "runtime/device/device.h"
+#include "runtime/model/dora.h"
 #include "runtime/model/internal.h"
 
 typedef struct layout {
@@ -104,6 +105,14 @@ static tr_status add_adapter(layout *l, const tr_model_spec *s, const char *pref
     if (st == TR_OK)
         st = add_param_split(l, name, out, s->lora_rank, false, s->lora_b_init,
                              (split){column ? 0 : -1, column && swiglu, tp});
+    /* DoRA's magnitude [out] follows the layer's output like its bias; a vector, so no weight
+     * decay (Megatron's rule for 1-D parameters). Its value comes from the weights
+     * (tr_dora_init_magnitudes). */
+    if (st == TR_OK && s->lora_dora) {
+        TR_TRY(param_name(name, sizeof name, prefix, ".adapter.weight_magnitude"));
+        st = add_param_split(l, name, 1, out, true, TR_INIT_ONE,
+                             (split){column ? 1 : -1, column && swiglu, tp});
+    }
     l->freeze = freeze;
     return st;
 }
@@ -225,6 +234,8 @@ tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
             L->lora_a[t] = view(m, base, n);
             snprintf(n, sizeof n, "decoder.layers.%d.%s.adapter.linear_out.weight", i, adapted[t]);
             L->lora_b[t] = view(m, base, n);
+            snprintf(n, sizeof n, "decoder.layers.%d.%s.adapter.weight_magnitude", i, adapted[t]);
+            L->lora_m[t] = view(m, base, n);
         }
     }
 #undef BIND
@@ -338,6 +349,7 @@ static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *
     if ((st = tr_model_alloc_acts(m)) != TR_OK) goto fail;
     if ((st = tr_model_bind_views(m, m->params, &m->p)) != TR_OK) goto fail;
     if ((st = tr_model_bind_views(m, m->grads, &m->g)) != TR_OK) goto fail;
+    if ((st = tr_dora_alloc(m)) != TR_OK) goto fail;
     if ((st = tr_model_wcopy_create(m)) != TR_OK) goto fail;
     if (s->rope) {
         st = ops->rope_table(m->rope_cos, m->rope_sin, &s->rope_p, s->seq, 0);
@@ -370,6 +382,7 @@ tr_status tr_model_create(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, c
 void tr_model_free(tr_model *m) {
     tr_device *dev = m->dev ? m->dev : tr_device_host();
     tr_model_wcopy_free(m); /* the newest parameter allocation: freed first */
+    tr_dora_free(m, dev);
     tr_device_free(dev, TR_MEM_PARAMS, m->params);
     tr_device_free(dev, TR_MEM_GRADS, m->grads);
     free(m->info);

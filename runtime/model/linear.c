@@ -1,6 +1,7 @@
 /* See runtime/model/linear.h. */
 #include "runtime/model/linear.h"
 
+#include "runtime/model/dora.h"
 #include "runtime/model/internal.h"
 #include "runtime/model/tensor_parallel.h"
 
@@ -69,15 +70,16 @@ static int64_t chunk_row(const tr_model *m, int b, int *chunk) {
 
 /* y += scale * u B^T; B = 0 (its initial value) adds exact zeros, so the output is bitwise the
  * base layer's. rows: whole sequences (x, u); a sequence-parallel row layer's y holds this
- * rank's chunk of each, so only those rows of u go out. */
-static tr_status lora_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y,
-                          int rows) {
+ * rank's chunk of each, so only those rows of u go out, unless `whole` (DoRA's recomputed
+ * pre-scale output covers whole sequences). */
+static tr_status lora_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y, int rows,
+                          bool whole) {
     const tr_model *m = l->model;
     int r = m->spec.lora_rank;
     float scale = m->spec.lora_scale;
     TR_TRY(lora_input(l, x, rows, &x));
     TR_TRY(lora_down(ops, l, x, rows));
-    if (!(l->kind == TR_LINEAR_ROW && seq_split(l)))
+    if (whole || !(l->kind == TR_LINEAR_ROW && seq_split(l)))
         return ops->gemm(TR_NOTRANS, TR_TRANS, rows, l->out, r, scale, m->lora_u, r, l->lora_b, r,
                          1.0f, y, l->out);
     for (int b = 0; b < m->batch; b++) {
@@ -143,7 +145,9 @@ static tr_status linear_fwd(const tr_ops *ops, const tr_linear *l, tr_gemm_opera
     /* The bias goes with the GEMM unless a TP reduction of the output comes in between (a
      * row-parallel layer's partial sums); either way it is added after the product, so the
      * order of the additions is the same. */
-    bool bias_now = l->b && (l->kind == TR_LINEAR_COLUMN || l->model->tp.size == 1);
+    bool dora = l->dora_m != NULL;
+    if (dora) TR_TRY(tr_dora_weight_scale(l));
+    bool bias_now = l->b && !dora && (l->kind == TR_LINEAR_COLUMN || l->model->tp.size == 1);
     TR_TRY(weight_gemm(ops, l, TR_TRANS, rows, l->out, l->in, x, out, bias_now ? l->b : NULL));
     int local_rows = tr_tp_local_rows(l->model);
     if (sp_out) {
@@ -151,9 +155,24 @@ static tr_status linear_fwd(const tr_ops *ops, const tr_linear *l, tr_gemm_opera
     } else if (l->kind == TR_LINEAR_ROW) {
         TR_TRY(tr_tp_all_reduce(l->model, y, (int64_t)rows * l->out));
     }
-    if (l->b && !bias_now) TR_TRY(ops->bias_add(y, l->b, sp_out ? local_rows : rows, l->out));
-    if (l->lora_a) TR_TRY(lora_fwd(ops, l, x.p, y, rows));
+    int y_rows = sp_out ? local_rows : rows;
+    if (dora) { /* (m / ||V||) * (base + adapter), then the bias */
+        if (l->lora_a) TR_TRY(lora_fwd(ops, l, x.p, y, rows, false));
+        TR_TRY(ops->col_scale(y, l->dora_scale, y_rows, l->out));
+        return l->b ? ops->bias_add(y, l->b, y_rows, l->out) : TR_OK;
+    }
+    if (l->b && !bias_now) TR_TRY(ops->bias_add(y, l->b, y_rows, l->out));
+    if (l->lora_a) TR_TRY(lora_fwd(ops, l, x.p, y, rows, false));
     return TR_OK;
+}
+
+/* DoRA's pre-scale output z = x W^T + scale x A^T B^T over whole sequences, into the model's
+ * scratch: the forward's own GEMMs and reduction again, instead of a stored [rows, out]. */
+static tr_status dora_preact(const tr_ops *ops, const tr_linear *l, tr_gemm_operand x, int rows) {
+    float *z = l->model->dora_z;
+    TR_TRY(weight_gemm(ops, l, TR_TRANS, rows, l->out, l->in, x, z, NULL));
+    if (l->kind == TR_LINEAR_ROW) TR_TRY(tr_tp_all_reduce(l->model, z, (int64_t)rows * l->out));
+    return l->lora_a ? lora_fwd(ops, l, x.p, z, rows, true) : TR_OK;
 }
 
 /* dW += dy^T x: a half-precision x is a ready operand, an fp32 one is rounded by the GEMM. */
@@ -176,8 +195,13 @@ static tr_status linear_bwd(const tr_ops *ops, const tr_linear *l, tr_gemm_opera
         TR_TRY(tr_tp_seq_gather(l->model, dy, l->model->sp_full, l->out));
         dy = l->model->sp_full;
     }
-    if (l->dw) TR_TRY(weight_grad(ops, l, x, dy, rows));
     if (l->db) TR_TRY(ops->bias_grad(l->db, dy, rows, l->out));
+    if (l->dora_m) { /* the magnitude's gradient; below, dy through the scale */
+        TR_TRY(dora_preact(ops, l, x, rows));
+        TR_TRY(tr_dora_backward(l, dy, l->model->dora_z, rows));
+        dy = l->model->dora_z;
+    }
+    if (l->dw) TR_TRY(weight_grad(ops, l, x, dy, rows));
     if (!dx) return l->lora_a ? lora_bwd(ops, l, x.p, dy, NULL, rows) : TR_OK;
     bool sp_dx = l->kind == TR_LINEAR_COLUMN && seq_split(l);
     float *out = sp_dx ? l->model->sp_full : dx;
@@ -248,6 +272,13 @@ tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id
     l.lora_da = g->lora_a[id];
     l.lora_db = g->lora_b[id];
     l.lora_site = layer * TR_LORA_TARGETS + (int)id;
+    l.dora_m = p->lora_m[id];
+    l.dora_dm = g->lora_m[id];
+    int64_t at = m->dora_at ? m->dora_at[l.lora_site] : -1;
+    if (l.dora_m && at >= 0) {
+        l.dora_scale = m->dora_scale + at;
+        l.dora_inv = l.dora_scale + l.out;
+    }
     return l;
 }
 

@@ -32,6 +32,10 @@ typedef struct tr_linear {
     const float *lora_a, *lora_b;
     float *lora_da, *lora_db;
     int lora_site; /* layer * TR_LORA_TARGETS + target: the adapter's dropout stream */
+    /* DoRA: the magnitude m [out] and its gradient, and this step's m / ||V|| and 1 / ||V||
+     * [out] each (runtime/model/dora.h); dora_m NULL: plain LoRA. */
+    const float *dora_m;
+    float *dora_dm, *dora_scale, *dora_inv;
 } tr_linear;
 
 /* y [rows, out] = x [rows, in] W^T + b (overwrites y). rows counts whole sequences; with sequence

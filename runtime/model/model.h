@@ -60,6 +60,10 @@ typedef struct tr_model_spec {
      * (1 << TR_LORA_*) is set in lora_targets; every other parameter is then frozen. */
     int lora_rank;
     unsigned lora_targets;
+    /* DoRA (peft.scheme=dora; runtime/model/dora.h): each adapted layer also has a magnitude
+     * vector m [out], and its output (before the bias) is scaled per output by
+     * m / ||W + scale B A|| (row norms, treated as constants in backward). */
+    int lora_dora;
     float lora_scale;             /* alpha / rank */
     int lora_a_init, lora_b_init; /* TR_INIT_* of the adapters' A [rank, in] and B [out, rank] */
     float lora_dropout;           /* dropout on the adapter's input (training only) */
@@ -111,6 +115,7 @@ typedef struct tr_layer_views {
     float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
     float *lora_a[TR_LORA_TARGETS], *lora_b[TR_LORA_TARGETS]; /* NULL: no adapter */
+    float *lora_m[TR_LORA_TARGETS];                           /* DoRA's magnitudes, or NULL */
 } tr_layer_views;
 
 /* Pointers into one flat buffer (parameters or their gradients); NULL where absent. */
@@ -245,6 +250,13 @@ typedef struct tr_model {
     int32_t *pos_local;       /* the positions of the rows this rank holds */
     float *lora_u, *lora_du;  /* LoRA scratch [batch * seq, rank]: x A^T and its gradient */
     float *lora_x;            /* [batch * seq, widest input]: the adapter's dropped-out input */
+    /* DoRA: per (layer, target) the output scale m / ||V|| and 1 / ||V|| of the weights of this
+     * step (dora_at[layer * TR_LORA_TARGETS + target] floats into dora_scale, -1: none), a block
+     * of rows of V = W + scale B A (dora_v, dora_v_rows rows of the widest input), and the
+     * whole-sequence pre-scale output z, then dz, of the layer in backward (dora_z). */
+    float *dora_scale, *dora_v, *dora_z;
+    int64_t *dora_at;
+    int dora_v_rows;
 } tr_model;
 
 /* Reads the model section (and the derived padded vocab) into a spec; features the CPU runtime
@@ -276,6 +288,10 @@ void tr_model_free(tr_model *m);
  * norm weights 1 (0 with zero-centred gamma). Each element is drawn from a counter-based stream
  * keyed by (seed, tensor, logical element), so the values do not depend on the layout. */
 tr_status tr_model_init_weights(tr_model *m, uint64_t seed);
+/* DoRA: each magnitude m = ||W + scale B A|| (row norms), so the model computes the base model
+ * with its adapters; done by tr_model_init_weights, and again by whoever loads other base
+ * weights into a fresh DoRA model (a pretrained checkpoint). Nothing for other models. */
+tr_status tr_model_init_dora_magnitudes(tr_model *m);
 
 /* Every write of m->params outside the model's own functions (optimizer steps, checkpoint
  * loads, tests) must be followed by this before the next forward: the half-precision weight copy

@@ -1,6 +1,7 @@
 /* See runtime/peft/lora.h. */
 #include "runtime/peft/lora.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,8 +51,8 @@ tr_status tr_lora_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diag
     const tr_peft_config *p = &c->peft;
     s->lora_rank = 0;
     if (p->scheme < 0) return TR_OK;
-    /* DoRA, post-dropout and module names the runtime does not know are refused before this by
-     * tr_runtime_check (core/rules/runtime.c). */
+    /* Post-dropout, DoRA with a dropout and module names the runtime does not know are refused
+     * before this by tr_runtime_check (core/rules/runtime.c). */
     (void)d;
     unsigned targets = 0;
     if (read_targets(p, &targets) || !targets) return TR_ERR_INVALID;
@@ -61,11 +62,24 @@ tr_status tr_lora_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diag
     s->lora_a_init = lora_init(p->lora_A_init_method);
     s->lora_b_init = lora_init(p->lora_B_init_method);
     s->lora_dropout = (float)p->dropout;
+    s->lora_dora = p->scheme == TR_PEFT_DORA;
     return TR_OK;
 }
 
 bool tr_lora_is_adapter(const char *name) {
-    return strstr(name, ".adapter.linear_") != NULL;
+    return strstr(name, ".adapter.") != NULL;
+}
+
+/* DoRA's merge: row j of the merged V = W + scale B A times m[j] / ||V_j||, so the base layer
+ * computes (m / ||V||) (x V^T) + b as the adapted one does. */
+static void scale_rows_to(const float *mag, float *v, int rows, int cols) {
+    for (int j = 0; j < rows; j++) {
+        float *row = v + (int64_t)j * cols;
+        double sq = 0.0;
+        for (int c = 0; c < cols; c++) sq += (double)row[c] * row[c];
+        float s = mag[j] * (1.0f / sqrtf((float)sq));
+        for (int c = 0; c < cols; c++) row[c] *= s;
+    }
 }
 
 tr_status tr_lora_merge(const tr_model *lora, tr_model *base) {
@@ -90,6 +104,7 @@ tr_status tr_lora_merge(const tr_model *lora, tr_model *base) {
             /* W [out, in] += scale * B [out, r] A [r, in] */
             TR_TRY(lora->ops->gemm(TR_NOTRANS, TR_NOTRANS, w.out, w.in, r, lora->spec.lora_scale,
                                    v->lora_b[t], r, v->lora_a[t], w.in, 1.0f, (float *)w.w, w.in));
+            if (v->lora_m[t]) scale_rows_to(v->lora_m[t], (float *)w.w, w.out, w.in);
         }
     tr_model_params_changed(base);
     return TR_OK;

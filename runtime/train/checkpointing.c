@@ -413,10 +413,11 @@ static tr_status read_scalars(tr_train_ckpt *k, tr_ckpt_reader *r, bool with_opt
 
 /* LoRA from pretrained weights: the base checkpoint has no adapters, which keep their initial
  * values (B = 0: the model starts as the base model). */
-static void skip_new_adapters(tr_ckpt_list *l, tr_ckpt_reader *r) {
+static void skip_new_adapters(tr_train_ckpt *k, tr_ckpt_list *l, tr_ckpt_reader *r) {
     int kept = 0;
     for (int i = 0; i < l->n; i++) {
         if (tr_lora_is_adapter(l->names[i]) && !has_tensor(r, l->names[i])) {
+            if (strstr(l->names[i], ".weight_magnitude")) k->magnitudes_missing = true;
             free(l->names[i]);
             continue;
         }
@@ -453,7 +454,7 @@ static tr_status load_from(tr_train_ckpt *k, const char *dir, source src, int64_
     if (st == TR_OK)
         st = host_view_open(k, &params, k->env.model->params, (size_t)k->env.model->n_params, true);
     if (st == TR_OK) st = tr_ckpt_list_add_params(&l, k, "", params.host, 0, false);
-    if (st == TR_OK && !resume) skip_new_adapters(&l, r);
+    if (st == TR_OK && !resume) skip_new_adapters(k, &l, r);
     if (st == TR_OK && *with_opt) st = opt_state_alloc(k, &os);
     if (st == TR_OK && *with_opt) st = opt_state_views(k, &os, k->env.opt != NULL);
     if (st == TR_OK && *with_opt) st = add_opt_tensors(&l, k, &os, false);
@@ -539,10 +540,14 @@ tr_status tr_train_ckpt_setup(tr_train_ckpt *k, const tr_train_ckpt_env *env, tr
     if (src == SRC_HF) {
         st = agree(k, load_hf(k, dir));
         free(dir);
-        return st;
+        /* DoRA's magnitudes start as the loaded base's row norms. */
+        return st == TR_OK ? agree(k, tr_model_init_dora_magnitudes(env->model)) : st;
     }
     if (src == SRC_RESUME && env->model->spec.lora_rank > 0) st = agree(k, load_lora_base(k));
     if (st == TR_OK) st = agree(k, load_from(k, dir, src, scalars, &with_opt, &with_rng));
+    /* (A resume read its magnitudes after the base it loaded first.) */
+    if (st == TR_OK && k->magnitudes_missing && src != SRC_RESUME)
+        st = agree(k, tr_model_init_dora_magnitudes(env->model));
     k->trainable_only = env->model->spec.lora_rank > 0;
     if (st == TR_OK && src == SRC_RESUME) {
         k->resume = (tr_train_ckpt_pos){.iteration = scalars[S_ITERATION],

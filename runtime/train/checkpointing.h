@@ -55,6 +55,9 @@ typedef struct tr_train_ckpt {
     /* LoRA: saves and resumes list only the trainable tensors (the adapters and their optimizer
      * state); the frozen base comes from checkpoint.pretrained_checkpoint. */
     bool trainable_only;
+    /* A weights-only load found no DoRA magnitudes (a base model's checkpoint): they are set
+     * from the loaded weights. */
+    bool magnitudes_missing;
 } tr_train_ckpt;
 
 /* Loads the checkpoint the config asks for into the model, optimizer and k->resume (all ranks

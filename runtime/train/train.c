@@ -208,9 +208,9 @@ tr_status tr_train_run(const tr_config *c, const tr_train_opts *o, tr_train_resu
                 (long long)t.data.n_samples[TR_SPLIT_TRAIN]);
     if (s == TR_OK && o->log && t.model.spec.lora_rank)
         fprintf(o->log,
-                "LoRA: rank %d, scale %g; %lld adapter parameters train, the rest is frozen\n",
-                t.model.spec.lora_rank, (double)t.model.spec.lora_scale,
-                (long long)count_params(&t.model, true));
+                "%s: rank %d, scale %g; %lld adapter parameters train, the rest is frozen\n",
+                t.model.spec.lora_dora ? "DoRA" : "LoRA", t.model.spec.lora_rank,
+                (double)t.model.spec.lora_scale, (long long)count_params(&t.model, true));
     tr_train_signals sig = {0};
     if (s == TR_OK && o->handle_signals) tr_train_signals_install(&sig);
     if (s == TR_OK) s = loop(&t, r);

@@ -460,6 +460,38 @@ template <typename F> bool dies_of(int sig, F &&f) {
 /* Kernel shapes the emulator must refuse: lane 0 at a barrier while its warp waits for it in a
  * shuffle (deadlock), half a warp in a shuffle and half in an mma, and a store one element past
  * the launch's dynamic shared memory. */
+/* DoRA's row and column reductions: a block per row (row_sum_squares), a thread per column
+ * (col_dot), flat scalings; against the CPU's ops. */
+void test_row_col(void) {
+    const int rows = 45, cols = 300;
+    emu_test::rng rng(23);
+    std::vector<float> a = rng.vec((size_t)rows * cols, -2, 2),
+                       b = rng.vec((size_t)rows * cols, -1, 1);
+    std::vector<float> s = rng.vec((size_t)cols, 0.5, 1.5), mag = rng.vec((size_t)rows, 1, 2);
+    dev<float> da(a), db(b), ds(s), dmag(mag);
+    std::vector<float> sq((size_t)rows);
+    CHECK(cpu->row_sum_squares(sq.data(), a.data(), rows, cols) == TR_OK);
+    dev<float> dsq((size_t)rows);
+    emu::launch(dim3((unsigned)rows), dim3(256), 0, [&] { row_ssq_kernel(dsq.p, da.p, cols); });
+    CHECK_REL("row_sum_squares", dsq.p, sq.data(), (size_t)rows, 1e-6);
+    std::vector<float> dot((size_t)cols, 0.5f);
+    dev<float> ddot(dot);
+    CHECK(cpu->col_dot(dot.data(), a.data(), b.data(), s.data(), rows, cols) == TR_OK);
+    launch_flat(cols, [&] { col_dot_kernel(ddot.p, da.p, db.p, ds.p, rows, cols); });
+    CHECK_REL("col_dot", ddot.p, dot.data(), (size_t)cols, 1e-6);
+    std::vector<float> scaled = b;
+    CHECK(cpu->col_scale(scaled.data(), s.data(), rows, cols) == TR_OK);
+    const int64_t n = (int64_t)rows * cols;
+    launch_flat(n, [&] { col_scale_kernel(db.p, ds.p, n, cols); });
+    CHECK_REL("col_scale", db.p, scaled.data(), (size_t)n, 1e-7);
+    std::vector<float> scale((size_t)rows), inv((size_t)rows);
+    CHECK(cpu->norm_scale(scale.data(), inv.data(), mag.data(), sq.data(), rows) == TR_OK);
+    dev<float> dscale((size_t)rows);
+    launch_flat(rows, [&] { norm_scale_kernel(dscale.p, dsq.p, dmag.p, dsq.p, rows); });
+    CHECK_REL("norm_scale inverse (in place)", dsq.p, inv.data(), (size_t)rows, 1e-6);
+    CHECK_REL("norm_scale", dscale.p, scale.data(), (size_t)rows, 1e-6);
+}
+
 void test_emulator_checks(void) {
     CHECK(dies_of(SIGABRT, [] {
         emu::launch(dim3(1), dim3(64), 0, [] {
@@ -502,10 +534,9 @@ void test_emulator_checks(void) {
 int main(int argc, char **argv) {
     cpu = tr_ops_cpu();
     static const tr_test_case tests[] = {
-        TR_TEST(test_cross_entropy), TR_TEST(test_norms),
-        TR_TEST(test_casts),         TR_TEST(test_bias_unscale),
-        TR_TEST(test_rope),          TR_TEST(test_optim),
-        TR_TEST(test_elementwise),   TR_TEST(test_emulator_checks),
+        TR_TEST(test_cross_entropy), TR_TEST(test_norms),   TR_TEST(test_casts),
+        TR_TEST(test_bias_unscale),  TR_TEST(test_rope),    TR_TEST(test_optim),
+        TR_TEST(test_elementwise),   TR_TEST(test_row_col), TR_TEST(test_emulator_checks),
     };
     return tr_test_main(argc, argv, tests, (int)(sizeof tests / sizeof tests[0]));
 }

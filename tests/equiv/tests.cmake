@@ -268,6 +268,16 @@ endfunction()
 tr_equiv_lora_dp_test(llama_lora_dp2_distopt 2 llama_tiny_lora ${TR_LORA_COMMON} -- ${TR_DISTOPT})
 tr_equiv_lora_dp_test(llama_lora_dp2_overlap_clip 2 --expect-overlap llama_tiny_lora ${TR_LORA_COMMON}
                       optimizer.clip_grad=0.05 -- ${TR_OVERLAP})
+# DoRA: magnitudes split with a column layer's output and whole on a row layer, whose row norms
+# are summed over TP; the pre-scale output recomputed in backward. (The smaller learning rate
+# keeps Adam from magnifying the TP reductions' last-bit differences in near-zero gradients:
+# at 1e-2 TP 2 x PP 2 reaches 1.2e-5 with bitwise-equal losses; a wrong gradient gives 1e-2.)
+set(TR_DORA peft.scheme=dora optimizer.lr=3e-3)
+tr_equiv_lora_tp_test(llama_dora_tp2_dp2 ${TR_DORA} -- ${TR_TP2})
+tr_equiv_lora_tp_test(llama_dora_tp2_sp_dp2 ${TR_DORA} ${TR_LORA_UNPACKED} -- ${TR_TP2} ${TR_SP})
+tr_equiv_lora_tp_test(llama_dora_tp2_pp2 ${TR_DORA} -- ${TR_TP2} ${TR_PP2})
+tr_equiv_lora_dp_test(llama_dora_dp2_distopt_overlap 2 --expect-overlap llama_tiny_lora
+                      ${TR_LORA_COMMON} ${TR_DORA} -- ${TR_DISTOPT} ${TR_OVERLAP})
 tr_equiv_lora_dp_test(llama_lora_tp2_sp_dp2_distopt_overlap 4 --expect-overlap llama_tiny_lora
                       ${TR_LORA_COMMON} ${TR_LORA_UNPACKED} -- ${TR_TP2} ${TR_SP} ${TR_DISTOPT}
                       ${TR_OVERLAP} ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)

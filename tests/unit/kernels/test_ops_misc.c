@@ -1,5 +1,6 @@
 /* Optimizers, dropout RNG, RoPE frequency tables, vocab-sharded embeddings and the flat-buffer
- * helpers, each checked against values derived independently in the test. */
+ * helpers and the row/column reductions, each checked against values derived independently in
+ * the test. */
 #include <string.h>
 
 #include "kernels/common/philox.h"
@@ -182,6 +183,51 @@ static void test_flat_helpers(void) {
     free(x), free(y);
 }
 
+/* The row and column reductions (DoRA's norms and magnitude gradients) against loops in the
+ * test, on shapes that split over threads, with NULL and negative sizes refused. */
+static void test_row_col_helpers(void) {
+    enum { R = 37, C = 129 };
+    float *a = malloc(sizeof(float) * R * C), *b = malloc(sizeof(float) * R * C);
+    float sq[R], s[C], dot[C], scale[C], inv[C], mag[C];
+    for (int i = 0; i < R * C; i++) {
+        a[i] = (float)((i * 37) % 23 - 11) * 0.125f;
+        b[i] = (float)((i * 11) % 17 - 8) * 0.25f;
+    }
+    for (int c = 0; c < C; c++) {
+        s[c] = 0.5f + 0.01f * (float)c;
+        dot[c] = 1.0f;
+        mag[c] = 2.0f + (float)c;
+    }
+    CHECK(ops->row_sum_squares(sq, a, R, C) == TR_OK);
+    int bad = 0;
+    for (int r = 0; r < R; r++) {
+        double want = 0;
+        for (int c = 0; c < C; c++) want += (double)a[r * C + c] * a[r * C + c];
+        bad += sq[r] != (float)want;
+    }
+    CHECK_INT_EQ(bad, 0);
+    CHECK(ops->col_dot(dot, a, b, s, R, C) == TR_OK);
+    for (int c = 0; c < C; c++) {
+        double want = 0;
+        for (int r = 0; r < R; r++) want += (double)a[r * C + c] * b[r * C + c];
+        bad += dot[c] != 1.0f + s[c] * (float)want;
+    }
+    CHECK_INT_EQ(bad, 0);
+    CHECK(ops->norm_scale(scale, inv, mag, sq, R) == TR_OK);
+    for (int r = 0; r < R; r++) {
+        CHECK_CLOSE(inv[r], 1.0 / sqrt((double)sq[r]), 1e-6, 0);
+        CHECK_CLOSE(scale[r], mag[r] / sqrt((double)sq[r]), 1e-6, 0);
+    }
+    memcpy(b, a, sizeof(float) * R * C);
+    CHECK(ops->col_scale(b, s, R, C) == TR_OK);
+    for (int i = 0; i < R * C; i++) bad += b[i] != a[i] * s[i % C];
+    CHECK_INT_EQ(bad, 0);
+    CHECK(ops->row_sum_squares(NULL, a, R, C) == TR_ERR_INVALID);
+    CHECK(ops->col_dot(dot, a, b, s, -1, C) == TR_ERR_INVALID);
+    CHECK(ops->col_scale(b, NULL, R, C) == TR_ERR_INVALID);
+    free(a), free(b);
+}
+
 /* The vector primitives of every variant against libm in double, over lengths that exercise the
  * full-vector, one-vector and scalar-tail paths. The polynomial exp must stay within a few fp32
  * ulps of exp (2e-7 relative) down to the -87 clamp. */
@@ -231,4 +277,5 @@ static void test_simd_primitives(void) {
 TR_TEST_MAIN(TR_TEST(test_simd_primitives), TR_TEST(test_adamw_two_steps),
              TR_TEST(test_sgd_momentum), TR_TEST(test_philox_known_answers),
              TR_TEST(test_dropout_mask), TR_TEST(test_rope_llama3_frequencies),
-             TR_TEST(test_embedding_vocab_shards), TR_TEST(test_flat_helpers))
+             TR_TEST(test_embedding_vocab_shards), TR_TEST(test_flat_helpers),
+             TR_TEST(test_row_col_helpers))

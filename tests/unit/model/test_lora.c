@@ -5,7 +5,8 @@
  *  - AdamW steps with weight decay change the adapters only: the base weights stay bitwise;
  *  - the merged weights W + (alpha/r) B A give the adapter model's forward (relative 1e-5);
  *  - adapter dropout: one mask per microbatch, the same in backward, none in evaluation;
- *  - target selection and the runtime's refusals. */
+ *  - target selection and the runtime's refusals;
+ *  - DoRA: starts as the base model, trains adapters and magnitudes only, merges exactly. */
 #include <stdlib.h>
 
 #include "tests/unit/harness.h"
@@ -210,9 +211,9 @@ static void test_adapter_dropout(void) {
 }
 
 /* A few AdamW steps with weight decay; then the merged model against the adapter model. */
-static void test_training_and_merge(void) {
+static void train_and_merge(tr_model_spec spec) {
     tr_model m, merged;
-    make(&m, lora_spec(all_targets));
+    make(&m, spec);
     float *before = malloc((size_t)m.n_params * sizeof(float));
     memcpy(before, m.params, (size_t)m.n_params * sizeof(float));
     tr_optimizer opt;
@@ -258,6 +259,44 @@ static void test_training_and_merge(void) {
     tr_model_free(&m);
 }
 
+static void test_training_and_merge(void) {
+    train_and_merge(lora_spec(all_targets));
+}
+
+static tr_model_spec dora_spec(void) {
+    tr_model_spec s = lora_spec(all_targets);
+    s.lora_dora = 1;
+    return s;
+}
+
+/* DoRA (runtime/model/dora.h): magnitudes start as the row norms of W, so the model starts as
+ * the base model (to rounding: m / ||V|| is 1 within an ulp); a magnitude is a trainable,
+ * undecayed vector that follows its layer's output; training moves the adapters and
+ * magnitudes only, and the merge (rows of V scaled by m / ||V||) computes the same forward. */
+static void test_dora(void) {
+    tr_model base, m;
+    make(&base, base_spec());
+    make(&m, dora_spec());
+    const tr_param_info *mag = tr_model_find_param(&m, "decoder.layers.1.mlp.linear_fc1.adapter."
+                                                       "weight_magnitude");
+    CHECK(mag && mag->numel == 2 * 20 && mag->no_decay && !mag->frozen);
+    if (mag) {
+        const tr_param_info *w = tr_model_find_param(&m, "decoder.layers.1.mlp.linear_fc1.weight");
+        double sq = 0.0;
+        for (int c = 0; c < w->cols; c++) {
+            double x = m.params[w->offset + 7 * w->cols + c];
+            sq += x * x;
+        }
+        CHECK_CLOSE(m.params[mag->offset + 7], sqrt(sq), 1e-6, 0.0);
+    }
+    int32_t ids[N], tg[N];
+    batch(ids, tg);
+    CHECK_CLOSE(loss_of(&m, ids, tg), loss_of(&base, ids, tg), 1e-6, 0.0);
+    tr_model_free(&base);
+    tr_model_free(&m);
+    train_and_merge(dora_spec());
+}
+
 TR_TEST_MAIN(TR_TEST(test_layout_and_init), TR_TEST(test_zero_b_is_base_model),
              TR_TEST(test_adapter_gradients), TR_TEST(test_adapter_dropout),
-             TR_TEST(test_training_and_merge))
+             TR_TEST(test_training_and_merge), TR_TEST(test_dora))

@@ -100,7 +100,7 @@ out:
     fixture_free(&f);
 }
 
-static void test_llama_parity(void) {
+static tr_model_spec llama_fixture_spec(void) {
     tr_model_spec s = {.num_layers = 2,
                        .hidden = 32,
                        .heads = 4,
@@ -121,7 +121,22 @@ static void test_llama_parity(void) {
                                 .low_freq_factor = 1.0,
                                 .high_freq_factor = 4.0,
                                 .original_max_position = 8.0};
-    run_case("model_llama.bin", s);
+    return s;
+}
+
+static void test_llama_parity(void) {
+    run_case("model_llama.bin", llama_fixture_spec());
+}
+
+/* DoRA on every linear layer of the same Llama (tests/reference/make_dora_fixture.py): a frozen
+ * base, adapters and magnitudes that train, the weight norm a constant in backward. */
+static void test_llama_dora_parity(void) {
+    tr_model_spec s = llama_fixture_spec();
+    s.lora_rank = 4;
+    s.lora_targets = (1u << TR_LORA_TARGETS) - 1;
+    s.lora_scale = 2.0f; /* alpha 8 / dim 4 */
+    s.lora_dora = 1;
+    run_case("model_llama_dora.bin", s);
 }
 
 static void test_gpt2_parity(void) {
@@ -188,5 +203,5 @@ static void test_parity_detects_mismatch(void) {
     fixture_free(&f);
 }
 
-TR_TEST_MAIN(TR_TEST(test_llama_parity), TR_TEST(test_gpt2_parity),
+TR_TEST_MAIN(TR_TEST(test_llama_parity), TR_TEST(test_llama_dora_parity), TR_TEST(test_gpt2_parity),
              TR_TEST(test_parity_detects_mismatch))

@@ -50,7 +50,7 @@ static const capability_case cases[] = {
      1,
      {"mixed_precision.preset=fp16_mixed", "optimizer.fp16=true", "optimizer.loss_scale=0"}},
     {"runtime.distopt_instances", 2, {"ddp.num_distributed_optimizer_instances=2"}},
-    {"runtime.lora", 1, {"peft.scheme=dora"}},
+    {"runtime.lora", 1, {"peft.scheme=dora", "peft.dropout=0.1"}},
     {"runtime.lora_modules", 1, {"peft.scheme=lora", "peft.target_modules=[*.linear_qkv]"}},
     {"runtime.ckpt_format",
      1,

@@ -59,15 +59,18 @@ static tr_status notify(const tr_model *m, const float *base, const float *const
     return TR_OK;
 }
 
-static int layer_list(const tr_layer_views *v, const float *out[12]) {
-    const float *l[12] = {v->ln1_w, v->ln1_b, v->qkv_w, v->qkv_b, v->proj_w, v->proj_b,
-                          v->ln2_w, v->ln2_b, v->fc1_w, v->fc1_b, v->fc2_w,  v->fc2_b};
+enum { LAYER_TENSORS = 16 };
+
+static int layer_list(const tr_layer_views *v, const float *out[LAYER_TENSORS]) {
+    const float *l[LAYER_TENSORS] = {v->ln1_w, v->ln1_b, v->qkv_w, v->qkv_b, v->proj_w, v->proj_b,
+                                     v->ln2_w, v->ln2_b, v->fc1_w, v->fc1_b, v->fc2_w,  v->fc2_b,
+                                     v->qn_w,  v->qn_b,  v->kn_w,  v->kn_b};
     memcpy(out, l, sizeof l);
-    return 12;
+    return LAYER_TENSORS;
 }
 
 tr_status tr_model_before_params(const tr_model *m, int where) {
-    const float *v[12];
+    const float *v[LAYER_TENSORS];
     int n;
     if (where == TR_MODEL_AT_EMBEDDING) {
         v[0] = m->p.word_emb;
@@ -94,7 +97,7 @@ tr_status tr_model_before_params(const tr_model *m, int where) {
 }
 
 tr_status tr_model_grads_done(const tr_model *m, int where) {
-    const float *v[12];
+    const float *v[LAYER_TENSORS];
     int n;
     if (where == TR_MODEL_AT_EMBEDDING) {
         v[0] = m->g.pos_emb;

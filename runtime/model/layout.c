@@ -87,7 +87,8 @@ static tr_status add_qk_norms(layout *l, const tr_model_spec *s, int layer, int 
             snprintf(name, sizeof name, "decoder.layers.%d.self_attention.%s%s", layer, which[k],
                      suffix[j]);
             int init = j ? TR_INIT_ZERO : s->zero_centered ? TR_INIT_ZERO : TR_INIT_ONE;
-            TR_TRY(add_param(l, name, 1, s->head_dim, true, init));
+            /* Megatron's apply_wd_to_qk_layernorm decays their weights and biases alike. */
+            TR_TRY(add_param(l, name, 1, s->head_dim, !s->qk_norm_wd, init));
             l->info[l->n - 1].sp_partial = tp > 1;
         }
     return TR_OK;

@@ -41,6 +41,7 @@ typedef struct tr_model_spec {
     /* Megatron's qk_layernorm: q and k normalised per head (over head_dim) after the QKV split,
      * before RoPE, by the model's norm type with weights q_layernorm / k_layernorm [head_dim]. */
     int qk_norm;
+    int qk_norm_wd; /* optimizer.apply_wd_to_qk_layernorm: those norms' tensors are decayed */
     float eps;
     double init_std, embed_init_std;
     float hidden_dropout; /* on the embedding output and both residual branches */

@@ -159,6 +159,17 @@ static void test_qk_norm_params(void) {
         CHECK(tr_model_find_param(&m, "decoder.layers.0.self_attention.q_layernorm.bias") == NULL);
         tr_model_free(&m);
     }
+    /* optimizer.apply_wd_to_qk_layernorm: weight decay on them, as on the linear weights. */
+    s.qk_norm_wd = 1;
+    tr_model wd;
+    CHECK_INT_EQ(tr_model_create(&wd, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1), TR_OK);
+    const tr_param_info *q =
+        tr_model_find_param(&wd, "decoder.layers.0.self_attention.q_layernorm.weight");
+    const tr_param_info *ln = tr_model_find_param(&wd, "decoder.layers.0.input_layernorm.weight");
+    CHECK(q && ln);
+    if (q && ln) CHECK(!q->no_decay && ln->no_decay);
+    tr_model_free(&wd);
+    s.qk_norm_wd = 0;
     s.layernorm = 1;
     s.zero_centered = 1;
     tr_model m;

@@ -83,6 +83,13 @@ tr_equiv_test(llama_qknorm_tp2_sp 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_
               ${TR_SP})
 tr_equiv_test(llama_qknorm_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_QKN} --
               ${TR_DISTOPT})
+# With DP, the distributed optimizer and overlapped reduction; SGD with clipping, so a grad norm
+# that counted the replicated q/k norms on both TP ranks would change the step.
+tr_equiv_test(llama_qknorm_tp2_sp_dp2_distopt_overlap 4 --expect-overlap llama_tiny_pretrain
+              ${TR_EQUIV_COMMON} ${TR_QKN} train.micro_batch_size=2 -- ${TR_TP2} ${TR_SP}
+              ${TR_DISTOPT} ${TR_OVERLAP})
+tr_equiv_test(llama_qknorm_tp2_dp2_sgd_clip 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_QKN}
+              optimizer.optimizer=sgd optimizer.lr=0.1 optimizer.clip_grad=0.05 -- ${TR_TP2})
 tr_equiv_test(llama_qknorm_layernorm_tp2_sp 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_QKN}
               model.normalization=LayerNorm optimizer.optimizer=sgd optimizer.lr=0.1 -- ${TR_TP2}
               ${TR_SP})

@@ -41,11 +41,6 @@ TR_RULE_FN(tr_check_runtime_moe_layers) {
             NOT_YET, "mixture-of-experts layers");
 }
 
-TR_RULE_FN(tr_check_runtime_qk_layernorm) {
-    if (!c->model.qk_layernorm) return;
-    TR_FAIL("model.qk_layernorm", "set model.qk_layernorm=false", NOT_YET, "query/key layernorm");
-}
-
 TR_RULE_FN(tr_check_runtime_attention_dropout) {
     if (!(c->model.attention_dropout > 0)) return;
     TR_FAIL("model.attention_dropout", "set model.attention_dropout=0", NOT_YET,

@@ -1,5 +1,6 @@
 /* config.json to the model section (runtime/hf/hf.h), for LlamaForCausalLM (the dimensions as
- * Megatron-Bridge's Llama bridge maps them, the Llama layer settings, rotary scaling, dtype) and
+ * Megatron-Bridge's Llama bridge maps them, the Llama layer settings, rotary scaling, dtype),
+ * Qwen3ForCausalLM (the same layers plus qk_layernorm; head_dim is explicit) and
  * GPT2LMHeadModel.
  * Both spellings transformers writes are read: rope_theta / rope_scaling / torch_dtype, and the
  * newer rope_parameters / dtype. */
@@ -33,7 +34,7 @@ static int64_t get_int(reader *r, const char *key, int64_t lo, int64_t hi, int64
     int64_t x;
     if ((!v || v->type == TR_JSON_NULL) && fallback >= 0) return fallback;
     if (!v || !tr_json_int(v, lo, hi, &x)) {
-        fail(r, key, "every Llama config.json gives it as a positive integer",
+        fail(r, key, "every config.json of this architecture gives it as a positive integer",
              v ? "is not an integer in range" : "is missing");
         return lo;
     }
@@ -63,7 +64,9 @@ static const char *get_str(const tr_json *obj, const char *key) {
 }
 
 /* Settings the Llama layers fix: anything else would be trained as something else. */
-static void check_llama(reader *r) {
+static void check_llama(reader *r, bool qwen3) {
+    if (qwen3 && get_bool(r, "use_sliding_window", false))
+        fail(r, "use_sliding_window", "Trestle has no sliding-window attention yet", "is true");
     const char *act = get_str(r->root, "hidden_act");
     if (act && strcmp(act, "silu") != 0)
         fail(r, "hidden_act", "Llama's MLP is SwiGLU (hidden_act silu)", "is not silu");
@@ -157,11 +160,12 @@ static tr_status apply(tr_config *c, reader *r) {
             ? arch->items[0].str
             : NULL;
     if (name && strcmp(name, "GPT2LMHeadModel") == 0) return apply_gpt2(c, r);
-    if (!name || strcmp(name, "LlamaForCausalLM") != 0) {
+    bool qwen3 = name && strcmp(name, "Qwen3ForCausalLM") == 0;
+    if (!name || (!qwen3 && strcmp(name, "LlamaForCausalLM") != 0)) {
         tr_origin o = tr_origin_make(TR_ORIGIN_FILE, r->file);
         return tr_diag_add(r->d, TR_SEV_ERROR, "hf.architecture", &o, NULL,
-                           "Trestle imports LlamaForCausalLM (Llama 2, 3, 3.1, 3.2) and "
-                           "GPT2LMHeadModel so far",
+                           "Trestle imports LlamaForCausalLM (Llama 2, 3, 3.1, 3.2), "
+                           "Qwen3ForCausalLM (dense) and GPT2LMHeadModel so far",
                            "%s: architecture %s is not one Trestle maps", r->file,
                            name ? name : "(none given)");
     }
@@ -172,16 +176,18 @@ static tr_status apply(tr_config *c, reader *r) {
                     .ffn = get_int(r, "intermediate_size", 1, big, -1),
                     .heads = heads,
                     .kv_heads = get_int(r, "num_key_value_heads", 1, big, heads),
-                    .head_dim = get_int(r, "head_dim", 1, big, 0),
+                    /* transformers' Qwen3 defaults it to 128, not hidden / heads */
+                    .head_dim = get_int(r, "head_dim", 1, big, qwen3 ? -1 : 0),
                     .vocab = get_int(r, "vocab_size", 1, big, -1),
                     .max_positions = get_int(r, "max_position_embeddings", 1, big, -1),
                     .norm_eps = get_num(r, r->root, "rms_norm_eps", 1e-6),
                     .tied = get_bool(r, "tie_word_embeddings", false),
                     .hf_id = r->file};
-    check_llama(r);
+    check_llama(r, qwen3);
     if (r->bad) return TR_ERR_CONFIG;
     tr_model_config *m = &c->model;
     tr_provider_llama_layers(m);
+    m->qk_layernorm = qwen3; /* Qwen3's per-head q_norm / k_norm */
     apply_rope(r, m);
     x.rope_theta = m->rotary_base;
     apply_dtype(r, m);
@@ -269,7 +275,8 @@ static const int checked_fields[] = {TR_FID_model_num_layers,
                                      TR_FID_model_rope_scaling_low_freq_factor,
                                      TR_FID_model_rope_scaling_high_freq_factor,
                                      TR_FID_model_rope_scaling_original_max_position_embeddings,
-                                     TR_FID_model_layernorm_zero_centered_gamma};
+                                     TR_FID_model_layernorm_zero_centered_gamma,
+                                     TR_FID_model_qk_layernorm};
 
 /* The value finalize() gives a field whose null means "compute it": kv_channels (hidden /
  * heads), num_query_groups (the heads), ffn_hidden_size (4 x hidden). */

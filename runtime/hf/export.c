@@ -1,7 +1,7 @@
-/* A whole Trestle Llama model to a Hugging Face directory (runtime/hf/hf.h): config.json from
- * the model section, model.safetensors with the tensors under transformers' names. The tensors
- * are filled through the import's own map (runtime/hf/llama.c), run the other way: the fused
- * QKV and fc1 split back, the vocabulary padding dropped. */
+/* A whole Trestle Llama or Qwen3 model to a Hugging Face directory (runtime/hf/hf.h):
+ * config.json from the model section, model.safetensors with the tensors under transformers'
+ * names. The tensors are filled through the import's own map (runtime/hf/llama.c), run the other
+ * way: the fused QKV and fc1 split back, the vocabulary padding dropped. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,7 +40,16 @@ static int list_tensors(const tr_model_spec *s, int64_t vocab, out_tensor *o) {
                     {"self_attn.o_proj.weight", C, q},  {"post_attention_layernorm.weight", C, 0},
                     {"mlp.gate_proj.weight", F, C},     {"mlp.up_proj.weight", F, C},
                     {"mlp.down_proj.weight", C, F}};
-        for (size_t j = 0; j < sizeof mods / sizeof mods[0]; j++) {
+        for (size_t j = 0; j < sizeof mods / sizeof mods[0] + (s->qk_norm ? 2 : 0); j++) {
+            /* Qwen3's q_norm / k_norm after the layer's Llama tensors. */
+            if (j >= sizeof mods / sizeof mods[0]) {
+                bool q = j == sizeof mods / sizeof mods[0];
+                o[n] = (out_tensor){"", s->head_dim, 0};
+                snprintf(o[n].name, sizeof o[n].name, "model.layers.%d.self_attn.%s_norm.weight", i,
+                         q ? "q" : "k");
+                n++;
+                continue;
+            }
             o[n] = (out_tensor){"", mods[j].rows, mods[j].cols};
             snprintf(o[n].name, sizeof o[n].name, "model.layers.%d.%s", i, mods[j].suffix);
             n++;
@@ -73,11 +82,12 @@ static tr_status write_config(const char *dir, const tr_model_spec *s, int64_t v
     char eps[32];
     float_text(s->eps, eps, sizeof eps);
     fprintf(f,
-            "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
             "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
             "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
             "  \"vocab_size\": %lld,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
             "  \"rope_theta\": %.17g,\n",
+            s->qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM", s->qk_norm ? "qwen3" : "llama",
             s->hidden, s->ffn, s->num_layers, s->heads, s->groups, s->head_dim, (long long)vocab,
             s->seq, eps, s->rope_p.base);
     if (s->rope_p.llama3)
@@ -91,8 +101,9 @@ static tr_status write_config(const char *dir, const tr_model_spec *s, int64_t v
         fputs("  \"rope_scaling\": null,\n", f);
     fprintf(f,
             "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": "
-            "false,\n  \"mlp_bias\": false,\n  \"torch_dtype\": \"%s\"\n}\n",
-            s->tied ? "true" : "false", dtype);
+            "false,\n  %s,\n  \"torch_dtype\": \"%s\"\n}\n",
+            s->tied ? "true" : "false",
+            s->qk_norm ? "\"use_sliding_window\": false" : "\"mlp_bias\": false", dtype);
     return fclose(f) == 0 ? TR_OK : export_error(d, dir, "cannot write config.json");
 }
 
@@ -111,7 +122,7 @@ tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dty
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return export_error(d, dir, "cannot create the directory");
     int64_t vocab = s->vocab_real ? s->vocab_real : s->vocab;
-    int max = 3 + 9 * s->num_layers;
+    int max = 3 + 11 * s->num_layers;
     out_tensor *o = calloc((size_t)max, sizeof *o);
     tr_st_entry *e = calloc((size_t)max, sizeof *e);
     int64_t(*shape)[2] = calloc((size_t)max, sizeof *shape);
@@ -144,7 +155,10 @@ tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dty
         qsort(sorted, (size_t)n, sizeof *sorted, by_name);
     }
     tr_st_file file = {.t = sorted, .n = n};
-    tr_hf_weights w = {.files = &file, .n = 1, .architecture = "LlamaForCausalLM"};
+    const tr_hf_arch *arch = s->qk_norm ? &tr_hf_arch_qwen3 : &tr_hf_arch_llama;
+    tr_hf_weights w = {.files = &file,
+                       .n = 1,
+                       .architecture = s->qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
     tr_hf_shape k = tr_hf_shape_of(s);
     /* A device model is read once to the host. */
     bool direct = tr_device_host_visible(m->dev);
@@ -155,11 +169,10 @@ tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dty
     for (int i = 0; st == TR_OK && i < m->n_info; i++) {
         const tr_param_info *p = &m->info[i];
         tr_hf_source src;
-        st = tr_hf_arch_llama.source(p->name, &k, &w, &src, d);
+        st = arch->source(p->name, &k, &w, &src, d);
         for (int64_t e = 0; st == TR_OK && e < p->numel; e++) {
             int64_t at = tr_model_logical_index(m, p, e), idx = 0;
-            int which =
-                tr_hf_arch_llama.locate(&src, &k, at / p->full_cols, at % p->full_cols, &idx);
+            int which = arch->locate(&src, &k, at / p->full_cols, at % p->full_cols, &idx);
             /* The views' data are this function's own buffers (vals), writable. */
             if (which >= 0) ((float *)(uintptr_t)src.t[which]->data)[idx] = host[p->offset + e];
         }

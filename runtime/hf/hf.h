@@ -2,7 +2,7 @@
  * AutoBridge does it: the config's dimensions become the model section (through the same
  * provider helpers the named Llama providers use), and the weights fill a model built from it,
  * each rank reading only the elements of its own shard. Architectures: LlamaForCausalLM,
- * GPT2LMHeadModel. */
+ * Qwen3ForCausalLM (dense), GPT2LMHeadModel. */
 #ifndef TR_HF_HF_H
 #define TR_HF_HF_H
 
@@ -41,7 +41,8 @@ const tr_st_tensor *tr_hf_weights_find(const tr_hf_weights *w, const char *name)
 
 /* Fills every parameter of m (its TP shard and pipeline stages; adapters excepted) from the
  * checkpoint, mapped as its architecture lays the tensors out: LlamaForCausalLM (q/k/v into
- * Megatron's grouped QKV rows, gate and up into fc1) and GPT2LMHeadModel (Conv1D weights
+ * Megatron's grouped QKV rows, gate and up into fc1), Qwen3ForCausalLM (the same, with q_norm /
+ * k_norm as q_layernorm / k_layernorm) and GPT2LMHeadModel (Conv1D weights
  * transposed, c_attn split into the grouped rows, learned positions); the vocabulary padding is
  * zero. F32, BF16 and F16 files. A missing tensor, a wrong shape or a tensor the model has no
  * place for is "hf.tensor", naming it; another architecture "hf.architecture". */
@@ -50,9 +51,9 @@ tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d);
 bool tr_hf_architecture_known(const char *name);
 
 /* Writes a whole model (one rank, every layer) as DIR/config.json and DIR/model.safetensors of a
- * LlamaForCausalLM, tensors in dtype (F32, BF16 or F16: rounded to nearest even); DIR is made
- * when missing. "hf.export" when the model is not a whole Llama-style model or carries LoRA
- * adapters (merging them is not built). */
+ * LlamaForCausalLM, or a Qwen3ForCausalLM when it has qk_layernorm, tensors in dtype (F32, BF16
+ * or F16: rounded to nearest even); DIR is made when missing. "hf.export" when the model is not a
+ * whole Llama-style model or carries LoRA adapters (merging them is not built). */
 tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
 
 #endif

@@ -1,12 +1,27 @@
 /* LlamaForCausalLM's tensors as the sources of Trestle's logical tensors (runtime/hf/internal.h):
- * Megatron's grouped QKV rows from q/k/v, fc1 = [gate; up], the vocabulary padding zero. */
+ * Megatron's grouped QKV rows from q/k/v, fc1 = [gate; up], the vocabulary padding zero.
+ * Qwen3ForCausalLM is the same map plus its per-head q_norm / k_norm (Megatron's q_layernorm /
+ * k_layernorm, [head_dim] each). */
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/hf/internal.h"
 
 /* The logical Trestle tensors of a Llama layer, and where each row comes from. */
-typedef enum piece { EMBED, OUTPUT, FINAL_NORM, LN1, QKV, PROJ, LN2, FC1, FC2, NONE } piece;
+typedef enum piece {
+    EMBED,
+    OUTPUT,
+    FINAL_NORM,
+    LN1,
+    QKV,
+    Q_NORM,
+    K_NORM,
+    PROJ,
+    LN2,
+    FC1,
+    FC2,
+    NONE
+} piece;
 
 static tr_status llama_source(const char *name, const tr_hf_shape *k, const tr_hf_weights *w,
                               tr_hf_source *s, tr_diags *d) {
@@ -47,6 +62,14 @@ static tr_status llama_source(const char *name, const tr_hf_shape *k, const tr_h
         TR_TRY(NEED(1, "self_attn.k_proj.weight", kv, C));
         return NEED(2, "self_attn.v_proj.weight", kv, C);
     }
+    if (k->qk_norm && strcmp(rest, "self_attention.q_layernorm.weight") == 0) {
+        s->kind = Q_NORM;
+        return NEED(0, "self_attn.q_norm.weight", k->head_dim, 0);
+    }
+    if (k->qk_norm && strcmp(rest, "self_attention.k_layernorm.weight") == 0) {
+        s->kind = K_NORM;
+        return NEED(0, "self_attn.k_norm.weight", k->head_dim, 0);
+    }
     if (strcmp(rest, "self_attention.linear_proj.weight") == 0) {
         s->kind = PROJ;
         return NEED(0, "self_attn.o_proj.weight", C, q);
@@ -75,6 +98,8 @@ static int llama_locate(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, 
     case FINAL_NORM:
     case LN1:
     case LN2:
+    case Q_NORM:
+    case K_NORM:
         *at = c;
         return 0;
     case QKV: {
@@ -100,8 +125,8 @@ static int llama_locate(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, 
     }
 }
 
-/* The tensors a LlamaForCausalLM checkpoint of this shape holds. */
-static bool llama_known(const char *n, const tr_hf_shape *k) {
+/* The tensors a LlamaForCausalLM (qwen3: Qwen3ForCausalLM) checkpoint of this shape holds. */
+static bool known(const char *n, const tr_hf_shape *k, bool qwen3) {
     static const char *const per_layer[] = {
         "input_layernorm.weight",  "post_attention_layernorm.weight",
         "self_attn.q_proj.weight", "self_attn.k_proj.weight",
@@ -119,7 +144,19 @@ static bool llama_known(const char *n, const tr_hf_shape *k) {
         return false;
     for (size_t j = 0; j < sizeof per_layer / sizeof per_layer[0]; j++)
         if (strcmp(n + used, per_layer[j]) == 0) return true;
-    return false;
+    /* Qwen3's norms have a place only in a model built with qk_layernorm. */
+    return qwen3 && k->qk_norm &&
+           (strcmp(n + used, "self_attn.q_norm.weight") == 0 ||
+            strcmp(n + used, "self_attn.k_norm.weight") == 0);
+}
+
+static bool llama_known(const char *n, const tr_hf_shape *k) {
+    return known(n, k, false);
+}
+
+static bool qwen3_known(const char *n, const tr_hf_shape *k) {
+    return known(n, k, true);
 }
 
 const tr_hf_arch tr_hf_arch_llama = {"LlamaForCausalLM", llama_known, llama_source, llama_locate};
+const tr_hf_arch tr_hf_arch_qwen3 = {"Qwen3ForCausalLM", qwen3_known, llama_source, llama_locate};

@@ -61,6 +61,15 @@ static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a) {
     a->q = carve(c, bt * hd);
     a->k = carve(c, bt * gd);
     a->v = carve(c, bt * gd);
+    if (s->qk_norm) { /* the norms' inputs and per-head statistics */
+        bool mean = s->layernorm;
+        a->q_raw = carve(c, bt * hd);
+        a->k_raw = carve(c, bt * gd);
+        a->qn_mean = mean ? carve(c, bt * s->heads) : NULL;
+        a->qn_rstd = carve(c, bt * s->heads);
+        a->kn_mean = mean ? carve(c, bt * s->groups) : NULL;
+        a->kn_rstd = carve(c, bt * s->groups);
+    }
     a->attn = carve(c, bt * hd);
     a->lse = carve(c, (int64_t)m->batch * s->heads * s->seq);
     a->x_mid = carve(c, bt * C);
@@ -113,6 +122,8 @@ static void carve_acts(tr_model *m, carver *c) {
     m->dq = carve(c, bt * hd);
     m->dk = carve(c, bt * gd);
     m->dv = carve(c, bt * gd);
+    m->dq_raw = s->qk_norm ? carve(c, bt * hd) : NULL;
+    m->dk_raw = s->qk_norm ? carve(c, bt * gd) : NULL;
     m->loss_dev = carve(c, 1);
     m->lora_u = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
     m->lora_du = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;

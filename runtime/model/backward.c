@@ -65,7 +65,9 @@ static tr_status layer_bwd(tr_model *m, int i) {
         TR_TRY(tr_model_rope(m, m->dq, s->heads, false));
         TR_TRY(tr_model_rope(m, m->dk, s->groups, false));
     }
-    TR_TRY(tr_model_qkv_merge(m, m->dbig, m->dq, m->dk, m->dv, rows));
+    const float *dq = m->dq, *dk = m->dk;
+    if (s->qk_norm) TR_TRY(tr_model_qk_norm_bwd(m, i, &dq, &dk));
+    TR_TRY(tr_model_qkv_merge(m, m->dbig, dq, dk, m->dv, rows));
     tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
     TR_TRY(linear_input_bwd(m, &qkv, sp ? a->ln1_full : a->ln1, a->ln1_h, m->dbig, rows));
     return norm_bwd(m, m->dx, g->ln1_w, g->ln1_b, m->dtmp, a->x_in, p->ln1_w, a->ln1_mean,

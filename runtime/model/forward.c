@@ -149,7 +149,10 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
     tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
     TR_TRY(norm_to_linear(m, &qkv, a->ln1, a->ln1_full, a->ln1_h, a->ln1_mean, a->ln1_rstd, a->x_in,
                           p->ln1_w, p->ln1_b, m->dbig));
-    TR_TRY(tr_model_qkv_split(m, m->dbig, a->q, a->k, a->v, rows));
+    /* With qk_norm the split lands in the norms' saved inputs and the norms write q and k. */
+    TR_TRY(tr_model_qkv_split(m, m->dbig, s->qk_norm ? a->q_raw : a->q,
+                              s->qk_norm ? a->k_raw : a->k, a->v, rows));
+    if (s->qk_norm) TR_TRY(tr_model_qk_norm_fwd(m, i));
     if (s->rope) {
         TR_TRY(tr_model_rope(m, a->q, s->heads, true));
         TR_TRY(tr_model_rope(m, a->k, s->groups, true));

@@ -59,18 +59,19 @@ static tr_status notify(const tr_model *m, const float *base, const float *const
     return TR_OK;
 }
 
-/* A layer's tensors in model order: the base ones, then the LoRA adapters and DoRA magnitudes
- * (NULL when absent). */
-enum { LAYER_TENSORS = 12 + 3 * TR_LORA_TARGETS };
+/* A layer's tensors: the base ones (with the q/k norms), then the LoRA adapters and DoRA
+ * magnitudes (NULL when absent). */
+enum { LAYER_BASE = 16, LAYER_TENSORS = LAYER_BASE + 3 * TR_LORA_TARGETS };
 
 static int layer_list(const tr_layer_views *v, const float *out[LAYER_TENSORS]) {
-    const float *l[12] = {v->ln1_w, v->ln1_b, v->qkv_w, v->qkv_b, v->proj_w, v->proj_b,
-                          v->ln2_w, v->ln2_b, v->fc1_w, v->fc1_b, v->fc2_w,  v->fc2_b};
+    const float *l[LAYER_BASE] = {v->ln1_w, v->ln1_b, v->qkv_w, v->qkv_b, v->proj_w, v->proj_b,
+                                  v->ln2_w, v->ln2_b, v->fc1_w, v->fc1_b, v->fc2_w,  v->fc2_b,
+                                  v->qn_w,  v->qn_b,  v->kn_w,  v->kn_b};
     memcpy(out, l, sizeof l);
     for (int t = 0; t < TR_LORA_TARGETS; t++) {
-        out[12 + 3 * t] = v->lora_a[t];
-        out[13 + 3 * t] = v->lora_b[t];
-        out[14 + 3 * t] = v->lora_m[t];
+        out[LAYER_BASE + 3 * t] = v->lora_a[t];
+        out[LAYER_BASE + 1 + 3 * t] = v->lora_b[t];
+        out[LAYER_BASE + 2 + 3 * t] = v->lora_m[t];
     }
     return LAYER_TENSORS;
 }

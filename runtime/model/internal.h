@@ -60,6 +60,11 @@ tr_status tr_model_slot_sequences(tr_model *m, int part, int slot, bool forward)
 /* RoPE on x [batch, seq, heads, head_dim] in place (the inverse rotation when !forward), at
  * positions 0..seq-1 or at the tokens' position ids. */
 tr_status tr_model_rope(const tr_model *m, float *x, int heads, bool forward);
+/* qk_norm (runtime/model/qk_norm.c) of layer `layer`: forward from the saved q_raw / k_raw into
+ * its q and k; backward from m->dq / m->dk (the gradients after RoPE's inverse) into the
+ * gradients of q_raw / k_raw (*dq, *dk: scratch of the model), accumulating the weights'. */
+tr_status tr_model_qk_norm_fwd(const tr_model *m, int layer);
+tr_status tr_model_qk_norm_bwd(const tr_model *m, int layer, const float **dq, const float **dk);
 /* Learned positions of this rank's rows: added to x0 (forward) or their gradient accumulated
  * from dx (backward). */
 tr_status tr_model_pos_embedding(tr_model *m, float *x, bool forward);

@@ -75,6 +75,26 @@ static tr_status add_norm(layout *l, const tr_model_spec *s, const char *prefix)
     return TR_OK;
 }
 
+/* Megatron's q_layernorm / k_layernorm: one norm over head_dim shared by every head, so the
+ * same tensor on each TP rank while the heads are split; each rank's gradient sums over its own
+ * heads only (sp_partial: summed over TP, with or without sequence parallelism). */
+static tr_status add_qk_norms(layout *l, const tr_model_spec *s, int layer, int tp) {
+    if (!s->qk_norm) return TR_OK;
+    static const char *const which[] = {"q_layernorm", "k_layernorm"};
+    const char *const suffix[] = {".weight", s->layernorm ? ".bias" : NULL};
+    char name[80];
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 2 && suffix[j]; j++) {
+            snprintf(name, sizeof name, "decoder.layers.%d.self_attention.%s%s", layer, which[k],
+                     suffix[j]);
+            int init = j ? TR_INIT_ZERO : s->zero_centered ? TR_INIT_ZERO : TR_INIT_ONE;
+            /* Megatron's apply_wd_to_qk_layernorm decays their weights and biases alike. */
+            TR_TRY(add_param(l, name, 1, s->head_dim, !s->qk_norm_wd, init));
+            l->info[l->n - 1].sp_partial = tp > 1;
+        }
+    return TR_OK;
+}
+
 /* A column-parallel layer splits its weight's rows and its bias; a row-parallel one splits its
  * weight's columns and keeps the whole bias on every rank. */
 static tr_status add_linear(layout *l, const char *prefix, int out, int in, bool bias, int init,
@@ -160,6 +180,7 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
         TR_TRY(
             add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL, true, false, tp));
         TR_TRY(add_adapter(l, s, pre, TR_LORA_QKV, qkv_dim, s->hidden, true, false, tp));
+        TR_TRY(add_qk_norms(l, s, i, tp));
         snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_proj", i);
         TR_TRY(add_linear(l, pre, s->hidden, s->heads * s->head_dim, s->bias_linear,
                           TR_INIT_SCALED_NORMAL, false, false, tp));
@@ -226,6 +247,10 @@ tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
         BIND(fc1_b, "mlp.linear_fc1.bias");
         BIND(fc2_w, "mlp.linear_fc2.weight");
         BIND(fc2_b, "mlp.linear_fc2.bias");
+        BIND(qn_w, "self_attention.q_layernorm.weight");
+        BIND(qn_b, "self_attention.q_layernorm.bias");
+        BIND(kn_w, "self_attention.k_layernorm.weight");
+        BIND(kn_b, "self_attention.k_layernorm.bias");
         static const char *const adapted[TR_LORA_TARGETS] = {"self_attention.linear_qkv",
                                                              "self_attention.linear_proj",
                                                              "mlp.linear_fc1", "mlp.linear_fc2"};

@@ -38,6 +38,10 @@ typedef struct tr_model_spec {
     int bias_qkv;    /* a bias on the QKV projection only */
     int tied;        /* output layer reuses the word embedding */
     int zero_centered;
+    /* Megatron's qk_layernorm: q and k normalised per head (over head_dim) after the QKV split,
+     * before RoPE, by the model's norm type with weights q_layernorm / k_layernorm [head_dim]. */
+    int qk_norm;
+    int qk_norm_wd; /* optimizer.apply_wd_to_qk_layernorm: those norms' tensors are decayed */
     float eps;
     double init_std, embed_init_std;
     float hidden_dropout; /* on the embedding output and both residual branches */
@@ -88,8 +92,9 @@ typedef struct tr_param_info {
     int split_dim;  /* -1: the same on every TP rank; 0: rows split; 1: columns split */
     /* SwiGLU's fc1: the split dimension is [gate; up] and each rank holds its slice of both. */
     bool swiglu_split;
-    /* Sequence parallel: each TP rank's gradient covers its sequence chunk only (norms, position
-     * embedding); the sum over the TP group is the gradient. */
+    /* Each TP rank's gradient covers a part only, and the sum over the TP group is the gradient:
+     * its sequence chunk under sequence parallelism (norms, position embedding), or its heads
+     * (the q/k norms, replicated while the heads are split, with or without SP). */
     bool sp_partial;
     /* Pipeline parallel with tied embeddings: the last stage's own copy of the word embedding
      * (the output layer's weight). The first stage's tensor is the one that counts once (grad
@@ -114,6 +119,7 @@ enum {
 typedef struct tr_layer_views {
     float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    float *qn_w, *qn_b, *kn_w, *kn_b; /* qk_norm: the q_layernorm and k_layernorm */
     float *lora_a[TR_LORA_TARGETS], *lora_b[TR_LORA_TARGETS]; /* NULL: no adapter */
     float *lora_m[TR_LORA_TARGETS];                           /* DoRA's magnitudes, or NULL */
 } tr_layer_views;
@@ -134,6 +140,9 @@ typedef struct tr_layer_acts {
     float *x_mid, *ln2, *ln2_mean, *ln2_rstd, *fc1, *act;
     float *ln1_full, *ln2_full; /* sequence parallel: the gathered norm outputs */
     uint16_t *ln1_h, *ln2_h, *act_h;
+    /* qk_norm: q and k before their norm (q and k above are normalised and rotated), and the
+     * per-head statistics (mean for LayerNorm only); NULL without it. */
+    float *q_raw, *k_raw, *qn_mean, *qn_rstd, *kn_mean, *kn_rstd;
 } tr_layer_acts;
 
 /* A contiguous part of the model (a pipeline stage): layers [first_layer, first_layer +
@@ -217,6 +226,7 @@ typedef struct tr_model {
     int32_t *ids, *targets;
     /* Backward scratch. */
     float *dx, *dtmp, *dbig, *dact, *dq, *dk, *dv;
+    float *dq_raw, *dk_raw; /* qk_norm: the gradients of q and k before their norm */
     int64_t n_valid;        /* targets >= 0 in the current microbatch */
     uint64_t dropout_seed;  /* rng.seed-derived; the offset below makes each site distinct */
     uint64_t dropout_round; /* set by the caller to a new value for every training microbatch */

@@ -46,6 +46,8 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
     s->bias_qkv = m->add_bias_linear || m->add_qkv_bias;
     s->tied = m->share_embeddings_and_output_weights;
     s->zero_centered = m->layernorm_zero_centered_gamma;
+    s->qk_norm = m->qk_layernorm;
+    s->qk_norm_wd = c->optimizer.apply_wd_to_qk_layernorm;
     s->eps = (float)m->layernorm_epsilon;
     s->init_std = m->init_method_std;
     s->embed_init_std = tr_is_null_float(m->embedding_init_method_std)

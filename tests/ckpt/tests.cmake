@@ -87,6 +87,14 @@ tr_ckpt_resume_test(reshard_gpt_pp2_to_tp2 2 --np-save 2 --np-load 2
 tr_ckpt_resume_test(reshard_llama_tp2dp2_distopt_to_pp2dp2_distopt 4 --np-save 4 --np-load 4
                     llama_tiny_pretrain ${TR_CKPT_COMMON} ${TR_CKPT_UNTIED} -- ${TR_CKPT_TP2}
                     ${TR_CKPT_DISTOPT} -- ${TR_CKPT_PP2} ${TR_CKPT_DISTOPT})
+# Qwen3-style q/k norms (replicated under TP, gradients summed over TP): saved from TP 2 + SP,
+# resumed on PP 2, and back.
+tr_ckpt_resume_test(reshard_qknorm_tp2_sp_to_pp2 2 --np-save 2 --np-load 2 llama_tiny_pretrain
+                    ${TR_CKPT_COMMON} model.num_layers=4 model.qk_layernorm=true --
+                    ${TR_CKPT_TP2} model.sequence_parallel=true -- ${TR_CKPT_PP2})
+tr_ckpt_resume_test(reshard_qknorm_pp2_to_tp2 2 --np-save 2 --np-load 2 llama_tiny_pretrain
+                    ${TR_CKPT_COMMON} model.num_layers=4 model.qk_layernorm=true -- ${TR_CKPT_PP2}
+                    -- ${TR_CKPT_TP2})
 tr_ckpt_resume_test(reshard_pp4_to_pp2vpp2_sgd 4 --np-save 4 --np-load 2 gpt_tiny_pretrain
                     ${TR_CKPT_COMMON} model.num_layers=4 optimizer.optimizer=sgd optimizer.lr=0.1
                     -- ${TR_CKPT_PP4} -- ${TR_CKPT_PP2} model.virtual_pipeline_model_parallel_size=2)

@@ -1,5 +1,5 @@
-# A Hugging Face model directory (the tiny Llama and GPT-2 of tests/reference/make_hf_fixtures.py)
-# as the
+# A Hugging Face model directory (the tiny Llama, GPT-2 and Qwen3 of
+# tests/reference/make_hf_fixtures.py) as the
 # start of a run: --hf-model takes its dimensions over the recipe's (--explain names config.json)
 # and loads its weights, on one rank and under TP 2; the same directory as
 # checkpoint.pretrained_checkpoint loads too; an override that contradicts config.json stops the
@@ -55,4 +55,19 @@ rr --recipe gpt_tiny_pretrain --hf-model "$SRC/tests/reference/fixtures/hf_gpt2"
     logger.output_dir="$TMP/gpt2"
 expect_rc 0 "GPT-2 from the HF model"
 expect_in "$TMP/out" "model: 29952 parameters (2 layers, hidden 32)" "GPT-2's dimensions"
+# Qwen3 (q/k norms) into the Qwen3 recipe, on one rank and under TP 2 with SP: the same first loss.
+Q="$SRC/tests/reference/fixtures/hf_qwen3"
+small+=(tokenizer.tokenizer_model=null train.global_batch_size=4)
+rr --recipe qwen3_600m_pretrain --hf-model "$Q" "${small[@]}" logger.output_dir="$TMP/q1"
+expect_rc 0 "Qwen3 from the HF model"
+expect_in "$TMP/out" "loaded Hugging Face weights from $Q" "the Qwen3 weights load"
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+    "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$RR" --recipe qwen3_600m_pretrain \
+    --hf-model "$Q" "${small[@]}" model.tensor_model_parallel_size=2 model.sequence_parallel=true \
+    logger.output_dir="$TMP/q2" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc 0 "Qwen3 TP 2 + SP from the HF model"
+python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-5 * abs(a))' \
+    "$(first "$TMP/q1/metrics.jsonl")" "$(first "$TMP/q2/metrics.jsonl")" ||
+    fail "Qwen3 TP 2's first loss $(first "$TMP/q2/metrics.jsonl") is not the one-rank $(first "$TMP/q1/metrics.jsonl")"
 echo "ok"

@@ -129,11 +129,12 @@ void colsum_dev(float *sum_xhat, float *sum_dy, const float *dy, const float *x,
 }
 
 /* LayerNorm and RMSNorm, plain and zero-centred, forward and backward (dx, dw, db accumulate onto
- * random values); rows span two column-sum chunks, dim is not a multiple of a warp. */
-void test_norms(void) {
-    const int rows = 300, dim = 72;
+ * random values); rows span two column-sum chunks; dim 72 is not a multiple of a warp, 8 and
+ * 16 leave most of a block's threads without an element and 128 half of them (the q/k norms of
+ * qk_layernorm run over head_dim). */
+static void check_norms(int dim, emu_test::rng &rng) {
+    const int rows = 300;
     const size_t n = (size_t)rows * dim;
-    emu_test::rng rng(5);
     for (int zc = 0; zc < 2; zc++)
         for (int rms = 0; rms < 2; rms++) {
             const float gshift = zc ? 1.0f : 0.0f;
@@ -161,7 +162,7 @@ void test_norms(void) {
                 snprintf(name, sizeof name, "layernorm_fwd mean zc=%d", zc);
                 CHECK_REL(name, dmean.p, mean.data(), (size_t)rows, FP32);
             }
-            snprintf(name, sizeof name, "%s_fwd y zc=%d", nm, zc);
+            snprintf(name, sizeof name, "%s_fwd y zc=%d dim=%d", nm, zc, dim);
             CHECK_REL(name, dy.p, y.data(), n, FP32);
             snprintf(name, sizeof name, "%s_fwd rstd zc=%d", nm, zc);
             CHECK_REL(name, drstd.p, rstd.data(), (size_t)rows, FP32);
@@ -186,15 +187,20 @@ void test_norms(void) {
             });
             colsum_dev(dgw.p, rms ? nullptr : dgb.p, dg.p, dx.p, rms ? nullptr : dmean2.p, drstd2.p,
                        rows, dim);
-            snprintf(name, sizeof name, "%s_bwd dx zc=%d", nm, zc);
+            snprintf(name, sizeof name, "%s_bwd dx zc=%d dim=%d", nm, zc, dim);
             CHECK_REL(name, dgx.p, gx.data(), n, FP32);
-            snprintf(name, sizeof name, "%s_bwd dw zc=%d", nm, zc);
+            snprintf(name, sizeof name, "%s_bwd dw zc=%d dim=%d", nm, zc, dim);
             CHECK_REL(name, dgw.p, gw.data(), (size_t)dim, FP32);
             if (!rms) {
                 snprintf(name, sizeof name, "layernorm_bwd db zc=%d", zc);
                 CHECK_REL(name, dgb.p, gb.data(), (size_t)dim, FP32);
             }
         }
+}
+
+void test_norms(void) {
+    emu_test::rng rng(5);
+    for (int dim : {72, 8, 16, 128}) check_norms(dim, rng);
 }
 
 /* ---- casts -------------------------------------------------------------------------------- */

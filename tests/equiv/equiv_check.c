@@ -51,8 +51,9 @@ typedef struct run_out {
      * assembled like params (NULL without a copy anywhere). */
     float *tied_copy;
     /* What this rank computes, for the comm volume: its layers, embedding, loss, and the
-     * elements of its sequence-parallel partial gradients. */
-    int64_t local_layers, sp_grads;
+     * elements of its sequence-parallel partial gradients, and of the q/k norms' (partial over
+     * the heads: summed over TP with or without sequence parallelism). */
+    int64_t local_layers, sp_grads, head_grads;
     bool has_embedding, has_loss;
     int memory_bad; /* the memory check failed on this rank */
 } run_out;
@@ -167,7 +168,9 @@ static tr_status capture(void *ctx, const tr_model *m) {
         if (p->split_dim >= 0 || m->tp.rank == 0)
             for (int64_t e = 0; e < p->numel; e++)
                 dst[tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
-        if (strstr(p->name, "layernorm") || strstr(p->name, "position_embeddings"))
+        if (strstr(p->name, "q_layernorm") || strstr(p->name, "k_layernorm"))
+            o->head_grads += p->numel;
+        else if (strstr(p->name, "layernorm") || strstr(p->name, "position_embeddings"))
             o->sp_grads += p->numel;
     }
     o->buffer_numel = m->n_params;
@@ -331,7 +334,9 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  *   and output-layer input gradients: r.h counted each) and all-gathers (norm outputs into qkv,
  *   fc1 and the output layer; proj and fc2 output gradients and the embedding's: r.h/tp each),
  *   plus once per iteration the all-reduce of the norm and position-embedding gradients the rank
- *   holds; the cross entropy's max (r) and sum (2r) all-reduces on the last stage.
+ *   holds; the cross entropy's max (r) and sum (2r) all-reduces on the last stage; with
+ *   qk_layernorm, once per iteration with or without SP, the all-reduce of the q/k norm
+ *   gradients (each rank's covers its own heads).
  * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
  * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
@@ -351,7 +356,8 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t B = run->buffer_numel, sp_grads = sp ? run->sp_grads : 0;
     int64_t exchanges = r * h * (run->has_embedding + 4 * L + run->has_loss);
     int64_t ce = run->has_loss ? 3 * r : 0;
-    int64_t tp_ar = tp > 1 ? iters * (nmb * (ce + (sp ? 0 : exchanges)) + sp_grads) : 0;
+    int64_t tp_ar =
+        tp > 1 ? iters * (nmb * (ce + (sp ? 0 : exchanges)) + sp_grads + run->head_grads) : 0;
     int64_t tp_rs = sp ? iters * nmb * exchanges : 0;
     int64_t tp_ag = sp ? iters * nmb * exchanges / tp : 0;
     const tr_validation_config *v = &c->validation;

@@ -72,6 +72,28 @@ tr_equiv_test(gpt_tp2_sp_dp2_sgd_clip 4 gpt_tiny_pretrain ${TR_EQUIV_COMMON}
               optimizer.optimizer=sgd optimizer.lr=0.1 optimizer.clip_grad=0.05 -- ${TR_TP2}
               ${TR_SP})
 
+# QK layernorm (Qwen3's per-head q/k RMSNorm before RoPE): the norm weights are replicated while
+# the heads are split, so their gradients are summed over TP with and without SP; the LayerNorm
+# form adds a bias (with SGD: the key norm's bias has a small gradient, from RoPE alone, and
+# Adam's first steps would turn its rounding noise into whole steps, 1.2e-4 apart). PP below
+# with the 8-layer pipeline settings.
+set(TR_QKN model.qk_layernorm=true)
+tr_equiv_test(llama_qknorm_tp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_QKN} -- ${TR_TP2})
+tr_equiv_test(llama_qknorm_tp2_sp 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_QKN} -- ${TR_TP2}
+              ${TR_SP})
+tr_equiv_test(llama_qknorm_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_QKN} --
+              ${TR_DISTOPT})
+# With DP, the distributed optimizer and overlapped reduction; SGD with clipping, so a grad norm
+# that counted the replicated q/k norms on both TP ranks would change the step.
+tr_equiv_test(llama_qknorm_tp2_sp_dp2_distopt_overlap 4 --expect-overlap llama_tiny_pretrain
+              ${TR_EQUIV_COMMON} ${TR_QKN} train.micro_batch_size=2 -- ${TR_TP2} ${TR_SP}
+              ${TR_DISTOPT} ${TR_OVERLAP})
+tr_equiv_test(llama_qknorm_tp2_dp2_sgd_clip 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_QKN}
+              optimizer.optimizer=sgd optimizer.lr=0.1 optimizer.clip_grad=0.05 -- ${TR_TP2})
+tr_equiv_test(llama_qknorm_layernorm_tp2_sp 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_QKN}
+              model.normalization=LayerNorm optimizer.optimizer=sgd optimizer.lr=0.1 -- ${TR_TP2}
+              ${TR_SP})
+
 # The comparison can fail: a different seed in the parallel run must be reported.
 tr_equiv_test(detects_difference 2 --expect-differ gpt_tiny_pretrain ${TR_EQUIV_COMMON} --
               rng.seed=4321)
@@ -105,6 +127,7 @@ tr_equiv_pp_test(gpt_pp4_vpp2_dropout 4 gpt_tiny_pretrain ${TR_PP_COMMON} model.
                  -- ${TR_PP4} ${TR_VPP2})
 tr_equiv_pp_test(llama_pp4_vpp2_overlap_unbatched 4 llama_tiny_pretrain ${TR_PP_COMMON} --
                  ${TR_PP4} ${TR_VPP2} model.overlap_p2p_comm=true model.batch_p2p_comm=false)
+tr_equiv_pp_test(llama_qknorm_pp2 2 llama_tiny_pretrain ${TR_PP_COMMON} ${TR_QKN} -- ${TR_PP2})
 # Uneven stages.
 tr_equiv_pp_test(llama_pp2_first3 2 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2}
                  model.num_layers_in_first_pipeline_stage=3)
@@ -140,6 +163,9 @@ function(tr_equiv_lowp_test name np)
   tr_equiv_test(${name} ${np} --param-tol 5e-3 ${ARGN})
 endfunction()
 tr_equiv_lowp_test(llama_tp2_bf16 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_BF16} -- ${TR_TP2})
+# With qk_layernorm (measured: losses 3.2e-6, parameters 3.3e-3, one bf16 ulp of an fc2 weight).
+tr_equiv_lowp_test(llama_qknorm_tp2_bf16 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_BF16}
+                   model.qk_layernorm=true -- ${TR_TP2})
 tr_equiv_lowp_test(llama_dp2_distopt_bf16 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_BF16} --
                    ${TR_DISTOPT})
 # fp16 with dynamic loss scaling from 2^24 (hysteresis 1): the first three steps overflow in the

@@ -1,7 +1,8 @@
-/* Tiny random LlamaForCausalLM and GPT2LMHeadModel saved by transformers
+/* Tiny random LlamaForCausalLM, Qwen3ForCausalLM and GPT2LMHeadModel saved by transformers
  * (tests/reference/make_hf_fixtures.py):
  * config.json becomes the model section, the safetensors weights fill a Trestle model, and that
- * model's logits and loss match what transformers computed (fp32, relative 1e-4). TP shards
+ * model's logits and loss (and, for Qwen3, every parameter's gradient) match what transformers
+ * computed (fp32, relative 1e-4). TP shards
  * read exactly their slices of the same weights; a config.json that disagrees with the tensors,
  * or another architecture, is refused naming the key or the tensor. Export writes the same
  * files back, and refuses a model it would write wrongly. */
@@ -16,7 +17,8 @@
 #include "tests/unit/harness.h"
 #include "tests/unit/model/fixture.h"
 
-#define DIR TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_llama"
+#define DIR       TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_llama"
+#define QWEN3_DIR TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_qwen3"
 
 static bool spec_from_dir(const char *dir, tr_model_spec *s, tr_diags *d) {
     tr_config c;
@@ -49,6 +51,7 @@ static void test_config_json_to_model_section(void) {
     CHECK(m->gated_linear_unit && m->normalization == TR_NORM_RMSNORM);
     CHECK(!m->share_embeddings_and_output_weights);
     CHECK(m->params_dtype == TR_DTYPE_FP32 && !m->bf16 && !m->fp16);
+    CHECK(!m->qk_layernorm);
     /* --explain names the file a value came from. */
     const tr_origin *o = &c.origin[TR_FID_model_hidden_size];
     CHECK(o->kind == TR_ORIGIN_FILE && o->name && strstr(o->name, "config.json"));
@@ -57,8 +60,61 @@ static void test_config_json_to_model_section(void) {
     tr_diags_free(&d);
 }
 
-/* dir's model imported into Trestle gives transformers' logits and loss; each TP 2 shard holds
- * exactly its slice of the whole model's parameters. */
+/* Qwen3: Llama's layers with qk_layernorm, head_dim as given (8, not hidden / heads = 4), rope
+ * theta 1e6, a tied head. */
+static void test_qwen3_config(void) {
+    tr_diags d = {0};
+    tr_config c;
+    CHECK(tr_config_init(&c, &d) == TR_OK);
+    CHECK(tr_hf_config_apply(&c, QWEN3_DIR, false, &d) == TR_OK);
+    const tr_model_config *m = &c.model;
+    CHECK(m->qk_layernorm);
+    CHECK_INT_EQ(m->hidden_size, 16);
+    CHECK_INT_EQ(m->num_attention_heads, 4);
+    CHECK_INT_EQ(m->num_query_groups, 2);
+    CHECK_INT_EQ(m->kv_channels, 8);
+    CHECK_INT_EQ(m->ffn_hidden_size, 24);
+    CHECK(m->rotary_base == 1e6 && m->layernorm_epsilon == 1e-6 && !m->rope_scaling);
+    CHECK(m->share_embeddings_and_output_weights && !m->add_qkv_bias && !m->add_bias_linear);
+    CHECK(m->gated_linear_unit && m->normalization == TR_NORM_RMSNORM);
+    CHECK_INT_EQ(d.n_errors, 0);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+}
+
+/* max|a - b| / max|b| over n elements. */
+static double rel_err(const float *a, const float *b, int64_t n) {
+    double diff = 0, ref = 0;
+    for (int64_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+        ref = fmax(ref, fabs((double)b[i]));
+    }
+    return ref > 0 ? diff / ref : diff;
+}
+
+/* Where the fixture holds gradients (g:NAME in Trestle's layout), every parameter's must match
+ * transformers' after one backward. */
+static void check_grads(tr_model *m, const fixture *f) {
+    if (!fixture_get(f, "g:", "embedding.word_embeddings.weight")) return;
+    CHECK_INT_EQ(tr_model_backward(m, 1.0f), TR_OK);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < m->n_info; i++) {
+        const tr_param_info *p = &m->info[i];
+        const fix_tensor *g = fixture_get(f, "g:", p->name);
+        CHECK(g != NULL && (int64_t)g->n == p->numel);
+        if (!g || (int64_t)g->n != p->numel) continue;
+        double e = rel_err(m->grads + p->offset, g->data, p->numel);
+        if (!(e <= 1e-4)) fprintf(stderr, "  g:%s: relative error %.3g\n", p->name, e);
+        CHECK(e <= 1e-4);
+        if (e > worst) worst = e, worst_name = p->name;
+    }
+    printf("  gradients: largest relative error %.3g (%s), %d tensors\n", worst, worst_name,
+           m->n_info);
+}
+
+/* dir's model imported into Trestle gives transformers' logits and loss (and gradients where the
+ * fixture has them); each TP 2 shard holds exactly its slice of the whole model's parameters. */
 static void check_parity(const char *dir, const char *expected) {
     tr_diags d = {0};
     tr_model_spec s;
@@ -81,15 +137,12 @@ static void check_parity(const char *dir, const char *expected) {
             ids[i] = (int32_t)tok->data[i], tg[i] = (int32_t)tgt->data[i];
         float l = 0;
         CHECK(tr_model_forward(&m, ids, tg, &l) == TR_OK);
-        double diff = 0, ref = 0;
-        for (int64_t i = 0; i < (int64_t)rows * s.vocab; i++) {
-            diff = fmax(diff, fabs((double)m.logits[i] - logits->data[i]));
-            ref = fmax(ref, fabs((double)logits->data[i]));
-        }
-        printf("  %s: logits relative error %.3g, loss %.7f vs transformers %.7f\n", expected,
-               diff / ref, (double)l, (double)loss->data[0]);
-        CHECK(diff / ref <= 1e-4);
+        double e = rel_err(m.logits, logits->data, (int64_t)rows * s.vocab);
+        printf("  %s: logits relative error %.3g, loss %.7f vs transformers %.7f\n", expected, e,
+               (double)l, (double)loss->data[0]);
+        CHECK(e <= 1e-4);
         CHECK_CLOSE(l, loss->data[0], 1e-4, 0);
+        check_grads(&m, &f);
     }
     /* Each TP shard holds exactly its slice of the whole model's parameters. */
     for (int r = 0; r < 2; r++) {
@@ -118,15 +171,16 @@ static void check_parity(const char *dir, const char *expected) {
 static void test_logits_match_transformers(void) {
     check_parity(DIR, "hf_llama/expected.bin");
     check_parity(TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_gpt2", "hf_gpt2/expected.bin");
+    check_parity(QWEN3_DIR, "hf_qwen3/expected.bin");
 }
 
-/* A copy of the fixture directory whose config.json has `from` replaced by `to`. */
-static const char *variant(const char *from, const char *to) {
+/* A copy of fixture directory `src` whose config.json has `from` replaced by `to`. */
+static const char *variant_of(const char *src_dir, const char *from, const char *to) {
     static char dir[128];
     snprintf(dir, sizeof dir, "/tmp/trestle_hf_%ld", (long)getpid());
     mkdir(dir, 0700);
     char src[512], dst[512], *text = NULL;
-    snprintf(src, sizeof src, "%s/config.json", DIR);
+    snprintf(src, sizeof src, "%s/config.json", src_dir);
     FILE *in = fopen(src, "rb");
     size_t n = 0;
     if (in) {
@@ -147,10 +201,14 @@ static const char *variant(const char *from, const char *to) {
     free(text);
     (void)n;
     snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
-    snprintf(src, sizeof src, "%s/model.safetensors", DIR);
+    snprintf(src, sizeof src, "%s/model.safetensors", src_dir);
     unlink(dst);
     CHECK(symlink(src, dst) == 0);
     return dir;
+}
+
+static const char *variant(const char *from, const char *to) {
+    return variant_of(DIR, from, to);
 }
 
 static void cleanup(const char *dir) {
@@ -162,9 +220,10 @@ static void cleanup(const char *dir) {
     rmdir(dir);
 }
 
-static void expect_import_refused(const char *from, const char *to, const char *word) {
+static void expect_refused_from(const char *src, const char *from, const char *to,
+                                const char *word) {
     tr_diags d = {0};
-    const char *dir = variant(from, to);
+    const char *dir = variant_of(src, from, to);
     tr_model_spec s;
     CHECK(spec_from_dir(dir, &s, &d));
     tr_hf_weights w;
@@ -179,6 +238,10 @@ static void expect_import_refused(const char *from, const char *to, const char *
     tr_hf_weights_close(&w);
     cleanup(dir);
     tr_diags_free(&d);
+}
+
+static void expect_import_refused(const char *from, const char *to, const char *word) {
+    expect_refused_from(DIR, from, to, word);
 }
 
 static void test_refuses_disagreements(void) {
@@ -204,8 +267,16 @@ static void test_refuses_disagreements(void) {
           strstr(d.items[d.n - 1].message, "hidden_act"));
     cleanup(dir);
     CHECK(tr_hf_config_apply(&c, "/nonexistent", false, &d) != TR_OK);
+    /* Qwen3's head_dim is not hidden / heads: a config.json without it is refused, not guessed. */
+    dir = variant_of(QWEN3_DIR, "\"head_dim\": 8,", "");
+    CHECK(tr_hf_config_apply(&c, dir, false, &d) != TR_OK);
+    CHECK(d.n > 0 && strcmp(d.items[d.n - 1].id, "hf.config") == 0 &&
+          strstr(d.items[d.n - 1].message, "head_dim"));
+    cleanup(dir);
     tr_config_free(&c);
     tr_diags_free(&d);
+    /* Qwen3's weights read as a Llama: its q/k norms have no place in a model without them. */
+    expect_refused_from(QWEN3_DIR, "Qwen3ForCausalLM", "LlamaForCausalLM", "k_norm.weight");
 }
 
 /* The same weights split over two shards and an index: the same parameters. An index entry that
@@ -330,14 +401,14 @@ static void round_trip(const char *src, tr_st_dtype dtype, const char *out) {
     rmdir(out);
 }
 
-static void test_round_trip(void) {
+/* src and a bf16 copy of it (each weight rounded once) through Trestle and back. */
+static void round_trips(const char *src_dir) {
     char out[128];
     snprintf(out, sizeof out, "/tmp/trestle_hf_out_%ld", (long)getpid());
-    round_trip(DIR, TR_ST_F32, out);
-    /* A bf16 copy of the fixture (each weight rounded once), through Trestle and back. */
+    round_trip(src_dir, TR_ST_F32, out);
     tr_diags d = {0};
     tr_hf_weights w;
-    CHECK(tr_hf_weights_open(&w, DIR, &d) == TR_OK);
+    CHECK(tr_hf_weights_open(&w, src_dir, &d) == TR_OK);
     if (w.n != 1) return;
     const tr_st_file *f = &w.files[0];
     char bf[128], path[256], src[512];
@@ -360,7 +431,7 @@ static void test_round_trip(void) {
     }
     snprintf(path, sizeof path, "%s/model.safetensors", bf);
     CHECK(tr_st_write(path, e, f->n, NULL, NULL, 0, &d) == TR_OK);
-    snprintf(src, sizeof src, "%s/config.json", DIR);
+    snprintf(src, sizeof src, "%s/config.json", src_dir);
     snprintf(path, sizeof path, "%s/config.json", bf);
     CHECK(symlink(src, path) == 0);
     round_trip(bf, TR_ST_BF16, out);
@@ -373,6 +444,11 @@ static void test_round_trip(void) {
     free(e);
     tr_hf_weights_close(&w);
     tr_diags_free(&d);
+}
+
+static void test_round_trip(void) {
+    round_trips(DIR);
+    round_trips(QWEN3_DIR); /* with the q/k norms, under Qwen3's names and architecture */
 }
 
 /* Export refuses, naming why and creating nothing, a model it would write wrongly: one of
@@ -404,6 +480,7 @@ static void test_export_refusals(void) {
     expect_export_refused(DIR, 4, "LoRA adapters");
 }
 
-TR_TEST_MAIN(TR_TEST(test_config_json_to_model_section), TR_TEST(test_logits_match_transformers),
-             TR_TEST(test_sharded_index), TR_TEST(test_round_trip),
-             TR_TEST(test_refuses_disagreements), TR_TEST(test_export_refusals))
+TR_TEST_MAIN(TR_TEST(test_config_json_to_model_section), TR_TEST(test_qwen3_config),
+             TR_TEST(test_logits_match_transformers), TR_TEST(test_sharded_index),
+             TR_TEST(test_round_trip), TR_TEST(test_refuses_disagreements),
+             TR_TEST(test_export_refusals))

@@ -1,6 +1,7 @@
 /* The model and optimizer on a device (runtime/device/device.h) against the same model on the host:
  * initial weights, losses of two microbatches (masked targets, padded vocabulary, GQA, RoPE,
- * SwiGLU, dropout), accumulated gradients, and the parameters after an AdamW step.
+ * SwiGLU, dropout; again with qk_layernorm), accumulated gradients, and the parameters after an
+ * AdamW step.
  *
  * TR_TEST_DEVICE picks the device: cpu-strict (default; every device buffer PROT_NONE outside
  * the device layer, results bitwise the host's) or cuda (registered as gpu_model_device; exits
@@ -33,8 +34,7 @@ static void check_same(const char *what, const float *dev_buf, const float *host
     free(back);
 }
 
-static void test_train_step_matches_host(void) {
-    tr_model_spec s = spec();
+static void train_step_matches_host(tr_model_spec s) {
     const int B = 2, n = B * s.seq;
     tr_model host, dev;
     tr_model_part whole = {0, s.num_layers, true, true, 1};
@@ -85,7 +85,19 @@ static void test_train_step_matches_host(void) {
     tr_model_free(&host);
 }
 
+static void test_train_step_matches_host(void) {
+    train_step_matches_host(spec());
+}
+
+/* With qk_layernorm: the norm ops over head_dim (8) rows of q and k on the device. */
+static void test_qk_norm_train_step_matches_host(void) {
+    tr_model_spec s = spec();
+    s.qk_norm = 1;
+    train_step_matches_host(s);
+}
+
 int main(int argc, char **argv) {
-    static const tr_test_case tests[] = {TR_TEST(test_train_step_matches_host)};
-    return tr_test_device_main(argc, argv, tests, 1, &g_kind, &g_dev);
+    static const tr_test_case tests[] = {TR_TEST(test_train_step_matches_host),
+                                         TR_TEST(test_qk_norm_train_step_matches_host)};
+    return tr_test_device_main(argc, argv, tests, 2, &g_kind, &g_dev);
 }

@@ -4,6 +4,7 @@
  * catches a wrong or missing gradient in any single tensor, with far less fp32 noise than
  * element-wise differences. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "tests/unit/harness.h"
 #include "runtime/model/model.h"
@@ -42,10 +43,23 @@ static double loss_at(tr_model *m, const int32_t *ids, const int32_t *tg) {
     return l;
 }
 
+/* Norm weights away from their init (ones, or zeros when zero-centred), so a backward that
+ * dropped gamma from the input gradient would show. */
+static void perturb_norms(tr_model *m) {
+    for (int t = 0; t < m->n_info; t++) {
+        const tr_param_info *p = &m->info[t];
+        if (!strstr(p->name, "layernorm")) continue;
+        for (int64_t e = 0; e < p->numel; e++)
+            m->params[p->offset + e] += 0.3f * (float)((e * 7 + t * 3) % 11 - 5) / 5.0f;
+    }
+    tr_model_params_changed(m);
+}
+
 static void check_model(tr_model_spec s, int batch, int ignore_some, double loss_scale) {
     tr_model m;
     CHECK_INT_EQ(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), batch), TR_OK);
     CHECK_INT_EQ(tr_model_init_weights(&m, 7), TR_OK);
+    if (s.qk_norm) perturb_norms(&m);
     int n = batch * s.seq;
     int32_t *ids = malloc((size_t)n * sizeof *ids), *tg = malloc((size_t)n * sizeof *tg);
     make_batch(ids, tg, n, s.vocab, ignore_some);
@@ -101,6 +115,73 @@ static void test_llama_untied_partial_rope(void) {
     s.bias_qkv = 1; /* add_qkv_bias without add_bias_linear */
     s.zero_centered = 1;
     check_model(s, 1, 1, 1.0);
+}
+
+/* qk_layernorm (Qwen3): RMSNorm over head_dim on q and k, before RoPE; every q/k norm weight
+ * gets its gradient and the QKV weight's gradient goes through the norms' input gradient. */
+static void test_llama_qk_norm_fd(void) {
+    tr_model_spec s = llama_spec();
+    s.qk_norm = 1;
+    check_model(s, 2, 1, 1.0);
+}
+
+/* The LayerNorm form (a bias per norm) with zero-centred gamma; RoPE turns the key norm's bias
+ * into a per-position term, so it has a gradient too. */
+static void test_layernorm_qk_norm_fd(void) {
+    tr_model_spec s = llama_spec();
+    s.qk_norm = 1;
+    s.layernorm = 1;
+    s.zero_centered = 1;
+    check_model(s, 1, 0, 1.0);
+}
+
+/* The q/k norm tensors: Megatron's names, [head_dim], no weight decay, initialised to one (zero
+ * when zero-centred), the same on every TP rank with a gradient that is summed over TP. */
+static void test_qk_norm_params(void) {
+    tr_model_spec s = llama_spec();
+    s.qk_norm = 1;
+    s.vocab = 32; /* splits over TP 2 */
+    for (int tp = 1; tp <= 2; tp++) {
+        tr_model m;
+        CHECK_INT_EQ(tr_model_create(&m, &s, (tr_tp_shard){0, tp}, tr_ops_cpu(), 1), TR_OK);
+        tr_model_init_weights(&m, 1);
+        const char *names[] = {"decoder.layers.1.self_attention.q_layernorm.weight",
+                               "decoder.layers.1.self_attention.k_layernorm.weight"};
+        for (int k = 0; k < 2; k++) {
+            const tr_param_info *p = tr_model_find_param(&m, names[k]);
+            CHECK(p != NULL);
+            if (!p) continue;
+            CHECK_INT_EQ(p->numel, 6);
+            CHECK_INT_EQ(p->split_dim, -1);
+            CHECK(p->no_decay && p->sp_partial == (tp > 1));
+            CHECK(m.params[p->offset] == 1.0f && m.params[p->offset + 5] == 1.0f);
+        }
+        CHECK(tr_model_find_param(&m, "decoder.layers.0.self_attention.q_layernorm.bias") == NULL);
+        tr_model_free(&m);
+    }
+    /* optimizer.apply_wd_to_qk_layernorm: weight decay on them, as on the linear weights. */
+    s.qk_norm_wd = 1;
+    tr_model wd;
+    CHECK_INT_EQ(tr_model_create(&wd, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1), TR_OK);
+    const tr_param_info *q =
+        tr_model_find_param(&wd, "decoder.layers.0.self_attention.q_layernorm.weight");
+    const tr_param_info *ln = tr_model_find_param(&wd, "decoder.layers.0.input_layernorm.weight");
+    CHECK(q && ln);
+    if (q && ln) CHECK(!q->no_decay && ln->no_decay);
+    tr_model_free(&wd);
+    s.qk_norm_wd = 0;
+    s.layernorm = 1;
+    s.zero_centered = 1;
+    tr_model m;
+    CHECK_INT_EQ(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1), TR_OK);
+    tr_model_init_weights(&m, 1);
+    const tr_param_info *w =
+        tr_model_find_param(&m, "decoder.layers.0.self_attention.k_layernorm.weight");
+    const tr_param_info *b =
+        tr_model_find_param(&m, "decoder.layers.0.self_attention.k_layernorm.bias");
+    CHECK(w && b);
+    if (w && b) CHECK(m.params[w->offset] == 0.0f && m.params[b->offset] == 0.0f && b->no_decay);
+    tr_model_free(&m);
 }
 
 /* Gradient accumulation: two microbatches at scale 1/2 equal one batch of both at scale 1. */
@@ -202,4 +283,6 @@ static void test_layout_shapes(void) {
 
 TR_TEST_MAIN(TR_TEST(test_layout_shapes), TR_TEST(test_gpt_fd), TR_TEST(test_llama_fd),
              TR_TEST(test_llama_untied_partial_rope), TR_TEST(test_accumulation_matches_big_batch),
-             TR_TEST(test_bad_input_rejected), TR_TEST(test_init_statistics))
+             TR_TEST(test_bad_input_rejected), TR_TEST(test_init_statistics),
+             TR_TEST(test_llama_qk_norm_fd), TR_TEST(test_layernorm_qk_norm_fd),
+             TR_TEST(test_qk_norm_params))

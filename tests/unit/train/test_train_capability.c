@@ -21,7 +21,6 @@ static const capability_case cases[] = {
      2,
      {"model.num_moe_experts=4", "model.expert_model_parallel_size=2"}},
     {"runtime.moe_layers", 1, {"model.num_moe_experts=4"}},
-    {"runtime.qk_layernorm", 1, {"model.qk_layernorm=true"}},
     {"runtime.attention_dropout", 1, {"model.attention_dropout=0.1"}},
     {"runtime.rotary_interleaved", 1, {"model.rotary_interleaved=true"}},
     {"runtime.yarn", 1, {"model.position_embedding_type=yarn"}},
@@ -153,7 +152,7 @@ static void test_heard_error_still_refuses_once(void) {
     tr_config c;
     tr_diags d;
     tr_diags_init(&d);
-    const char *ov[] = {"train.train_iters=1", "model.qk_layernorm=true"};
+    const char *ov[] = {"train.train_iters=1", "model.multi_latent_attention=true"};
     tr_resolve_opts o = {
         .recipe = "llama_tiny_pretrain", .overrides = ov, .n_overrides = 2, .world = {1, 1}};
     CHECK_INT_EQ(tr_resolve(&o, &c, &d), TR_ERR_CONFIG);

@@ -57,6 +57,22 @@ tr_equiv_test(gpt_tp2_dp4_distopt_overlap 8 --expect-overlap gpt_tiny_pretrain $
               model.calculate_per_token_loss=true -- ${TR_TP2} ${TR_DISTOPT} ${TR_OVERLAP}
               ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)
 
+# TP larger than the query groups (llama_tiny: 4 heads in 2 groups): each of the 4 TP ranks holds
+# one query head and a copy of its group's key and value heads, whose gradients are summed over
+# the 2 ranks sharing the group (an all-reduce --check-volume counts); the copies must stay equal
+# bit for bit. Alone, with SP, with DP and the distributed optimizer (weight decay, overlap),
+# and with SGD + clipping, where a norm that counted the copies twice would change the step.
+tr_equiv_test(llama_tp4_kv_replicas 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} -- ${TR_TP4})
+tr_equiv_test(llama_tp4_sp_kv_replicas 4 llama_tiny_pretrain ${TR_EQUIV_COMMON}
+              train.micro_batch_size=2 model.hidden_dropout=0.1 -- ${TR_TP4} model.sequence_parallel=true)
+tr_equiv_test(llama_tp4_dp2_distopt_kv_replicas 8 --expect-overlap llama_tiny_pretrain
+              ${TR_EQUIV_COMMON} -- ${TR_TP4} ${TR_DISTOPT} ${TR_OVERLAP})
+tr_equiv_test(llama_tp4_sgd_clip_kv_replicas 4 llama_tiny_pretrain ${TR_EQUIV_COMMON}
+              optimizer.optimizer=sgd optimizer.lr=0.1 optimizer.clip_grad=0.05 -- ${TR_TP4})
+tr_equiv_test(llama_tp4_dp2_distopt_sgd_clip_kv_replicas 8 llama_tiny_pretrain ${TR_EQUIV_COMMON}
+              optimizer.optimizer=sgd optimizer.lr=0.1 optimizer.clip_grad=0.05 -- ${TR_TP4}
+              ${TR_DISTOPT})
+
 # Sequence parallel: norms, residuals and dropout on sequence chunks, all-gather/reduce-scatter
 # around the TP regions, norm and position-embedding gradients summed over TP; micro batch 2
 # checks the chunk order of several sequences, dropout that each chunk draws the global mask.

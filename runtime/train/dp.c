@@ -20,7 +20,10 @@ static tr_status on_grad_ready(void *ctx, int param) {
     if (p->sp_partial && t->ddp.last_microbatch)
         TR_TRY(tr_comm_all_reduce_inplace(t->comm, TR_GROUP_TP, t->model->grads + p->offset,
                                           (size_t)p->numel, TR_COMM_F32, TR_COMM_SUM));
-    if (p->kv_rep > 1 && t->ddp.last_microbatch) TR_TRY(tr_model_reduce_kv_grad(t->model, param));
+    if (p->kv_rep > 1 && t->ddp.last_microbatch && !t->kv_summed[param]) {
+        TR_TRY(tr_model_reduce_kv_grad(t->model, param));
+        t->kv_summed[param] = 1;
+    }
     return tr_ddp_grad_ready(&t->ddp, param);
 }
 
@@ -93,7 +96,8 @@ tr_status tr_train_dp_setup(tr_train_dp *t, const tr_config *c, tr_comm *comm, t
     t->have_opt = true;
     if (!tr_device_host_visible(m->dev)) TR_TRY(tr_dist_opt_use_device(&t->opt, m->dev));
     t->counted = malloc((size_t)m->n_info);
-    if (!t->counted) return TR_ERR_NOMEM;
+    t->kv_summed = calloc((size_t)m->n_info, 1);
+    if (!t->counted || !t->kv_summed) return TR_ERR_NOMEM;
     /* A TP-replicated parameter enters the global norm once, from TP rank 0; a tied copy not at
      * all (its first stage's twin counts, as Megatron's shared-parameter rule). */
     tr_grad_counted_mask(&t->layout, m->tp.rank, t->counted);
@@ -109,7 +113,19 @@ void tr_train_dp_free(tr_train_dp *t) {
     if (t->have_ddp) tr_ddp_free(&t->ddp);
     if (t->have_layout) tr_grad_layout_free(&t->layout);
     free(t->counted);
+    free(t->kv_summed);
     memset(t, 0, sizeof *t);
+}
+
+/* A parameter the model does not report ready (LoRA's adapters) is still in no started bucket
+ * here, so its sum comes before its DP reduction as well. */
+tr_status tr_train_dp_finish_grads(tr_train_dp *t) {
+    for (int i = 0; i < t->model->n_info; i++) {
+        if (t->model->info[i].kv_rep > 1 && !t->kv_summed[i])
+            TR_TRY(tr_model_reduce_kv_grad(t->model, i));
+        t->kv_summed[i] = 0;
+    }
+    return tr_ddp_finish_grad_sync(&t->ddp);
 }
 
 tr_status tr_train_dp_sum(tr_train_dp *t, double *v, int n) {

@@ -262,6 +262,8 @@ function(tr_equiv_lora_tp_test name)
 endfunction()
 tr_equiv_lora_tp_test(llama_lora_tp2_dp2 -- ${TR_TP2})
 tr_equiv_lora_tp_test(llama_lora_tp2_pp2 -- ${TR_TP2} ${TR_PP2})
+# TP 4 over the 2 query groups: the QKV adapter's B holds key-value rows copied like its layer's.
+tr_equiv_lora_tp_test(llama_lora_tp4_kv_replicas -- ${TR_TP4})
 # Adapter dropout: masks keyed by the global microbatch and the logical input element.
 tr_equiv_lora_tp_test(llama_lora_dropout_tp2_dp2 peft.dropout=0.1 optimizer.lr=3e-3 -- ${TR_TP2})
 set_tests_properties(mpi_equiv_llama_lora_dp2 PROPERTIES FIXTURES_REQUIRED lora_base)

@@ -301,12 +301,6 @@ static tr_status check_parts(const tr_model_spec *s, const tr_model_part *parts,
     return emb <= 1 && loss <= 1 ? TR_OK : TR_ERR_INVALID;
 }
 
-/* TP ranks that hold a copy of each query group's key and value heads: 1 unless TP is larger
- * than the groups. */
-int tr_model_kv_replicas(const tr_model_spec *s, tr_tp_shard tp) {
-    return s->groups < tp.size ? tp.size / s->groups : 1;
-}
-
 /* This rank's sizes: the TP-split dimensions divided by tp.size (with more TP ranks than query
  * groups, one group each). */
 static tr_model_spec local_spec(const tr_model_spec *s, tr_tp_shard tp) {

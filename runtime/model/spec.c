@@ -56,6 +56,12 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
     return TR_OK;
 }
 
+/* More TP ranks than query groups: each group's key and value heads are copied to the
+ * tp.size / groups ranks whose query heads read them. */
+int tr_model_kv_replicas(const tr_model_spec *s, tr_tp_shard tp) {
+    return s->groups < tp.size ? tp.size / s->groups : 1;
+}
+
 double tr_model_flops_per_seq(const tr_model_spec *s) {
     double T = s->seq, C = s->hidden, hd = (double)s->heads * s->head_dim;
     double qkv = (double)(s->heads + 2 * s->groups) * s->head_dim;

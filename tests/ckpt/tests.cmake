@@ -105,6 +105,9 @@ tr_ckpt_resume_test(reshard_llama_tp4_to_tp2dp2_distopt 4 --np-save 4 --np-load 
                     ${TR_CKPT_DISTOPT} -- ${TR_CKPT_TP2} ${TR_CKPT_DISTOPT})
 tr_ckpt_resume_test(reshard_llama_tp2_to_tp4 4 --np-save 2 --np-load 4 llama_tiny_pretrain
                     ${TR_CKPT_COMMON} -- ${TR_CKPT_TP2} -- ${TR_CKPT_TP4})
+# GPT with 2 query groups: the QKV bias's query and key-value columns, two slices as well.
+tr_ckpt_resume_test(reshard_gpt_groups2_tp4_to_tp1 4 --np-save 4 --np-load 1 gpt_tiny_pretrain
+                    ${TR_CKPT_COMMON} model.num_query_groups=2 -- ${TR_CKPT_TP4} --)
 
 # (c) Another DP size reads the same global samples: saved at DP1, resumed at DP2 and DP4 (the
 # losses could not match the DP1 run otherwise); DP2 -> DP4 reshards dist-opt state over DP.

@@ -72,6 +72,9 @@ tr_equiv_test(llama_tp4_sgd_clip_kv_replicas 4 llama_tiny_pretrain ${TR_EQUIV_CO
 tr_equiv_test(llama_tp4_dp2_distopt_sgd_clip_kv_replicas 8 llama_tiny_pretrain ${TR_EQUIV_COMMON}
               optimizer.optimizer=sgd optimizer.lr=0.1 optimizer.clip_grad=0.05 -- ${TR_TP4}
               ${TR_DISTOPT})
+# GPT with 2 query groups: the QKV bias's key-value columns are copied and summed the same way.
+tr_equiv_test(gpt_groups2_tp4_kv_replicas 4 gpt_tiny_pretrain ${TR_EQUIV_COMMON}
+              model.num_query_groups=2 -- ${TR_TP4})
 
 # Sequence parallel: norms, residuals and dropout on sequence chunks, all-gather/reduce-scatter
 # around the TP regions, norm and position-embedding gradients summed over TP; micro batch 2

@@ -135,6 +135,9 @@ tr_equiv_pp_test(gpt_pp4_sgd_clip 4 gpt_tiny_pretrain ${TR_PP_COMMON} optimizer.
                  optimizer.lr=0.1 optimizer.clip_grad=0.05 -- ${TR_PP4})
 # With tensor, sequence and data parallelism and the distributed optimizer, up to 8 ranks.
 tr_equiv_pp_test(llama_tp2_pp2 4 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_TP2} ${TR_PP2})
+# TP 4 over the 2 query groups under the pipeline: the key-value sums of each stage's own layers.
+tr_equiv_pp_test(llama_tp4_pp2_kv_replicas 8 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_TP4}
+                 ${TR_PP2})
 tr_equiv_pp_test(gpt_pp2_dp2_distopt_overlap 4 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2}
                  ${TR_DISTOPT} ${TR_OVERLAP} ddp.overlap_param_gather=true
                  optimizer.overlap_param_gather=true)

@@ -252,7 +252,7 @@
     X(tr_check_runtime_activation, "runtime.activation", E, false,                                 \
       "The MLP is SwiGLU (gated silu) or an ungated gelu / fast_gelu.")                            \
     X(tr_check_runtime_tp_split, "runtime.tp_split", E, false,                                     \
-      "TP divides the query groups, the MLP width, the padded vocabulary and (SP) the sequence.")  \
+      "TP divides the heads, the MLP width, the padded vocabulary and (SP) the sequence.")         \
     X(tr_check_runtime_vocab, "runtime.vocab", E, false,                                           \
       "The model has a vocabulary: 256 ids on byte-level text, 2 on mock data.")                   \
     X(tr_check_runtime_train_iters, "runtime.train_iters", E, false,                               \

@@ -111,14 +111,16 @@ TR_RULE_FN(tr_check_runtime_activation) {
                 NOT_YET, "this MLP activation");
 }
 
-/* The runtime splits query groups, the MLP width, the padded vocabulary and (with SP) the
- * sequence evenly over TP; finalize() has filled the null-means-computed sizes. */
+/* The runtime splits the attention heads, the MLP width, the padded vocabulary and (with SP) the
+ * sequence evenly over TP; query groups split too, or, with more TP ranks than groups, each
+ * group's key and value heads are copied to the TP/groups ranks sharing it (the groups' rule,
+ * parallel.query_groups_compatible_with_tp, asks them to be a divisor or multiple of TP).
+ * finalize() has filled the null-means-computed sizes. */
 TR_RULE_FN(tr_check_runtime_tp_split) {
     const tr_model_config *m = &c->model;
     int64_t tp = m->tensor_model_parallel_size;
     if (tp <= 1 || m->num_attention_heads == TR_NULL_INT || m->num_attention_heads < 1) return;
-    int64_t groups =
-        m->num_query_groups != TR_NULL_INT ? m->num_query_groups : m->num_attention_heads;
+    int64_t heads = m->num_attention_heads;
     int64_t ffn = m->ffn_hidden_size != TR_NULL_INT ? m->ffn_hidden_size
                   : m->hidden_size != TR_NULL_INT   ? 4 * m->hidden_size
                                                     : 0;
@@ -126,13 +128,13 @@ TR_RULE_FN(tr_check_runtime_tp_split) {
         c->derived.padded_vocab_size != TR_NULL_INT ? c->derived.padded_vocab_size : m->vocab_size;
     if (vocab == TR_NULL_INT) vocab = 0;
     int64_t sp_seq = m->sequence_parallel ? m->seq_length : tp;
-    if (groups % tp == 0 && ffn % tp == 0 && vocab % tp == 0 && sp_seq % tp == 0) return;
+    if (heads % tp == 0 && ffn % tp == 0 && vocab % tp == 0 && sp_seq % tp == 0) return;
     TR_FAIL("model.tensor_model_parallel_size",
-            "choose a TP size dividing the query groups, the MLP width, the padded vocabulary and "
-            "(sequence parallel) the sequence length",
-            "TP %lld does not divide query groups %lld, ffn %lld, padded vocabulary %lld or "
+            "choose a TP size dividing the attention heads, the MLP width, the padded vocabulary "
+            "and (sequence parallel) the sequence length",
+            "TP %lld does not divide attention heads %lld, ffn %lld, padded vocabulary %lld or "
             "sequence %lld",
-            (long long)tp, (long long)groups, (long long)ffn, (long long)vocab,
+            (long long)tp, (long long)heads, (long long)ffn, (long long)vocab,
             (long long)m->seq_length);
 }
 

@@ -26,6 +26,10 @@ typedef struct tr_grad_param {
     /* The same values on every TP rank (e.g. norm weights): its gradient norm is counted on TP
      * rank 0 only. Layout ignores it; tr_grad_counted_mask reads it. */
     bool tp_replicated;
+    /* Elements [uncounted_off, uncounted_off + uncounted_numel) of the parameter are a copy whose
+     * twin another TP rank's norm counts (TP larger than the query groups: the key and value
+     * rows each rank of a group holds): left out of this rank's gradient norm. */
+    int64_t uncounted_off, uncounted_numel;
     /* Megatron gives a shared (tied) embedding a bucket of its own, so the pipeline's embedding
      * all-reduce can touch it without waiting on other parameters. */
     bool own_bucket;

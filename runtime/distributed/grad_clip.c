@@ -14,19 +14,39 @@ void tr_grad_counted_mask(const tr_grad_layout *layout, int tp_rank, uint8_t *co
         counted[p] = !layout->params[p].param.tp_replicated || tp_rank == 0;
 }
 
-/* dev NULL: host buffers and the caller's ops (the original interface). */
-static tr_status local_sum_squares(tr_device *dev, const tr_grad_owned *owned, const float *grads,
+static tr_status sum_squares(tr_device *dev, const float *x, int64_t n, const tr_ops *ops,
+                             double *acc) {
+    if (n <= 0) return TR_OK;
+    float part = 0.0f;
+    if (dev)
+        TR_TRY(tr_device_sum_squares(dev, x, n, &part));
+    else
+        TR_TRY(ops->sum_squares(&part, x, n));
+    *acc += (double)part;
+    return TR_OK;
+}
+
+/* dev NULL: host buffers and the caller's ops (the original interface). A range that overlaps
+ * its parameter's uncounted elements is summed around them. */
+static tr_status local_sum_squares(tr_device *dev, const tr_grad_layout *layout,
+                                   const tr_grad_owned *owned, const float *grads,
                                    const uint8_t *counted, const tr_ops *ops, double *sum_sq) {
     double s = 0.0;
     for (int i = 0; i < owned->n_ranges; i++) {
         const tr_grad_range *r = &owned->ranges[i];
         if (counted && !counted[r->param]) continue;
-        float part = 0.0f;
-        if (dev)
-            TR_TRY(tr_device_sum_squares(dev, grads + r->offset, r->numel, &part));
-        else
-            TR_TRY(ops->sum_squares(&part, grads + r->offset, r->numel));
-        s += (double)part;
+        int64_t lo = r->offset, hi = r->offset + r->numel, skip_lo = 0, skip_hi = 0;
+        if (counted && layout) {
+            const tr_grad_slot *slot = &layout->params[r->param];
+            skip_lo = slot->offset + slot->param.uncounted_off;
+            skip_hi = skip_lo + slot->param.uncounted_numel;
+        }
+        if (skip_hi <= skip_lo || skip_hi <= lo || skip_lo >= hi) {
+            TR_TRY(sum_squares(dev, grads + lo, hi - lo, ops, &s));
+            continue;
+        }
+        if (skip_lo > lo) TR_TRY(sum_squares(dev, grads + lo, skip_lo - lo, ops, &s));
+        if (skip_hi < hi) TR_TRY(sum_squares(dev, grads + skip_hi, hi - skip_hi, ops, &s));
     }
     *sum_sq = s;
     return TR_OK;
@@ -35,16 +55,15 @@ static tr_status local_sum_squares(tr_device *dev, const tr_grad_owned *owned, c
 tr_status tr_grad_local_sum_squares(const tr_grad_layout *layout, const tr_grad_owned *owned,
                                     const float *grads, const uint8_t *counted, const tr_ops *ops,
                                     double *sum_sq) {
-    (void)layout;
-    return local_sum_squares(NULL, owned, grads, counted, ops, sum_sq);
+    return local_sum_squares(NULL, layout, owned, grads, counted, ops, sum_sq);
 }
 
-static tr_status clip(tr_device *dev, tr_comm *comm, int group, const tr_grad_owned *owned,
-                      float *grads, const uint8_t *counted, const tr_ops *ops, double max_norm,
-                      double *norm, bool *clipped) {
+static tr_status clip(tr_device *dev, tr_comm *comm, int group, const tr_grad_layout *layout,
+                      const tr_grad_owned *owned, float *grads, const uint8_t *counted,
+                      const tr_ops *ops, double max_norm, double *norm, bool *clipped) {
     double sq = 0.0;
     if (clipped) *clipped = false;
-    TR_TRY(local_sum_squares(dev, owned, grads, counted, ops, &sq));
+    TR_TRY(local_sum_squares(dev, layout, owned, grads, counted, ops, &sq));
     if (dev)
         TR_TRY(tr_device_all_reduce_host(dev, comm, group, &sq, 1, TR_COMM_F64, TR_COMM_SUM));
     else
@@ -64,14 +83,12 @@ static tr_status clip(tr_device *dev, tr_comm *comm, int group, const tr_grad_ow
 tr_status tr_grad_clip(tr_comm *comm, int group, const tr_grad_layout *layout,
                        const tr_grad_owned *owned, float *grads, const uint8_t *counted,
                        const tr_ops *ops, double max_norm, double *norm, bool *clipped) {
-    (void)layout;
-    return clip(NULL, comm, group, owned, grads, counted, ops, max_norm, norm, clipped);
+    return clip(NULL, comm, group, layout, owned, grads, counted, ops, max_norm, norm, clipped);
 }
 
 tr_status tr_grad_clip_on(tr_device *dev, tr_comm *comm, int group, const tr_grad_layout *layout,
                           const tr_grad_owned *owned, float *grads, const uint8_t *counted,
                           double max_norm, double *norm, bool *clipped) {
-    (void)layout;
-    return clip(dev, comm, group, owned, grads, counted, tr_device_ops(dev), max_norm, norm,
+    return clip(dev, comm, group, layout, owned, grads, counted, tr_device_ops(dev), max_norm, norm,
                 clipped);
 }

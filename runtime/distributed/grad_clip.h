@@ -22,7 +22,8 @@
 int tr_grad_norm_group(bool distributed_optimizer);
 
 /* counted[p] for every parameter: 0 for a TP-replicated parameter on a TP rank other than 0, else
- * 1. counted must hold layout->n_params bytes. */
+ * 1. counted must hold layout->n_params bytes. Where counted is given, a counted parameter's
+ * uncounted elements (tr_grad_param) are left out as well. */
 void tr_grad_counted_mask(const tr_grad_layout *layout, int tp_rank, uint8_t *counted);
 
 /* This rank's sum of squares over its owned, counted elements (counted NULL: all), accumulated in

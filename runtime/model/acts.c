@@ -133,6 +133,9 @@ static void carve_acts(tr_model *m, carver *c) {
      * input gradient before this rank's rows of it are taken. */
     bool lora_x = s->lora_rank && (s->lora_dropout > 0.0f || s->sequence_parallel);
     m->lora_x = lora_x ? carve(c, bt * widest) : NULL;
+    int kv_rep = tr_model_kv_replicas(&m->full, m->tp);
+    int64_t kv_cols = C > s->lora_rank ? C : s->lora_rank;
+    m->kv_scratch = kv_rep > 1 ? carve(c, m->full.groups * 2 * s->head_dim * kv_cols) : NULL;
 }
 
 int tr_model_layer_slots(const tr_model *m, int layer) {

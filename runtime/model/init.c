@@ -35,10 +35,25 @@ static int64_t logical_coord(int64_t x, int64_t n, tr_tp_shard tp, bool swiglu) 
                     : half * tp.size + (int64_t)tp.rank * half + x - half;
 }
 
+/* TP larger than the query groups: the rank's query rows sit among its group's, after those of
+ * the group's lower ranks; its key and value rows are the group's own. */
+static int64_t kv_coord(int64_t x, const tr_param_info *p, tr_tp_shard tp) {
+    int64_t group = tp.rank / p->kv_rep, sub = tp.rank % p->kv_rep;
+    int64_t per_group = (int64_t)p->kv_rep * p->kv_q + p->kv_len;
+    if (x < p->kv_q) return group * per_group + sub * p->kv_q + x;
+    return group * per_group + (int64_t)p->kv_rep * p->kv_q + (x - p->kv_q);
+}
+
 int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_t e) {
     int64_t r = e / p->cols, c = e % p->cols;
-    if (p->split_dim == 0) r = logical_coord(r, p->rows, m->tp, p->swiglu_split);
-    if (p->split_dim == 1) c = logical_coord(c, p->cols, m->tp, p->swiglu_split);
+    if (p->kv_rep > 1 && p->split_dim == 0)
+        r = kv_coord(r, p, m->tp);
+    else if (p->split_dim == 0)
+        r = logical_coord(r, p->rows, m->tp, p->swiglu_split);
+    if (p->kv_rep > 1 && p->split_dim == 1)
+        c = kv_coord(c, p, m->tp);
+    else if (p->split_dim == 1)
+        c = logical_coord(c, p->cols, m->tp, p->swiglu_split);
     return r * p->full_cols + c;
 }
 

@@ -137,6 +137,25 @@ static tr_status add_adapter(layout *l, const tr_model_spec *s, const char *pref
     return st;
 }
 
+/* TP larger than the query groups: the parameters added since `first` that TP splits are
+ * linear_qkv's (its weight, bias, LoRA B), whose split dimension is the rank's query rows and
+ * then its group's key and value rows, a copy each of kv_rep ranks holds. */
+static void mark_kv(layout *l, int first, const tr_model_spec *s, int kv_rep, int tp) {
+    if (kv_rep <= 1) return;
+    for (int i = first; i < l->n; i++) {
+        tr_param_info *p = &l->info[i];
+        if (p->split_dim < 0) continue;
+        p->kv_rep = kv_rep;
+        p->kv_q = s->heads * s->head_dim;
+        p->kv_len = 2 * s->head_dim;
+        int full = p->kv_q * tp + p->kv_len * (tp / kv_rep);
+        if (p->split_dim == 0)
+            p->full_rows = full;
+        else
+            p->full_cols = full;
+    }
+}
+
 static bool holds_layer(const tr_model_part *parts, int n_parts, int layer) {
     for (int k = 0; k < n_parts; k++)
         if (layer >= parts[k].first_layer && layer < parts[k].first_layer + parts[k].num_layers)
@@ -160,7 +179,7 @@ static tr_status add_word_embedding(layout *l, const tr_model_spec *s, int tp, b
 /* The order is the module order of Megatron's GPTModel, so a name lists like its state dict;
  * a stage lists only its own modules, under their global layer numbers. */
 static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, int fc1_dim, int tp,
-                              const tr_model_part *parts, int n_parts) {
+                              int kv_rep, const tr_model_part *parts, int n_parts) {
     bool has_embedding = any_part(parts, n_parts, false), has_loss = any_part(parts, n_parts, true);
     l->freeze = s->lora_rank > 0;
     if (has_embedding) {
@@ -177,9 +196,11 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
         snprintf(pre, sizeof pre, "decoder.layers.%d.input_layernorm", i);
         TR_TRY(add_norm(l, s, pre));
         snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_qkv", i);
+        int first = l->n;
         TR_TRY(
             add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL, true, false, tp));
         TR_TRY(add_adapter(l, s, pre, TR_LORA_QKV, qkv_dim, s->hidden, true, false, tp));
+        mark_kv(l, first, s, kv_rep, tp);
         TR_TRY(add_qk_norms(l, s, i, tp));
         snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_proj", i);
         TR_TRY(add_linear(l, pre, s->hidden, s->heads * s->head_dim, s->bias_linear,
@@ -275,8 +296,11 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
     if (s->rope && (s->rope_p.rot_dim < 2 || s->rope_p.rot_dim > s->head_dim))
         return TR_ERR_INVALID;
     if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) return TR_ERR_INVALID;
-    /* Query groups, their heads, the MLP width and the padded vocabulary split evenly. */
-    if (s->groups % tp.size || s->ffn % tp.size || s->vocab % tp.size) return TR_ERR_INVALID;
+    /* Query groups (or, TP being a multiple of them, their heads), the MLP width and the padded
+     * vocabulary split evenly. */
+    bool kv_split =
+        s->groups % tp.size == 0 || (tp.size % s->groups == 0 && s->heads % tp.size == 0);
+    if (!kv_split || s->ffn % tp.size || s->vocab % tp.size) return TR_ERR_INVALID;
     if (s->sequence_parallel && s->seq % tp.size) return TR_ERR_INVALID;
     return TR_OK;
 }
@@ -304,11 +328,12 @@ static tr_status check_parts(const tr_model_spec *s, const tr_model_part *parts,
     return emb <= 1 && loss <= 1 ? TR_OK : TR_ERR_INVALID;
 }
 
-/* This rank's sizes: the TP-split dimensions divided by tp.size. */
+/* This rank's sizes: the TP-split dimensions divided by tp.size (with more TP ranks than query
+ * groups, one group each). */
 static tr_model_spec local_spec(const tr_model_spec *s, tr_tp_shard tp) {
     tr_model_spec l = *s;
     l.heads = s->heads / tp.size;
-    l.groups = s->groups / tp.size;
+    l.groups = s->groups < tp.size ? 1 : s->groups / tp.size;
     l.ffn = s->ffn / tp.size;
     l.vocab = s->vocab / tp.size;
     l.sequence_parallel = s->sequence_parallel && tp.size > 1;
@@ -325,7 +350,8 @@ tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_m
     tr_model_spec l = local_spec(s, tp);
     int qkv_dim = (l.heads + 2 * l.groups) * l.head_dim, fc1_dim = l.swiglu ? 2 * l.ffn : l.ffn;
     layout lay = {0};
-    tr_status st = build_layout(&lay, &l, qkv_dim, fc1_dim, tp.size, parts, n_parts);
+    tr_status st = build_layout(&lay, &l, qkv_dim, fc1_dim, tp.size, tr_model_kv_replicas(s, tp),
+                                parts, n_parts);
     if (st != TR_OK) {
         free(lay.info);
         return st;
@@ -360,7 +386,8 @@ static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *
     memcpy(m->parts, parts, (size_t)n_parts * sizeof *parts);
     m->n_parts = n_parts;
     layout l = {0};
-    st = build_layout(&l, s, m->qkv_dim, m->fc1_dim, tp.size, parts, n_parts);
+    st = build_layout(&l, s, m->qkv_dim, m->fc1_dim, tp.size, tr_model_kv_replicas(&m->full, tp),
+                      parts, n_parts);
     m->info = l.info;
     m->n_info = l.n;
     m->n_params = l.total;

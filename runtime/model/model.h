@@ -102,6 +102,11 @@ typedef struct tr_param_info {
     bool tied_copy;
     /* LoRA: a base weight that is never trained (no gradient, no update, no weight decay). */
     bool frozen;
+    /* TP larger than the query groups (linear_qkv, its bias and its LoRA B): along the split
+     * dimension the shard is this rank's kv_q query rows, then kv_len rows holding a copy of its
+     * group's key and value heads, which kv_rep consecutive TP ranks share. Their gradients are
+     * partial per rank (tr_model_reduce_kv_grad sums them); kv_rep 1: nothing replicated. */
+    int kv_rep, kv_q, kv_len;
     int full_rows, full_cols; /* the logical tensor */
 } tr_param_info;
 
@@ -267,6 +272,9 @@ typedef struct tr_model {
     float *dora_scale, *dora_v, *dora_z;
     int64_t *dora_at;
     int dora_v_rows;
+    /* TP larger than the query groups: one slot per group of the widest key-value gradient
+     * (tr_model_reduce_kv_grad); NULL otherwise. */
+    float *kv_scratch;
 } tr_model;
 
 /* Reads the model section (and the derived padded vocab) into a spec; features the CPU runtime
@@ -356,6 +364,14 @@ tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_m
  * gradient layout's offsets), keeping the values; the gradients restart at zero and elements
  * outside every parameter stay zero. */
 tr_status tr_model_relayout(tr_model *m, const int64_t *offsets, int64_t numel);
+
+/* TP ranks holding a copy of each query group's key and value heads: tp.size / groups when TP
+ * is larger than the query groups, else 1. */
+int tr_model_kv_replicas(const tr_model_spec *s, tr_tp_shard tp);
+
+/* The elements [*off, *off + *numel) of p's shard that are its query group's key and value
+ * heads, copies of which other TP ranks hold (p->kv_rep > 1); *numel 0 when none. */
+void tr_param_kv_range(const tr_param_info *p, int64_t *off, int64_t *numel);
 
 /* The logical element (row-major in the full_rows x full_cols tensor) of element e of p's shard
  * on this rank. */

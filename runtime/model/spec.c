@@ -58,6 +58,12 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
     return TR_OK;
 }
 
+/* More TP ranks than query groups: each group's key and value heads are copied to the
+ * tp.size / groups ranks whose query heads read them. */
+int tr_model_kv_replicas(const tr_model_spec *s, tr_tp_shard tp) {
+    return s->groups < tp.size ? tp.size / s->groups : 1;
+}
+
 double tr_model_flops_per_seq(const tr_model_spec *s) {
     double T = s->seq, C = s->hidden, hd = (double)s->heads * s->head_dim;
     double qkv = (double)(s->heads + 2 * s->groups) * s->head_dim;
@@ -66,4 +72,13 @@ double tr_model_flops_per_seq(const tr_model_spec *s) {
     /* causal attention: QK^T and PV over on average T/2 keys */
     double attn = 2.0 * 2.0 * hd * (T / 2.0);
     return s->num_layers * T * (per_tok + attn) + 2.0 * T * C * s->vocab;
+}
+
+void tr_param_kv_range(const tr_param_info *p, int64_t *off, int64_t *numel) {
+    *off = *numel = 0;
+    if (p->kv_rep <= 1) return;
+    /* Rows split: whole rows of the weight; columns split: the bias, one row. */
+    int64_t unit = p->split_dim == 0 ? p->cols : 1;
+    *off = (int64_t)p->kv_q * unit;
+    *numel = (int64_t)p->kv_len * unit;
 }

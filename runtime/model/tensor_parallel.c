@@ -60,3 +60,18 @@ tr_status tr_tp_ce_combine(const tr_model *m, float *stats, float *scratch, int 
     return tr_comm_all_reduce_inplace(m->comm, m->tp_group, stats + rows, 2 * (size_t)rows,
                                       TR_COMM_F32, TR_COMM_SUM);
 }
+
+tr_status tr_model_reduce_kv_grad(const tr_model *m, int param) {
+    const tr_param_info *p = &m->info[param];
+    int64_t off = 0, n = 0;
+    tr_param_kv_range(p, &off, &n);
+    if (n == 0 || p->frozen) return TR_OK;
+    if (!m->comm || !m->kv_scratch) return TR_ERR_INTERNAL;
+    int64_t slots = m->tp.size / p->kv_rep, slot = m->tp.rank / p->kv_rep;
+    float *g = m->grads + p->offset + off, *mine = m->kv_scratch + slot * n;
+    TR_TRY(m->ops->fill(m->kv_scratch, slots * n, 0.0f));
+    TR_TRY(m->ops->copy_2d(mine, n, g, n, 1, n));
+    TR_TRY(tr_comm_all_reduce_inplace(m->comm, m->tp_group, m->kv_scratch, (size_t)(slots * n),
+                                      TR_COMM_F32, TR_COMM_SUM));
+    return m->ops->copy_2d(g, n, mine, n, 1, n);
+}

@@ -37,4 +37,12 @@ tr_status tr_tp_seq_reduce_scatter(const tr_model *m, const float *full, float *
  * all-reduce), so no rank ever holds the full logits. scratch holds rows floats. */
 tr_status tr_tp_ce_combine(const tr_model *m, float *stats, float *scratch, int rows);
 
+/* TP larger than the query groups: the gradient of parameter `param`'s key and value rows (a
+ * copy on each of the kv_rep TP ranks sharing a query group, each holding what its own query
+ * heads contributed) summed over exactly those ranks, in place; a no-op for other parameters and
+ * frozen ones. One all-reduce over the TP group of one slot per query group, each rank's part in
+ * its group's slot and zeros in the others: the sums are exact sums of the replicas' parts and
+ * the same on each of them. Call it once the gradient is complete (last microbatch). */
+tr_status tr_model_reduce_kv_grad(const tr_model *m, int param);
+
 #endif

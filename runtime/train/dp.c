@@ -8,16 +8,22 @@
 
 #include "runtime/device/device.h"
 #include "runtime/distributed/grad_clip.h"
+#include "runtime/model/tensor_parallel.h"
 
 /* A sequence-parallel partial gradient (norms, position embedding) is summed over TP once its
  * accumulation over the microbatches is complete, before its DP reduction (a sum, so the order
- * does not matter; Megatron does it after). */
+ * does not matter; Megatron does it after); so are the key-value rows that the TP ranks sharing
+ * a query group hold copies of (TP larger than the groups). */
 static tr_status on_grad_ready(void *ctx, int param) {
     tr_train_dp *t = ctx;
     const tr_param_info *p = &t->model->info[param];
     if (p->sp_partial && t->ddp.last_microbatch)
         TR_TRY(tr_comm_all_reduce_inplace(t->comm, TR_GROUP_TP, t->model->grads + p->offset,
                                           (size_t)p->numel, TR_COMM_F32, TR_COMM_SUM));
+    if (p->kv_rep > 1 && t->ddp.last_microbatch && !t->kv_summed[param]) {
+        TR_TRY(tr_model_reduce_kv_grad(t->model, param));
+        t->kv_summed[param] = 1;
+    }
     return tr_ddp_grad_ready(&t->ddp, param);
 }
 
@@ -39,6 +45,9 @@ static tr_status build_layout(tr_train_dp *t, const tr_config *c, const tr_model
         gp[i].no_weight_decay = m->info[i].no_decay;
         gp[i].frozen = m->info[i].frozen;
         gp[i].tp_replicated = m->tp.size > 1 && m->info[i].split_dim < 0;
+        /* Key-value copies (TP larger than the query groups): the group's first rank counts. */
+        if (m->info[i].kv_rep > 1 && m->tp.rank % m->info[i].kv_rep != 0)
+            tr_param_kv_range(&m->info[i], &gp[i].uncounted_off, &gp[i].uncounted_numel);
         /* As Megatron: a tied embedding split over the pipeline has a bucket of its own on both
          * stages, so the distributed optimizer's shards of the two copies cover the same rows
          * and the embedding group's all-reduce sums reduced values with reduced values. */
@@ -87,7 +96,8 @@ tr_status tr_train_dp_setup(tr_train_dp *t, const tr_config *c, tr_comm *comm, t
     t->have_opt = true;
     if (!tr_device_host_visible(m->dev)) TR_TRY(tr_dist_opt_use_device(&t->opt, m->dev));
     t->counted = malloc((size_t)m->n_info);
-    if (!t->counted) return TR_ERR_NOMEM;
+    t->kv_summed = calloc((size_t)m->n_info, 1);
+    if (!t->counted || !t->kv_summed) return TR_ERR_NOMEM;
     /* A TP-replicated parameter enters the global norm once, from TP rank 0; a tied copy not at
      * all (its first stage's twin counts, as Megatron's shared-parameter rule). */
     tr_grad_counted_mask(&t->layout, m->tp.rank, t->counted);
@@ -103,7 +113,19 @@ void tr_train_dp_free(tr_train_dp *t) {
     if (t->have_ddp) tr_ddp_free(&t->ddp);
     if (t->have_layout) tr_grad_layout_free(&t->layout);
     free(t->counted);
+    free(t->kv_summed);
     memset(t, 0, sizeof *t);
+}
+
+/* A parameter the model does not report ready (LoRA's adapters) is still in no started bucket
+ * here, so its sum comes before its DP reduction as well. */
+tr_status tr_train_dp_finish_grads(tr_train_dp *t) {
+    for (int i = 0; i < t->model->n_info; i++) {
+        if (t->model->info[i].kv_rep > 1 && !t->kv_summed[i])
+            TR_TRY(tr_model_reduce_kv_grad(t->model, i));
+        t->kv_summed[i] = 0;
+    }
+    return tr_ddp_finish_grad_sync(&t->ddp);
 }
 
 tr_status tr_train_dp_sum(tr_train_dp *t, double *v, int n) {
@@ -148,9 +170,17 @@ tr_status tr_train_dp_params_norm(tr_train_dp *t, double *norm) {
         const tr_param_info *p = &m->info[i];
         bool replicated_elsewhere = m->tp.size > 1 && p->split_dim < 0 && m->tp.rank != 0;
         if (p->tied_copy || replicated_elsewhere) continue;
-        float part = 0.0f;
-        TR_TRY(tr_device_sum_squares(m->dev, m->params + p->offset, p->numel, &part));
-        sq += (double)part;
+        /* A key-value copy is counted on its group's first TP rank. */
+        int64_t kv_off = 0, kv_n = 0;
+        if (p->kv_rep > 1 && m->tp.rank % p->kv_rep != 0) tr_param_kv_range(p, &kv_off, &kv_n);
+        float part = 0.0f, rest = 0.0f;
+        int64_t tail = kv_off + kv_n;
+        TR_TRY(
+            tr_device_sum_squares(m->dev, m->params + p->offset, kv_n ? kv_off : p->numel, &part));
+        if (kv_n && tail < p->numel)
+            TR_TRY(tr_device_sum_squares(m->dev, m->params + p->offset + tail, p->numel - tail,
+                                         &rest));
+        sq += (double)part + (double)rest;
     }
     /* Every DP rank holds the same parameters: the model-parallel ranks hold the disjoint
      * pieces. */

@@ -28,7 +28,8 @@ typedef struct tr_train_dp {
     tr_grad_layout layout;
     tr_ddp ddp;
     tr_dist_opt opt;
-    uint8_t *counted; /* per parameter: enters the global grad norm on this rank */
+    uint8_t *counted;   /* per parameter: enters the global grad norm on this rank */
+    uint8_t *kv_summed; /* per parameter: its key-value copies summed this iteration */
     bool have_layout, have_ddp, have_opt;
 } tr_train_dp;
 
@@ -37,6 +38,11 @@ typedef struct tr_train_dp {
 tr_status tr_train_dp_setup(tr_train_dp *t, const tr_config *c, tr_comm *comm, tr_model *m,
                             const tr_optimizer_spec *os, tr_diags *d);
 void tr_train_dp_free(tr_train_dp *t);
+
+/* After the last microbatch's backward: the key-value gradient copies (TP above the query
+ * groups) whose readiness the model never reported are summed (tr_model_reduce_kv_grad), then
+ * the data-parallel reduction is finished (tr_ddp_finish_grad_sync). */
+tr_status tr_train_dp_finish_grads(tr_train_dp *t);
 
 /* Element-wise sum over the DP group of n doubles, in place (loss and token counts). */
 tr_status tr_train_dp_sum(tr_train_dp *t, double *v, int n);

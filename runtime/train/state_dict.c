@@ -45,12 +45,20 @@ typedef struct block {
     int layer;        /* -1: not a layer parameter */
     int64_t full_rows, full_cols, row0, col0, rows, cols;
     int tp_dim; /* the dimension TP splits (-1: none) */
+    /* TP larger than the query groups: the key-value block that this many consecutive TP ranks
+     * hold copies of (0: a block of this TP rank's own). */
+    int kv_rep;
     float *data;
 } block;
 
-/* Which holders share a slice: TP-split tensors are replicated over DP only; the rest over TP
- * and DP. Sets *index (this rank among them) and returns their number. */
-static int replica_group(const tr_train_ckpt *k, int split_dim, int *index) {
+/* Which holders share a slice: TP-split tensors are replicated over DP only (a key-value block
+ * over its group's TP ranks too); the rest over TP and DP. Sets *index (this rank among them)
+ * and returns their number. */
+static int replica_group(const tr_train_ckpt *k, int split_dim, int kv_rep, int *index) {
+    if (kv_rep > 1) {
+        *index = k->tp_rank % kv_rep + kv_rep * k->dp_rank;
+        return kv_rep * k->dp;
+    }
     if (split_dim >= 0) {
         *index = k->dp_rank;
         return k->dp;
@@ -87,7 +95,7 @@ static tr_status add_block(tr_ckpt_list *l, const tr_train_ckpt *k, const char *
     t.slice.shape[d + 1] = b->cols;
     t.ndim = t.slice.ndim = d + 2;
     if (b->tp_dim >= 0) t.tp_axis = d + b->tp_dim;
-    int index = 0, group = replica_group(k, split_dim, &index);
+    int index = 0, group = replica_group(k, split_dim, b->kv_rep, &index);
     if (role == TR_CKPT_PARAM_LOADS) {
         t.replica_id = 1 + index;
     } else if (for_save && k->env.c->checkpoint.fully_parallel_save && group > 1) {
@@ -104,6 +112,33 @@ static tr_status add_block(tr_ckpt_list *l, const tr_train_ckpt *k, const char *
         t.replica_id = index;
     }
     return list_push(l, name, &t);
+}
+
+/* TP larger than the query groups: the shard's split dimension is the rank's own query rows,
+ * then its group's key and value rows (see tr_model_logical_index): two blocks of the logical
+ * tensor, the second held by each of the group's kv_rep TP ranks and written by one. */
+static tr_status add_kv_blocks(tr_ckpt_list *l, const tr_train_ckpt *k, const char *prefix,
+                               const block *b, const tr_param_info *p, tr_ckpt_param_role role,
+                               int turn, bool for_save) {
+    int64_t group = k->tp_rank / p->kv_rep, sub = k->tp_rank % p->kv_rep;
+    int64_t start = group * ((int64_t)p->kv_rep * p->kv_q + p->kv_len);
+    block q = *b, kv = *b;
+    kv.kv_rep = p->kv_rep;
+    if (p->split_dim == 0) {
+        q.rows = p->kv_q;
+        q.row0 = start + sub * p->kv_q;
+        kv.rows = p->kv_len;
+        kv.row0 = start + (int64_t)p->kv_rep * p->kv_q;
+        kv.data = b->data + (int64_t)p->kv_q * p->cols;
+    } else { /* the bias: one row */
+        q.cols = p->kv_q;
+        q.col0 = start + sub * p->kv_q;
+        kv.cols = p->kv_len;
+        kv.col0 = start + (int64_t)p->kv_rep * p->kv_q;
+        kv.data = b->data + p->kv_q;
+    }
+    TR_TRY(add_block(l, k, prefix, &q, role, p->split_dim, turn, for_save));
+    return add_block(l, k, prefix, &kv, role, p->split_dim, turn + 1, for_save);
 }
 
 static bool is_vocab_param(const char *name) {
@@ -133,6 +168,10 @@ tr_status tr_ckpt_list_add_params(tr_ckpt_list *l, const tr_train_ckpt *k, const
             b.layer = -1;
         /* The same kind of parameter in successive layers goes to successive writers. */
         int layer_turn = b.layer > 0 ? b.layer : 0;
+        if (p->kv_rep > 1) {
+            TR_TRY(add_kv_blocks(l, k, prefix, &b, p, role, turn0 + i + layer_turn, for_save));
+            continue;
+        }
         if (p->split_dim == 0) b.row0 = (int64_t)m->tp.rank * p->rows;
         if (p->split_dim == 1) b.col0 = (int64_t)m->tp.rank * p->cols;
         /* Padding rows of the vocabulary depend on TP: only the real ids are stored. */

@@ -168,7 +168,7 @@ static tr_status pp_before_backward(void *ctx, bool last) {
 
 static tr_status pp_finish_grads(void *ctx) {
     trainer *t = ctx;
-    return tr_ddp_finish_grad_sync(&t->dp.ddp);
+    return tr_train_dp_finish_grads(&t->dp);
 }
 
 /* Pipeline parallel: the executor runs this rank's stages, finishing with the data-parallel
@@ -205,7 +205,7 @@ static tr_status train_step_dp(trainer *t, int64_t iteration, int64_t consumed,
         TR_TRY(accumulate_pp(t, iteration, consumed, &sum, &tokens));
     } else {
         TR_TRY(accumulate(t, iteration, consumed, &sum, &tokens));
-        TR_TRY(tr_ddp_finish_grad_sync(&t->dp.ddp));
+        TR_TRY(tr_train_dp_finish_grads(&t->dp));
     }
     t->buckets_started_early += t->dp.ddp.started_early;
     double g[2] = {sum, (double)tokens};

@@ -99,6 +99,24 @@ tr_ckpt_resume_test(reshard_pp4_to_pp2vpp2_sgd 4 --np-save 4 --np-load 2 gpt_tin
                     ${TR_CKPT_COMMON} model.num_layers=4 optimizer.optimizer=sgd optimizer.lr=0.1
                     -- ${TR_CKPT_PP4} -- ${TR_CKPT_PP2} model.virtual_pipeline_model_parallel_size=2)
 
+# TP larger than the query groups (llama_tiny: 2): at TP 4 each pair of TP ranks holds copies of
+# one group's key and value heads, stored once (written by one holder; the manifest must cover
+# every element exactly once); any TP reads them back: exact at TP 4, resharded to TP 1 and to
+# TP 2 x DP 2 with the distributed optimizer's state, and from TP 2 to TP 4.
+set(TR_CKPT_TP4 model.tensor_model_parallel_size=4)
+tr_ckpt_resume_test(exact_llama_tp4_kv_replicas 4 --exact --np-save 4 --np-load 4
+                    llama_tiny_pretrain ${TR_CKPT_COMMON} -- ${TR_CKPT_TP4} -- ${TR_CKPT_TP4})
+tr_ckpt_resume_test(reshard_llama_tp4_to_tp1 4 --np-save 4 --np-load 1 llama_tiny_pretrain
+                    ${TR_CKPT_COMMON} -- ${TR_CKPT_TP4} --)
+tr_ckpt_resume_test(reshard_llama_tp4_to_tp2dp2_distopt 4 --np-save 4 --np-load 4
+                    llama_tiny_pretrain ${TR_CKPT_COMMON} ${TR_CKPT_UNTIED} -- ${TR_CKPT_TP4}
+                    ${TR_CKPT_DISTOPT} -- ${TR_CKPT_TP2} ${TR_CKPT_DISTOPT})
+tr_ckpt_resume_test(reshard_llama_tp2_to_tp4 4 --np-save 2 --np-load 4 llama_tiny_pretrain
+                    ${TR_CKPT_COMMON} -- ${TR_CKPT_TP2} -- ${TR_CKPT_TP4})
+# GPT with 2 query groups: the QKV bias's query and key-value columns, two slices as well.
+tr_ckpt_resume_test(reshard_gpt_groups2_tp4_to_tp1 4 --np-save 4 --np-load 1 gpt_tiny_pretrain
+                    ${TR_CKPT_COMMON} model.num_query_groups=2 -- ${TR_CKPT_TP4} --)
+
 # (c) Another DP size reads the same global samples: saved at DP1, resumed at DP2 and DP4 (the
 # losses could not match the DP1 run otherwise); DP2 -> DP4 reshards dist-opt state over DP.
 tr_ckpt_resume_test(dp1_to_dp2 2 --np-save 1 --np-load 2 gpt_tiny_pretrain ${TR_CKPT_COMMON} --

@@ -46,6 +46,19 @@ python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(
     "$(first "$TMP/one/metrics.jsonl")" "$(first "$TMP/tp2/metrics.jsonl")" ||
     fail "TP 2's first loss $(first "$TMP/tp2/metrics.jsonl") is not the one-rank $(first "$TMP/one/metrics.jsonl")"
 
+# TP 4 over the fixture's 2 query groups: each pair of ranks reads its group's key and value
+# heads (a copy each) and its own query head; the first loss is still the one-rank run's.
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+    "$MPIEXEC" --allow-run-as-root --oversubscribe -np 4 "$RR" --recipe llama_tiny_pretrain \
+    --hf-model "$H" "${small[@]}" model.tensor_model_parallel_size=4 \
+    logger.output_dir="$TMP/tp4" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc 0 "TP 4 run from the HF model (TP above its 2 query groups)"
+expect_in "$TMP/out" "loaded Hugging Face weights" "the TP 4 weights load"
+python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-5 * abs(a))' \
+    "$(first "$TMP/one/metrics.jsonl")" "$(first "$TMP/tp4/metrics.jsonl")" ||
+    fail "TP 4's first loss $(first "$TMP/tp4/metrics.jsonl") is not the one-rank $(first "$TMP/one/metrics.jsonl")"
+
 rr --recipe llama_tiny_pretrain --hf-model "$H" "${small[@]}" peft.scheme=lora peft.dim=4 \
     peft.alpha=8 logger.output_dir="$TMP/lora"
 expect_rc 0 "LoRA on the imported base"

@@ -55,6 +55,9 @@ typedef struct run_out {
      * the heads: summed over TP with or without sequence parallelism). */
     int64_t local_layers, sp_grads, head_grads;
     bool has_embedding, has_loss;
+    /* TP larger than the query groups: elements of this rank's key-value copies that differ
+     * from the group's first rank's (they must stay equal bit for bit). */
+    int64_t kv_drift;
     int memory_bad; /* the memory check failed on this rank */
 } run_out;
 
@@ -165,9 +168,13 @@ static tr_status capture(void *ctx, const tr_model *m) {
         int t = index_of(o->names, n_info, p->name);
         if (t < 0) return TR_ERR_INVALID;
         float *dst = p->tied_copy ? o->tied_copy : o->params + o->starts[t];
+        /* A key-value copy (TP larger than the query groups) from its group's first rank. */
+        int64_t kv_off = 0, kv_n = 0;
+        if (p->kv_rep > 1 && m->tp.rank % p->kv_rep != 0) tr_param_kv_range(p, &kv_off, &kv_n);
         if (p->split_dim >= 0 || m->tp.rank == 0)
             for (int64_t e = 0; e < p->numel; e++)
-                dst[tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
+                if (e < kv_off || e >= kv_off + kv_n)
+                    dst[tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
         if (strstr(p->name, "q_layernorm") || strstr(p->name, "k_layernorm"))
             o->head_grads += p->numel;
         else if (strstr(p->name, "layernorm") || strstr(p->name, "position_embeddings"))
@@ -183,6 +190,16 @@ static tr_status capture(void *ctx, const tr_model *m) {
         MPI_Allreduce(MPI_IN_PLACE, o->params, (int)o->n, MPI_FLOAT, MPI_SUM, o->mp);
         if (o->tied_copy)
             MPI_Allreduce(MPI_IN_PLACE, o->tied_copy, (int)emb_n, MPI_FLOAT, MPI_SUM, o->mp);
+    }
+    for (int i = 0; i < m->n_info; i++) {
+        const tr_param_info *p = &m->info[i];
+        int64_t kv_off = 0, kv_n = 0;
+        if (p->kv_rep > 1 && m->tp.rank % p->kv_rep != 0) tr_param_kv_range(p, &kv_off, &kv_n);
+        const float *logical = o->params + o->starts[index_of(o->names, n_info, p->name)];
+        for (int64_t e = kv_off; e < kv_off + kv_n; e++) {
+            float a = m->params[p->offset + e], b = logical[tr_model_logical_index(m, p, e)];
+            o->kv_drift += memcmp(&a, &b, sizeof a) != 0 && !(a == 0.0f && b == 0.0f);
+        }
     }
     o->memory_bad = check_memory(o, m);
     return TR_OK;
@@ -336,7 +353,9 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  *   plus once per iteration the all-reduce of the norm and position-embedding gradients the rank
  *   holds; the cross entropy's max (r) and sum (2r) all-reduces on the last stage; with
  *   qk_layernorm, once per iteration with or without SP, the all-reduce of the q/k norm
- *   gradients (each rank's covers its own heads).
+ *   gradients (each rank's covers its own heads); with TP larger than the G query groups, once
+ *   per iteration and layer the all-reduce that sums the key-value gradient copies, one slot
+ *   per group of 2.D.(h + qkv bias) elements: G.2D.(h + b).
  * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
  * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
@@ -356,8 +375,13 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t B = run->buffer_numel, sp_grads = sp ? run->sp_grads : 0;
     int64_t exchanges = r * h * (run->has_embedding + 4 * L + run->has_loss);
     int64_t ce = run->has_loss ? 3 * r : 0;
+    int64_t heads = m->num_attention_heads, G = m->num_query_groups;
+    int64_t D = m->kv_channels != TR_NULL_INT ? m->kv_channels : h / heads;
+    int64_t qkv_bias = m->add_bias_linear || m->add_qkv_bias;
+    int64_t kv_sums = tp > G ? L * G * 2 * D * (h + qkv_bias) : 0;
     int64_t tp_ar =
-        tp > 1 ? iters * (nmb * (ce + (sp ? 0 : exchanges)) + sp_grads + run->head_grads) : 0;
+        tp > 1 ? iters * (nmb * (ce + (sp ? 0 : exchanges)) + sp_grads + run->head_grads + kv_sums)
+               : 0;
     int64_t tp_rs = sp ? iters * nmb * exchanges : 0;
     int64_t tp_ag = sp ? iters * nmb * exchanges / tp : 0;
     const tr_validation_config *v = &c->validation;
@@ -517,6 +541,8 @@ int main(int argc, char **argv) {
         int mem_bad = 0;
         MPI_Allreduce(&run.memory_bad, &mem_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         double replicas = replica_diff(&run);
+        int64_t kv_drift = run.kv_drift;
+        MPI_Allreduce(MPI_IN_PLACE, &kv_drift, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
         int64_t skips[2] = {run.overflows, -run.overflows};
         MPI_Allreduce(MPI_IN_PLACE, skips, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
         double scales[2] = {run.loss_scale, -run.loss_scale};
@@ -549,6 +575,11 @@ int main(int argc, char **argv) {
                 err = INFINITY;
             }
             if (tied_copy_drift(&run) != 0) err = INFINITY;
+            if (kv_drift != 0) {
+                printf("key-value copies differ from their group's first rank in %lld elements\n",
+                       (long long)kv_drift);
+                err = INFINITY;
+            }
             bool same = err <= tol && replicas == 0.0;
             code = same != expect_differ ? 0 : 1;
             printf("%s: %s (tolerance %g, parameters %g, %d ranks)\n", code ? "FAIL" : "OK",

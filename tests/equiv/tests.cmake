@@ -57,6 +57,25 @@ tr_equiv_test(gpt_tp2_dp4_distopt_overlap 8 --expect-overlap gpt_tiny_pretrain $
               model.calculate_per_token_loss=true -- ${TR_TP2} ${TR_DISTOPT} ${TR_OVERLAP}
               ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)
 
+# TP larger than the query groups (llama_tiny: 4 heads in 2 groups): each of the 4 TP ranks holds
+# one query head and a copy of its group's key and value heads, whose gradients are summed over
+# the 2 ranks sharing the group (an all-reduce --check-volume counts); the copies must stay equal
+# bit for bit. Alone, with SP, with DP and the distributed optimizer (weight decay, overlap),
+# and with SGD + clipping, where a norm that counted the copies twice would change the step.
+tr_equiv_test(llama_tp4_kv_replicas 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} -- ${TR_TP4})
+tr_equiv_test(llama_tp4_sp_kv_replicas 4 llama_tiny_pretrain ${TR_EQUIV_COMMON}
+              train.micro_batch_size=2 model.hidden_dropout=0.1 -- ${TR_TP4} model.sequence_parallel=true)
+tr_equiv_test(llama_tp4_dp2_distopt_kv_replicas 8 --expect-overlap llama_tiny_pretrain
+              ${TR_EQUIV_COMMON} -- ${TR_TP4} ${TR_DISTOPT} ${TR_OVERLAP})
+tr_equiv_test(llama_tp4_sgd_clip_kv_replicas 4 llama_tiny_pretrain ${TR_EQUIV_COMMON}
+              optimizer.optimizer=sgd optimizer.lr=0.1 optimizer.clip_grad=0.05 -- ${TR_TP4})
+tr_equiv_test(llama_tp4_dp2_distopt_sgd_clip_kv_replicas 8 llama_tiny_pretrain ${TR_EQUIV_COMMON}
+              optimizer.optimizer=sgd optimizer.lr=0.1 optimizer.clip_grad=0.05 -- ${TR_TP4}
+              ${TR_DISTOPT})
+# GPT with 2 query groups: the QKV bias's key-value columns are copied and summed the same way.
+tr_equiv_test(gpt_groups2_tp4_kv_replicas 4 gpt_tiny_pretrain ${TR_EQUIV_COMMON}
+              model.num_query_groups=2 -- ${TR_TP4})
+
 # Sequence parallel: norms, residuals and dropout on sequence chunks, all-gather/reduce-scatter
 # around the TP regions, norm and position-embedding gradients summed over TP; micro batch 2
 # checks the chunk order of several sequences, dropout that each chunk draws the global mask.
@@ -139,6 +158,9 @@ tr_equiv_pp_test(gpt_pp4_sgd_clip 4 gpt_tiny_pretrain ${TR_PP_COMMON} optimizer.
                  optimizer.lr=0.1 optimizer.clip_grad=0.05 -- ${TR_PP4})
 # With tensor, sequence and data parallelism and the distributed optimizer, up to 8 ranks.
 tr_equiv_pp_test(llama_tp2_pp2 4 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_TP2} ${TR_PP2})
+# TP 4 over the 2 query groups under the pipeline: the key-value sums of each stage's own layers.
+tr_equiv_pp_test(llama_tp4_pp2_kv_replicas 8 llama_tiny_pretrain ${TR_PP_COMMON} -- ${TR_TP4}
+                 ${TR_PP2})
 tr_equiv_pp_test(gpt_pp2_dp2_distopt_overlap 4 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2}
                  ${TR_DISTOPT} ${TR_OVERLAP} ddp.overlap_param_gather=true
                  optimizer.overlap_param_gather=true)
@@ -272,6 +294,8 @@ function(tr_equiv_lora_tp_test name)
 endfunction()
 tr_equiv_lora_tp_test(llama_lora_tp2_dp2 -- ${TR_TP2})
 tr_equiv_lora_tp_test(llama_lora_tp2_pp2 -- ${TR_TP2} ${TR_PP2})
+# TP 4 over the 2 query groups: the QKV adapter's B holds key-value rows copied like its layer's.
+tr_equiv_lora_tp_test(llama_lora_tp4_kv_replicas -- ${TR_TP4})
 # Adapter dropout: masks keyed by the global microbatch and the logical input element.
 tr_equiv_lora_tp_test(llama_lora_dropout_tp2_dp2 peft.dropout=0.1 optimizer.lr=3e-3 -- ${TR_TP2})
 # Sequence parallelism: the adapters see whole sequences inside the TP region; a row layer's
@@ -302,6 +326,8 @@ set(TR_DORA peft.scheme=dora optimizer.lr=3e-3)
 tr_equiv_lora_tp_test(llama_dora_tp2_dp2 ${TR_DORA} -- ${TR_TP2})
 tr_equiv_lora_tp_test(llama_dora_tp2_sp_dp2 ${TR_DORA} ${TR_LORA_UNPACKED} -- ${TR_TP2} ${TR_SP})
 tr_equiv_lora_tp_test(llama_dora_tp2_pp2 ${TR_DORA} -- ${TR_TP2} ${TR_PP2})
+# TP 4 over 2 query groups: the fused QKV magnitude's key-value copies are summed like the rows.
+tr_equiv_lora_tp_test(llama_dora_tp4 ${TR_DORA} -- ${TR_TP4})
 tr_equiv_lora_dp_test(llama_dora_dp2_distopt_overlap 2 --expect-overlap llama_tiny_lora
                       ${TR_LORA_COMMON} ${TR_DORA} -- ${TR_DISTOPT} ${TR_OVERLAP})
 tr_equiv_lora_dp_test(llama_lora_tp2_sp_dp2_distopt_overlap 4 --expect-overlap llama_tiny_lora

@@ -163,6 +163,32 @@ static void test_heard_error_still_refuses_once(void) {
     tr_diags_free(&d);
 }
 
-TR_TEST_MAIN(TR_TEST(test_dry_run_and_launch_refuse_alike),
+/* TP larger than the query groups (llama_tiny has 2) is run, not refused: KV heads are copied
+ * to the TP ranks sharing a group. TP must still divide the heads. */
+static void test_tp_above_query_groups_runs(void) {
+    const char *ov[] = {"model.tensor_model_parallel_size=4"};
+    tr_resolve_opts o = {
+        .recipe = "llama_tiny_pretrain", .overrides = ov, .n_overrides = 1, .world = {4, 4}};
+    tr_config c;
+    tr_diags d;
+    tr_diags_init(&d);
+    CHECK_INT_EQ(tr_resolve(&o, &c, &d), TR_OK);
+    CHECK_INT_EQ(c.model.num_query_groups, 2);
+    CHECK(tr_diags_find(&d, "runtime.tp_split") == NULL);
+    CHECK_INT_EQ(tr_runtime_check(&c, &d), TR_OK);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+    const char *ov8[] = {"model.tensor_model_parallel_size=8"};
+    o.overrides = ov8;
+    o.world = (tr_world){8, 8};
+    tr_diags_init(&d);
+    CHECK_INT_EQ(tr_resolve(&o, &c, &d), TR_ERR_CONFIG);
+    CHECK(tr_diags_find(&d, "runtime.tp_split") != NULL);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+}
+
+TR_TEST_MAIN(TR_TEST(test_tp_above_query_groups_runs),
+             TR_TEST(test_dry_run_and_launch_refuse_alike),
              TR_TEST(test_every_capability_rule_has_a_case),
              TR_TEST(test_heard_error_still_refuses_once))

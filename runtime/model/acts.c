@@ -1,5 +1,6 @@
-/* Activation buffers: one set per (stage, slot) for the microbatches a stage holds in flight,
- * shared backward scratch, and which linear inputs are saved in half precision. */
+/* Activation buffers: one set per (stage, slot) for the microbatches a stage holds in flight
+ * (less what recomputation drops: the shared recompute sets hold that), shared backward scratch,
+ * and which linear inputs are saved in half precision. */
 #include <stdlib.h>
 
 #include "runtime/device/device.h"
@@ -10,6 +11,58 @@ bool tr_model_half_input(const tr_model *m, int id) {
     if (!s->lowp || s->no_half_acts) return false;
     if (id == TR_MODEL_AT_HEAD) return true; /* the output layer never has an adapter */
     return !(s->lora_rank && (s->lora_targets & (1u << id)));
+}
+
+/* Recomputation's plan: which tensors a layer keeps per slot (runtime/model/recompute.c reruns
+ * the rest). */
+/* Full recomputation: the run of layers recomputed together that `layer` (of part p) belongs
+ * to, as [*first, returned end); 0 when the layer keeps everything. uniform: the part's layers
+ * in runs of recompute_layers (the last one shorter); block: the part's first
+ * recompute_layers layers, each a run of its own. */
+static int full_run(const tr_model_spec *s, const tr_model_part *p, int layer, int *first) {
+    int pos = layer - p->first_layer, end = p->first_layer + p->num_layers;
+    int n = s->recompute_layers;
+    if (s->recompute != TR_RECOMPUTE_FULL || n <= 0 || pos < 0 || layer >= end) return 0;
+    if (s->recompute_block) {
+        if (pos >= n) return 0;
+        *first = layer;
+        return layer + 1;
+    }
+    *first = p->first_layer + pos / n * n;
+    return *first + n < end ? *first + n : end;
+}
+
+unsigned tr_model_rc_dropped(const tr_model *m, int part, int layer, int *set) {
+    const tr_model_spec *s = &m->spec;
+    *set = 0;
+    if (s->recompute == TR_RECOMPUTE_SELECTIVE) {
+        unsigned mods = s->recompute_modules, d = 0;
+        if (mods & (1u << TR_RC_MOD_CORE_ATTN)) d |= TR_RC_ATTN;
+        if (mods & (1u << TR_RC_MOD_MLP)) d |= TR_RC_MLP;
+        if (mods & (1u << TR_RC_MOD_LAYERNORM)) d |= TR_RC_NORMS;
+        return d;
+    }
+    int first = 0;
+    if (!full_run(s, &m->parts[part], layer, &first)) return 0;
+    /* Only the run's input is kept; each layer of the run has its own set, because the
+     * backward of the run needs all of them after one rerun of its forward. */
+    *set = layer - first;
+    return TR_RC_ALL & ~(layer == first ? (unsigned)TR_RC_X_IN : 0u);
+}
+
+int tr_model_rc_sets(const tr_model *m) {
+    const tr_model_spec *s = &m->spec;
+    int most = 0;
+    for (int k = 0; k < m->n_parts; k++)
+        if (m->parts[k].num_layers > most) most = m->parts[k].num_layers;
+    if (s->recompute == TR_RECOMPUTE_SELECTIVE) return s->recompute_modules && most ? 1 : 0;
+    if (s->recompute != TR_RECOMPUTE_FULL || s->recompute_layers <= 0) return 0;
+    int n = s->recompute_block ? 1 : s->recompute_layers;
+    return n < most ? n : most;
+}
+
+int tr_model_rc_run(const tr_model *m, int part, int layer, int *first) {
+    return full_run(&m->spec, &m->parts[part], layer, first);
 }
 
 /* Carves activation buffers out of one allocation: sizes first (base NULL), then pointers. */

@@ -73,9 +73,9 @@ bool tr_lora_dropout_on(const tr_model *m);
  * row-parallel shard draws its columns of the unsharded layer's mask. y == x allowed. */
 tr_status tr_lora_dropout(const tr_linear *l, float *y, const float *x, int rows, bool forward);
 
-/* Activation recomputation (runtime/model/recompute.c). A layer's saved tensors in groups:
- * its input, the norm outputs and statistics, the attention output and lse, fc1 and the MLP
- * activation, the rest (q, k, v, x_mid). */
+/* Activation recomputation (the plan in runtime/model/acts.c, the rerun in recompute.c). A layer's
+ * saved tensors in groups: its input, the norm outputs and statistics, the attention output and
+ * lse, fc1 and the MLP activation, the rest (q, k, v, x_mid). */
 enum { TR_RC_X_IN = 1, TR_RC_NORMS = 2, TR_RC_ATTN = 4, TR_RC_MLP = 8, TR_RC_REST = 16 };
 #define TR_RC_ALL 31u
 /* The groups global layer `layer` of part `part` does not keep per slot: they live in recompute
@@ -83,6 +83,9 @@ enum { TR_RC_X_IN = 1, TR_RC_NORMS = 2, TR_RC_ATTN = 4, TR_RC_MLP = 8, TR_RC_RES
 unsigned tr_model_rc_dropped(const tr_model *m, int part, int layer, int *set);
 /* How many recompute sets the model's spec and parts need (0 without recomputation). */
 int tr_model_rc_sets(const tr_model *m);
+/* Full recomputation: the run of layers recomputed together that `layer` of part `part`
+ * belongs to, as [*first, returned end); 0 when the layer keeps everything. */
+int tr_model_rc_run(const tr_model *m, int part, int layer, int *first);
 /* Before the backward of `layer` of the current (part, slot): what it dropped, recomputed from
  * what it kept, with the slot's dropout round and sequence layout (full: the forward of the
  * layer's whole run once its last layer is reached). */

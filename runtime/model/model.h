@@ -134,7 +134,8 @@ typedef struct tr_model_views {
  * only as their bf16/fp16 bit patterns (the *_h fields; the gathered rows under sequence
  * parallelism), because those GEMMs are their only consumers and round them anyway; the fp32
  * fields they replace are then NULL (docs/runtime.md, "Saved activations"). An input a LoRA
- * adapter also reads (fp32) stays fp32. */
+ * adapter also reads (fp32) stays fp32. Under recomputation the pointers of what a layer does not
+ * keep point into the model's shared recompute sets (rc_sets), the same for every slot. */
 typedef struct tr_layer_acts {
     float *x_in, *ln1, *ln1_mean, *ln1_rstd, *q, *k, *v, *attn, *lse;
     float *x_mid, *ln2, *ln2_mean, *ln2_rstd, *fc1, *act;

@@ -296,6 +296,12 @@ tr_equiv_recompute_test(llama_lora_tp2_recompute_full 2 llama_tiny_lora ${TR_LOR
                         peft.dropout=0.1 model.hidden_dropout=0.1 -- ${TR_TP2} -- ${TR_RC_FULL}
                         model.recompute_method=uniform model.recompute_num_layers=1)
 set_tests_properties(mpi_equiv_llama_lora_tp2_recompute_full PROPERTIES FIXTURES_REQUIRED lora_base)
+# On the cpu-strict device (device buffers the host never touches), bf16, PP2.
+tr_equiv_recompute_test(llama_pp2_bf16_strict_recompute_selective 2 llama_tiny_pretrain
+                        ${TR_RC_COMMON} ${TR_BF16} model.num_layers=4 -- ${TR_PP2} -- ${TR_RC_SEL}
+                        model.recompute_modules=[core_attn,mlp,layernorm])
+set_tests_properties(mpi_equiv_llama_pp2_bf16_strict_recompute_selective PROPERTIES
+                     ENVIRONMENT "${TR_MPIRUN_ENV};TRESTLE_DEVICE=cpu-strict")
 # The comparison can fail: another seed in the tested run is reported.
 tr_mpirun_test(mpi_equiv_recompute_detects_difference 2 equiv_check --same-layout --expect-differ
                gpt_tiny_pretrain ${TR_RC_COMMON} model.num_layers=8 -- ${TR_PP2} -- ${TR_RC_FULL}

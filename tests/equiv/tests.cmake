@@ -296,6 +296,13 @@ tr_equiv_recompute_test(llama_lora_tp2_recompute_full 2 llama_tiny_lora ${TR_LOR
                         peft.dropout=0.1 model.hidden_dropout=0.1 -- ${TR_TP2} -- ${TR_RC_FULL}
                         model.recompute_method=uniform model.recompute_num_layers=1)
 set_tests_properties(mpi_equiv_llama_lora_tp2_recompute_full PROPERTIES FIXTURES_REQUIRED lora_base)
+# PP2 x DP2 with the distributed optimizer, overlapped gradient reduction and parameter gather,
+# and evaluation between the steps.
+tr_equiv_recompute_test(gpt_pp2_dp2_distopt_eval_recompute_full 4 gpt_tiny_pretrain ${TR_RC_COMMON}
+                        model.num_layers=8 validation.eval_iters=2 validation.eval_interval=3 --
+                        ${TR_PP2} ${TR_DISTOPT} ${TR_OVERLAP} ddp.overlap_param_gather=true
+                        optimizer.overlap_param_gather=true -- ${TR_RC_FULL}
+                        model.recompute_method=uniform model.recompute_num_layers=2)
 # On the cpu-strict device (device buffers the host never touches), bf16, PP2.
 tr_equiv_recompute_test(llama_pp2_bf16_strict_recompute_selective 2 llama_tiny_pretrain
                         ${TR_RC_COMMON} ${TR_BF16} model.num_layers=4 -- ${TR_PP2} -- ${TR_RC_SEL}

@@ -13,9 +13,8 @@ bool tr_model_half_input(const tr_model *m, int id) {
     return !(s->lora_rank && (s->lora_targets & (1u << id)));
 }
 
-/* Recomputation's plan: which tensors a layer keeps per slot (runtime/model/recompute.c reruns
- * the rest). */
-/* Full recomputation: the run of layers recomputed together that `layer` (of part p) belongs
+/* Recomputation's plan (runtime/model/recompute.c reruns what a slot does not keep). Full
+ * recomputation: the run of layers recomputed together that `layer` (of part p) belongs
  * to, as [*first, returned end); 0 when the layer keeps everything. uniform: the part's layers
  * in runs of recompute_layers (the last one shorter); block: the part's first
  * recompute_layers layers, each a run of its own. */

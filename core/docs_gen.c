@@ -255,8 +255,8 @@ tr_status tr_docs_effects(FILE *out) {
         fputs(" |\n", out);
     }
     fputs("\n## No effect in this runtime\n\nThese would change only speed, memory, logging or "
-          "how the same maths is scheduled (fusions, activation recomputation, communication "
-          "overlap the runtime lacks, CUDA-side tuning, profilers), on either backend; the "
+          "how the same maths is scheduled (fusions, communication overlap the runtime lacks, "
+          "CUDA-side tuning, profilers), on either backend; the "
           "results are those of the default.\n\n",
           out);
     put_flagged(out, TR_F_NO_EFFECT);

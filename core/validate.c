@@ -243,6 +243,8 @@
       "window_size is null: the runtime has no sliding-window attention yet.")                     \
     X(tr_check_runtime_mla, "runtime.mla", E, false,                                               \
       "multi_latent_attention is off: the runtime has no MLA yet.")                                \
+    X(tr_check_runtime_recompute_modules, "runtime.recompute_modules", E, false,                   \
+      "Selective recomputation names core_attn, mlp or layernorm (no MoE or MLA modules yet).")    \
     X(tr_check_runtime_mtp, "runtime.mtp", E, false,                                               \
       "mtp_num_layers is unset: the runtime has no multi-token prediction yet.")                   \
     X(tr_check_runtime_params_dtype, "runtime.params_dtype", E, false,                             \

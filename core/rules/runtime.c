@@ -70,6 +70,21 @@ TR_RULE_FN(tr_check_runtime_mla) {
             "multi-latent attention");
 }
 
+/* Megatron's selective modules of MoE and MLA layers name layers this runtime does not build;
+ * accepting them would keep what the user asked to recompute. */
+TR_RULE_FN(tr_check_runtime_recompute_modules) {
+    static const char *const later[] = {"moe", "moe_act", "shared_experts", "mla_up_proj"};
+    if (c->model.recompute_granularity != TR_RECG_SELECTIVE) return;
+    for (size_t k = 0; k < sizeof later / sizeof *later; k++) {
+        if (!tr_strlist_has(&c->model.recompute_modules, later[k])) continue;
+        char what[96];
+        TR_FAIL("model.recompute_modules",
+                "recompute core_attn, mlp and/or layernorm (the modules of the dense layers)",
+                NOT_YET,
+                TR_FMT(what, "recomputing the %s module (its layers do not exist yet)", later[k]));
+    }
+}
+
 TR_RULE_FN(tr_check_runtime_mtp) {
     int64_t n = c->model.mtp_num_layers;
     if (n == TR_NULL_INT || n <= 0) return;

@@ -1,5 +1,6 @@
-/* Activation buffers: one set per (stage, slot) for the microbatches a stage holds in flight,
- * shared backward scratch, and which linear inputs are saved in half precision. */
+/* Activation buffers: one set per (stage, slot) for the microbatches a stage holds in flight
+ * (less what recomputation drops: the shared recompute sets hold that), shared backward scratch,
+ * and which linear inputs are saved in half precision. */
 #include <stdlib.h>
 
 #include "runtime/device/device.h"
@@ -10,6 +11,57 @@ bool tr_model_half_input(const tr_model *m, int id) {
     if (!s->lowp || s->no_half_acts) return false;
     if (id == TR_MODEL_AT_HEAD) return true; /* the output layer never has an adapter */
     return !(s->lora_rank && (s->lora_targets & (1u << id)));
+}
+
+/* Recomputation's plan (runtime/model/recompute.c reruns what a slot does not keep). Full
+ * recomputation: the run of layers recomputed together that `layer` (of part p) belongs
+ * to, as [*first, returned end); 0 when the layer keeps everything. uniform: the part's layers
+ * in runs of recompute_layers (the last one shorter); block: the part's first
+ * recompute_layers layers, each a run of its own. */
+static int full_run(const tr_model_spec *s, const tr_model_part *p, int layer, int *first) {
+    int pos = layer - p->first_layer, end = p->first_layer + p->num_layers;
+    int n = s->recompute_layers;
+    if (s->recompute != TR_RECOMPUTE_FULL || n <= 0 || pos < 0 || layer >= end) return 0;
+    if (s->recompute_block) {
+        if (pos >= n) return 0;
+        *first = layer;
+        return layer + 1;
+    }
+    *first = p->first_layer + pos / n * n;
+    return *first + n < end ? *first + n : end;
+}
+
+unsigned tr_model_rc_dropped(const tr_model *m, int part, int layer, int *set) {
+    const tr_model_spec *s = &m->spec;
+    *set = 0;
+    if (s->recompute == TR_RECOMPUTE_SELECTIVE) {
+        unsigned mods = s->recompute_modules, d = 0;
+        if (mods & (1u << TR_RC_MOD_CORE_ATTN)) d |= TR_RC_ATTN;
+        if (mods & (1u << TR_RC_MOD_MLP)) d |= TR_RC_MLP;
+        if (mods & (1u << TR_RC_MOD_LAYERNORM)) d |= TR_RC_NORMS;
+        return d;
+    }
+    int first = 0;
+    if (!full_run(s, &m->parts[part], layer, &first)) return 0;
+    /* Only the run's input is kept; each layer of the run has its own set, because the
+     * backward of the run needs all of them after one rerun of its forward. */
+    *set = layer - first;
+    return TR_RC_ALL & ~(layer == first ? (unsigned)TR_RC_X_IN : 0u);
+}
+
+int tr_model_rc_sets(const tr_model *m) {
+    const tr_model_spec *s = &m->spec;
+    int most = 0;
+    for (int k = 0; k < m->n_parts; k++)
+        if (m->parts[k].num_layers > most) most = m->parts[k].num_layers;
+    if (s->recompute == TR_RECOMPUTE_SELECTIVE) return s->recompute_modules && most ? 1 : 0;
+    if (s->recompute != TR_RECOMPUTE_FULL || s->recompute_layers <= 0) return 0;
+    int n = s->recompute_block ? 1 : s->recompute_layers;
+    return n < most ? n : most;
+}
+
+int tr_model_rc_run(const tr_model *m, int part, int layer, int *first) {
+    return full_run(&m->spec, &m->parts[part], layer, first);
 }
 
 /* Carves activation buffers out of one allocation: sizes first (base NULL), then pointers. */
@@ -50,37 +102,80 @@ static int part_slots(const tr_model_part *p) {
     return p->slots > 0 ? p->slots : 1;
 }
 
-static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a) {
+/* A layer's tensors, group by group (TR_RC_*): carved for it, or, for the groups in `drop`,
+ * those of the shared recompute set sc (left NULL without sc: a set carves only the groups some
+ * layer drops into it). */
+static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a, const tr_layer_acts *sc,
+                        unsigned drop) {
     const tr_model_spec *s = &m->spec;
     int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
     int64_t hd = (int64_t)s->heads * s->head_dim, gd = (int64_t)s->groups * s->head_dim;
-    a->x_in = carve(c, bt * C);
-    carve_norm_out(m, c, TR_LIN_QKV, &a->ln1, &a->ln1_full, &a->ln1_h);
-    a->ln1_mean = carve(c, bt);
-    a->ln1_rstd = carve(c, bt);
-    a->q = carve(c, bt * hd);
-    a->k = carve(c, bt * gd);
-    a->v = carve(c, bt * gd);
-    if (s->qk_norm) { /* the norms' inputs and per-head statistics */
-        bool mean = s->layernorm;
-        a->q_raw = carve(c, bt * hd);
-        a->k_raw = carve(c, bt * gd);
-        a->qn_mean = mean ? carve(c, bt * s->heads) : NULL;
-        a->qn_rstd = carve(c, bt * s->heads);
-        a->kn_mean = mean ? carve(c, bt * s->groups) : NULL;
-        a->kn_rstd = carve(c, bt * s->groups);
+    tr_layer_acts none = {0};
+    const tr_layer_acts *from = sc ? sc : &none;
+    if (drop & TR_RC_X_IN)
+        a->x_in = from->x_in;
+    else
+        a->x_in = carve(c, bt * C);
+    if (drop & TR_RC_REST) {
+        a->q = from->q, a->k = from->k, a->v = from->v, a->x_mid = from->x_mid;
+        a->q_raw = from->q_raw, a->k_raw = from->k_raw;
+        a->qn_mean = from->qn_mean, a->qn_rstd = from->qn_rstd;
+        a->kn_mean = from->kn_mean, a->kn_rstd = from->kn_rstd;
+    } else {
+        a->q = carve(c, bt * hd);
+        a->k = carve(c, bt * gd);
+        a->v = carve(c, bt * gd);
+        a->x_mid = carve(c, bt * C);
+        if (s->qk_norm) { /* the q/k norms' inputs and per-head statistics */
+            bool mean = s->layernorm;
+            a->q_raw = carve(c, bt * hd);
+            a->k_raw = carve(c, bt * gd);
+            a->qn_mean = mean ? carve(c, bt * s->heads) : NULL;
+            a->qn_rstd = carve(c, bt * s->heads);
+            a->kn_mean = mean ? carve(c, bt * s->groups) : NULL;
+            a->kn_rstd = carve(c, bt * s->groups);
+        }
     }
-    a->attn = carve(c, bt * hd);
-    a->lse = carve(c, (int64_t)m->batch * s->heads * s->seq);
-    a->x_mid = carve(c, bt * C);
-    carve_norm_out(m, c, TR_LIN_FC1, &a->ln2, &a->ln2_full, &a->ln2_h);
-    a->ln2_mean = carve(c, bt);
-    a->ln2_rstd = carve(c, bt);
-    a->fc1 = carve(c, bt * m->fc1_dim);
-    /* The MLP activation: fc2's input only (its backward reads fc1). */
-    bool half = tr_model_half_input(m, TR_LIN_FC2);
-    a->act = half ? NULL : carve(c, bt * s->ffn);
-    a->act_h = half ? carve_half(c, bt * s->ffn) : NULL;
+    if (drop & TR_RC_NORMS) {
+        a->ln1 = from->ln1, a->ln1_full = from->ln1_full, a->ln1_h = from->ln1_h;
+        a->ln1_mean = from->ln1_mean, a->ln1_rstd = from->ln1_rstd;
+        a->ln2 = from->ln2, a->ln2_full = from->ln2_full, a->ln2_h = from->ln2_h;
+        a->ln2_mean = from->ln2_mean, a->ln2_rstd = from->ln2_rstd;
+    } else {
+        carve_norm_out(m, c, TR_LIN_QKV, &a->ln1, &a->ln1_full, &a->ln1_h);
+        a->ln1_mean = carve(c, bt);
+        a->ln1_rstd = carve(c, bt);
+        carve_norm_out(m, c, TR_LIN_FC1, &a->ln2, &a->ln2_full, &a->ln2_h);
+        a->ln2_mean = carve(c, bt);
+        a->ln2_rstd = carve(c, bt);
+    }
+    if (drop & TR_RC_ATTN) {
+        a->attn = from->attn, a->lse = from->lse;
+    } else {
+        a->attn = carve(c, bt * hd);
+        a->lse = carve(c, (int64_t)m->batch * s->heads * s->seq);
+    }
+    if (drop & TR_RC_MLP) {
+        a->fc1 = from->fc1, a->act = from->act, a->act_h = from->act_h;
+    } else {
+        a->fc1 = carve(c, bt * m->fc1_dim);
+        /* The MLP activation: fc2's input only (its backward reads fc1). */
+        bool half = tr_model_half_input(m, TR_LIN_FC2);
+        a->act = half ? NULL : carve(c, bt * s->ffn);
+        a->act_h = half ? carve_half(c, bt * s->ffn) : NULL;
+    }
+}
+
+/* The groups some layer of the model drops into recompute set `set`. */
+static unsigned set_groups(const tr_model *m, int set) {
+    unsigned used = 0;
+    for (int k = 0; k < m->n_parts; k++)
+        for (int i = 0; i < m->parts[k].num_layers; i++) {
+            int at;
+            unsigned d = tr_model_rc_dropped(m, k, m->parts[k].first_layer + i, &at);
+            if (at == set) used |= d;
+        }
+    return used;
 }
 
 static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
@@ -96,16 +191,23 @@ static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
     a->dloss = carve(c, bt);
 }
 
-/* Every (part, slot) gets its own layers' (and head's) activations; scratch is shared. */
+/* Every (part, slot) gets its own layers' (and head's) activations, but for what they
+ * recompute, which lives in the shared recompute sets; scratch is shared. */
 static void carve_acts(tr_model *m, carver *c) {
     const tr_model_spec *s = &m->spec;
     int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
     int64_t hd = (int64_t)s->heads * s->head_dim, gd = (int64_t)s->groups * s->head_dim;
+    for (int r = 0; r < m->n_rc_sets; r++)
+        carve_layer(m, c, &m->rc_sets[r], NULL, TR_RC_ALL & ~set_groups(m, r));
     for (int k = 0; k < m->n_parts; k++) {
         const tr_model_part *p = &m->parts[k];
         for (int slot = 0; slot < part_slots(p); slot++) {
             tr_slot_acts *a = &m->slot_acts[m->slot_start[k] + slot];
-            for (int i = 0; i < p->num_layers; i++) carve_layer(m, c, &a->layers[i]);
+            for (int i = 0; i < p->num_layers; i++) {
+                int at;
+                unsigned drop = tr_model_rc_dropped(m, k, p->first_layer + i, &at);
+                carve_layer(m, c, &a->layers[i], drop ? &m->rc_sets[at] : NULL, drop);
+            }
             if (p->has_loss) carve_head(m, c, a);
         }
     }
@@ -182,6 +284,9 @@ tr_status tr_model_alloc_acts(tr_model *m) {
     m->acts = calloc((size_t)m->spec.num_layers, sizeof *m->acts);
     if (!m->acts) return st;
     if ((st = alloc_slots(m)) != TR_OK) return st;
+    m->n_rc_sets = tr_model_rc_sets(m);
+    if (m->n_rc_sets > 0 && !(m->rc_sets = calloc((size_t)m->n_rc_sets, sizeof *m->rc_sets)))
+        return TR_ERR_NOMEM;
     carver c = {0};
     carve_acts(m, &c);
     m->act_numel = c.used;
@@ -196,6 +301,7 @@ tr_status tr_model_alloc_acts(tr_model *m) {
 void tr_model_free_acts(tr_model *m, tr_device *dev) {
     tr_device_free(dev, TR_MEM_ACTIVATIONS, m->act_buf);
     free(m->acts);
+    free(m->rc_sets);
     if (m->slot_acts)
         for (int k = 0; k < m->n_parts; k++)
             for (int slot = 0; slot < part_slots(&m->parts[k]); slot++)

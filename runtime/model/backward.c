@@ -130,6 +130,7 @@ tr_status tr_model_backward_part(tr_model *m, int part_index, int slot, float lo
     else
         TR_TRY(tr_model_copy(m, m->dx, dy, n));
     for (int i = part->first_layer + part->num_layers - 1; i >= part->first_layer; i--) {
+        TR_TRY(tr_model_recompute(m, part_index, i));
         TR_TRY(layer_bwd(m, i));
         TR_TRY(tr_model_grads_done(m, i));
     }

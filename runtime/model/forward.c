@@ -120,24 +120,51 @@ static tr_status region_input_half(const tr_model *m, const float *local, uint16
     return m->ops->cast_lowp((tr_lowp)m->spec.lowp, saved, full, n);
 }
 
+tr_status tr_model_norm_input(const tr_model *m, float *y, float *y_full, uint16_t *half,
+                              float *mean, float *rstd, const float *x, const float *w,
+                              const float *b, const float **in) {
+    int lrows = tr_tp_local_rows(m);
+    *in = NULL;
+    if (half) {
+        TR_TRY(tr_model_norm_fwd(m, m->dtmp, mean, rstd, x, w, b, lrows));
+        return region_input_half(m, m->dtmp, half);
+    }
+    TR_TRY(tr_model_norm_fwd(m, y, mean, rstd, x, w, b, lrows));
+    return region_input(m, y, y_full, in);
+}
+
 /* A norm of the layer feeding column-parallel linear l: into the saved fp32 output (and its
  * gathered rows), or with a half-precision input through the scratch dtmp into `half`. */
 static tr_status norm_to_linear(tr_model *m, const tr_linear *l, float *y, float *y_full,
                                 uint16_t *half, float *mean, float *rstd, const float *x,
                                 const float *w, const float *b, float *out) {
-    int rows = m->batch * m->spec.seq, lrows = tr_tp_local_rows(m);
-    if (half) {
-        TR_TRY(tr_model_norm_fwd(m, m->dtmp, mean, rstd, x, w, b, lrows));
-        TR_TRY(region_input_half(m, m->dtmp, half));
-        return tr_linear_fwd_half(m->ops, l, half, out, rows);
-    }
-    TR_TRY(tr_model_norm_fwd(m, y, mean, rstd, x, w, b, lrows));
+    int rows = m->batch * m->spec.seq;
     const float *in;
-    TR_TRY(region_input(m, y, y_full, &in));
+    TR_TRY(tr_model_norm_input(m, y, y_full, half, mean, rstd, x, w, b, &in));
+    if (half) return tr_linear_fwd_half(m->ops, l, half, out, rows);
     return tr_linear_fwd(m->ops, l, in, out, rows);
 }
 
-static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) {
+tr_status tr_model_core_attn_fwd(const tr_model *m, const tr_layer_acts *a) {
+    tr_attn_desc ad = tr_model_attn_desc(m);
+    return m->ops->attention_fwd(a->attn, a->lse, a->q, a->k, a->v, &ad);
+}
+
+/* The MLP activation: saved as it is, or (half precision) through the backward's scratch dact,
+ * which is free during a forward and before the backward of fc2. */
+tr_status tr_model_mlp_act_fwd(const tr_model *m, const tr_layer_acts *a) {
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq;
+    float *act = a->act_h ? m->dact : a->act;
+    if (s->swiglu)
+        TR_TRY(m->ops->swiglu_fwd(act, a->fc1, rows, s->ffn));
+    else
+        TR_TRY(m->ops->gelu_fwd(act, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
+    if (!a->act_h) return TR_OK;
+    return m->ops->cast_lowp((tr_lowp)s->lowp, a->act_h, act, (int64_t)rows * s->ffn);
+}
+
+tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
     const tr_layer_views *p = &m->p.layers[i];
@@ -157,8 +184,7 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
         TR_TRY(tr_model_rope(m, a->q, s->heads, true));
         TR_TRY(tr_model_rope(m, a->k, s->groups, true));
     }
-    tr_attn_desc ad = tr_model_attn_desc(m);
-    TR_TRY(ops->attention_fwd(a->attn, a->lse, a->q, a->k, a->v, &ad));
+    TR_TRY(tr_model_core_attn_fwd(m, a));
     tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
     TR_TRY(tr_linear_fwd(ops, &proj, a->attn, m->dtmp, rows));
     TR_TRY(dropout_fwd(m, m->dtmp, 1 + 2 * i));
@@ -168,20 +194,13 @@ static tr_status layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) 
     tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
     TR_TRY(norm_to_linear(m, &fc1, a->ln2, a->ln2_full, a->ln2_h, a->ln2_mean, a->ln2_rstd,
                           a->x_mid, p->ln2_w, p->ln2_b, a->fc1));
-    /* The MLP activation: saved as it is, or (half precision) through the backward's scratch
-     * dact, which is free during a forward. */
-    float *act = a->act_h ? m->dact : a->act;
-    if (s->swiglu)
-        TR_TRY(ops->swiglu_fwd(act, a->fc1, rows, s->ffn));
-    else
-        TR_TRY(ops->gelu_fwd(act, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
+    TR_TRY(tr_model_mlp_act_fwd(m, a));
+    if (!x_out) return TR_OK;
     tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
-    if (a->act_h) {
-        TR_TRY(ops->cast_lowp((tr_lowp)s->lowp, a->act_h, act, (int64_t)rows * s->ffn));
+    if (a->act_h)
         TR_TRY(tr_linear_fwd_half(ops, &fc2, a->act_h, m->dtmp, rows));
-    } else {
+    else
         TR_TRY(tr_linear_fwd(ops, &fc2, a->act, m->dtmp, rows));
-    }
     TR_TRY(dropout_fwd(m, m->dtmp, 2 + 2 * i));
     TR_TRY(tr_model_copy(m, x_out, a->x_mid, n));
     return ops->add(x_out, m->dtmp, n);
@@ -297,7 +316,7 @@ tr_status tr_model_forward_part(tr_model *m, int part_index, int slot, const int
     }
     for (int i = first; i < last; i++) {
         TR_TRY(tr_model_before_params(m, i));
-        TR_TRY(layer_fwd(m, i, m->acts[i].x_in, i + 1 < last ? m->acts[i + 1].x_in : end));
+        TR_TRY(tr_model_layer_fwd(m, i, m->acts[i].x_in, i + 1 < last ? m->acts[i + 1].x_in : end));
     }
     tr_slot_acts *a = &m->slot_acts[m->slot_start[part_index] + slot];
     a->dropout_round = m->dropout_round;

@@ -75,4 +75,33 @@ bool tr_lora_dropout_on(const tr_model *m);
  * row-parallel shard draws its columns of the unsharded layer's mask. y == x allowed. */
 tr_status tr_lora_dropout(const tr_linear *l, float *y, const float *x, int rows, bool forward);
 
+/* Activation recomputation (the plan in runtime/model/acts.c, the rerun in recompute.c). A layer's
+ * saved tensors in groups: its input, the norm outputs and statistics, the attention output and
+ * lse, fc1 and the MLP activation, the rest (q, k, v, x_mid). */
+enum { TR_RC_X_IN = 1, TR_RC_NORMS = 2, TR_RC_ATTN = 4, TR_RC_MLP = 8, TR_RC_REST = 16 };
+#define TR_RC_ALL 31u
+/* The groups global layer `layer` of part `part` does not keep per slot: they live in recompute
+ * set *set (m->rc_sets) and its backward recomputes them. */
+unsigned tr_model_rc_dropped(const tr_model *m, int part, int layer, int *set);
+/* How many recompute sets the model's spec and parts need (0 without recomputation). */
+int tr_model_rc_sets(const tr_model *m);
+/* Full recomputation: the run of layers recomputed together that `layer` of part `part`
+ * belongs to, as [*first, returned end); 0 when the layer keeps everything. */
+int tr_model_rc_run(const tr_model *m, int part, int layer, int *first);
+/* Before the backward of `layer` of the current (part, slot): what it dropped, recomputed from
+ * what it kept, with the slot's dropout round and sequence layout (full: the forward of the
+ * layer's whole run once its last layer is reached). */
+tr_status tr_model_recompute(tr_model *m, int part, int layer);
+/* The pieces of the forward (forward.c) the recomputation reruns. tr_model_layer_fwd with
+ * x_out NULL stops after the MLP activation (the rest is not needed by the backward). */
+tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out);
+/* A norm output feeding a column-parallel linear as the layer saves it: fp32 y (and y_full, the
+ * gathered rows with sequence parallelism; *in is then the linear's input), or half (through
+ * the scratch dtmp; *in NULL). */
+tr_status tr_model_norm_input(const tr_model *m, float *y, float *y_full, uint16_t *half,
+                              float *mean, float *rstd, const float *x, const float *w,
+                              const float *b, const float **in);
+tr_status tr_model_core_attn_fwd(const tr_model *m, const tr_layer_acts *a);
+tr_status tr_model_mlp_act_fwd(const tr_model *m, const tr_layer_acts *a);
+
 #endif

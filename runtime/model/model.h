@@ -71,7 +71,18 @@ typedef struct tr_model_spec {
     float lora_scale;             /* alpha / rank */
     int lora_a_init, lora_b_init; /* TR_INIT_* of the adapters' A [rank, in] and B [out, rank] */
     float lora_dropout;           /* dropout on the adapter's input (training only) */
+    /* Activation recomputation (model.recompute_*, Megatron's semantics; docs/runtime.md,
+     * "Recomputation"): what a (part, slot) keeps of each layer and what its backward recomputes
+     * into one shared scratch set. Bitwise the same losses and gradients as without. */
+    int recompute;        /* TR_RECOMPUTE_* */
+    int recompute_block;  /* full: 1 the first recompute_layers of each part, 0 uniform runs */
+    int recompute_layers; /* full: recompute_num_layers */
+    unsigned recompute_modules; /* selective: bits 1 << TR_RC_MOD_* */
 } tr_model_spec;
+
+enum { TR_RECOMPUTE_NONE, TR_RECOMPUTE_FULL, TR_RECOMPUTE_SELECTIVE };
+/* Megatron's recompute_modules the runtime implements. */
+enum { TR_RC_MOD_CORE_ATTN, TR_RC_MOD_MLP, TR_RC_MOD_LAYERNORM };
 
 /* The adaptable linear layers of a transformer layer (Megatron's module names). */
 enum { TR_LORA_QKV, TR_LORA_PROJ, TR_LORA_FC1, TR_LORA_FC2, TR_LORA_TARGETS };
@@ -139,7 +150,8 @@ typedef struct tr_model_views {
  * only as their bf16/fp16 bit patterns (the *_h fields; the gathered rows under sequence
  * parallelism), because those GEMMs are their only consumers and round them anyway; the fp32
  * fields they replace are then NULL (docs/runtime.md, "Saved activations"). An input a LoRA
- * adapter also reads (fp32) stays fp32. */
+ * adapter also reads (fp32) stays fp32. Under recomputation the pointers of what a layer does not
+ * keep point into the model's shared recompute sets (rc_sets), the same for every slot. */
 typedef struct tr_layer_acts {
     float *x_in, *ln1, *ln1_mean, *ln1_rstd, *q, *k, *v, *attn, *lse;
     float *x_mid, *ln2, *ln2_mean, *ln2_rstd, *fc1, *act;
@@ -219,6 +231,10 @@ typedef struct tr_model {
      * global layer, valid for the current part's layers only). */
     float *act_buf;
     int64_t act_numel; /* floats in act_buf: every slot plus the shared scratch */
+    /* Recomputation: the shared sets the recomputed tensors of a layer live in (full: one per
+     * layer of the longest run; selective: one), NULL without recomputation. */
+    tr_layer_acts *rc_sets;
+    int n_rc_sets;
     int32_t *tok_buf;
     tr_slot_acts *slot_acts;
     int *slot_start;

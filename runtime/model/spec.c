@@ -3,6 +3,7 @@
  * (core/rules/runtime.c), the same rules the dry run reports. */
 #include <math.h>
 
+#include "core/config_query.h"
 #include "runtime/model/model.h"
 
 tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d) {
@@ -55,6 +56,18 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
                             : m->embedding_init_method_std;
     s->hidden_dropout = (float)m->hidden_dropout;
     s->lowp = m->bf16 ? TR_LOWP_BF16 : m->fp16 ? TR_LOWP_F16 : 0;
+    if (m->recompute_granularity == TR_RECG_FULL) {
+        s->recompute = TR_RECOMPUTE_FULL;
+        s->recompute_block = m->recompute_method == TR_RECM_BLOCK;
+        s->recompute_layers = (int)m->recompute_num_layers;
+    } else if (m->recompute_granularity == TR_RECG_SELECTIVE) {
+        /* finalize made a null list Megatron's default [core_attn]; runtime.recompute_modules
+         * refused the modules of layers this runtime does not build */
+        static const char *const mods[] = {"core_attn", "mlp", "layernorm"};
+        s->recompute = TR_RECOMPUTE_SELECTIVE;
+        for (unsigned k = 0; k < sizeof mods / sizeof *mods; k++)
+            if (tr_strlist_has(&m->recompute_modules, mods[k])) s->recompute_modules |= 1u << k;
+    }
     return TR_OK;
 }
 

@@ -5,12 +5,14 @@
 . "$(dirname "$0")/lib.sh"
 base=(--recipe llama32_1b_pretrain --dry-run --world-size 2 -tp 2 model.sequence_parallel=true)
 
-rr "${base[@]}" comm_overlap.tp_comm_overlap=true model.recompute_granularity=full \
-    model.recompute_method=uniform model.recompute_num_layers=1
+rr "${base[@]}" comm_overlap.tp_comm_overlap=true model.masked_softmax_fusion=false \
+    model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1
 expect_rc 0 "a no-effect key is not an error"
 expect_in "$TMP/err" "note [config.no_effect]" "the note"
 expect_in "$TMP/err" "comm_overlap.tp_comm_overlap=true (argv[" "the note names the key and its origin"
-expect_in "$TMP/err" "model.recompute_granularity=full" "the note names every such key"
+expect_in "$TMP/err" "model.masked_softmax_fusion=false" "the note names every such key"
+# Recomputation has its effect (runtime/model/recompute.c): not named.
+grep -q "model.recompute_" "$TMP/err" && { show; fail "a key with its effect is named"; }
 [ "$(grep -c 'config.no_effect' "$TMP/err")" -eq 1 ] || { show; fail "more than one note"; }
 # model.tp_comm_overlap is what finalize() derived from the key set: not named.
 grep -q "model.tp_comm_overlap=" "$TMP/err" && { show; fail "a derived value is named"; }

@@ -15,7 +15,15 @@
  * also requires the bytes the comm layer counted on the TP, DP and PP groups to equal the analytic
  * volume (see check_volume). Every rank must skip as many steps for inf/NaN gradients (loss
  * scaling) as the single-rank run and end at its loss scale; --min-skips N also requires that
- * run to have skipped at least N, so a dynamic-scaling test shows the skips agreeing. */
+ * run to have skipped at least N, so a dynamic-scaling test shows the skips agreeing.
+ *
+ *   equiv_check --same-layout [--fewer-acts] [--expect-differ] RECIPE KEY=VALUE... --
+ * LAYOUT_KEY=VALUE... -- RUN_KEY=VALUE...
+ *
+ * compares against a reference on the same layout instead: both runs train on the mpirun world
+ * with the keys before the second "--", the tested run also with those after it (activation
+ * recomputation, say); every iteration's loss and every final parameter must be BITWISE equal.
+ * --fewer-acts also requires the tested run to hold fewer activation floats on every rank. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -58,7 +66,8 @@ typedef struct run_out {
     /* TP larger than the query groups: elements of this rank's key-value copies that differ
      * from the group's first rank's (they must stay equal bit for bit). */
     int64_t kv_drift;
-    int memory_bad; /* the memory check failed on this rank */
+    int memory_bad;    /* the memory check failed on this rank */
+    int64_t act_numel; /* the model's activation floats on this rank */
 } run_out;
 
 static int index_of(char (*names)[80], int n, const char *name) {
@@ -202,6 +211,7 @@ static tr_status capture(void *ctx, const tr_model *m) {
         }
     }
     o->memory_bad = check_memory(o, m);
+    o->act_numel = m->act_numel;
     return TR_OK;
 }
 
@@ -450,12 +460,103 @@ static double replica_diff(const run_out *run) {
     return any;
 }
 
+/* Losses and parameters (and the tied copy) of two runs on the same layout, bit for bit; the
+ * number of differing values (printed). */
+static int64_t bitwise_diff(const run_out *run, const run_out *ref) {
+    if (run->iters != ref->iters || run->n != ref->n) return -1;
+    int64_t loss_d = 0, param_d = 0, copy_d = 0;
+    for (int64_t i = 0; i < run->iters && i < MAX_ITERS; i++)
+        loss_d += memcmp(&run->losses[i], &ref->losses[i], sizeof(float)) != 0;
+    for (int64_t e = 0; e < run->n; e++)
+        param_d += memcmp(&run->params[e], &ref->params[e], sizeof(float)) != 0;
+    if (!run->tied_copy != !ref->tied_copy) return -1;
+    int emb = index_of(ref->names, ref->n_tensors, "embedding.word_embeddings.weight");
+    for (int64_t e = 0; run->tied_copy && emb >= 0 && e < ref->starts[emb + 1] - ref->starts[emb];
+         e++)
+        copy_d += memcmp(&run->tied_copy[e], &ref->tied_copy[e], sizeof(float)) != 0;
+    printf("against the same layout: %lld of %lld losses, %lld of %lld parameters, %lld tied-copy "
+           "elements differ bitwise\n",
+           (long long)loss_d, (long long)run->iters, (long long)param_d, (long long)run->n,
+           (long long)copy_d);
+    return loss_d + param_d + copy_d;
+}
+
 static int usage(void) {
     MPI_Finalize();
     fprintf(stderr, "usage: equiv_check [--tol X] [--param-tol X] [--rank-order] [--expect-differ] "
                     "[--expect-overlap] [--check-volume] [--min-skips N] RECIPE KEY=VALUE... -- "
-                    "LAYOUT_KEY=VALUE...\n");
+                    "LAYOUT_KEY=VALUE...\n       equiv_check --same-layout [--fewer-acts] "
+                    "[--expect-differ] RECIPE KEY=VALUE... -- LAYOUT_KEY=VALUE... -- "
+                    "RUN_KEY=VALUE...\n");
     return 2;
+}
+
+/* --same-layout: the reference (keys[0, n_ref)) and the tested run (all keys) on the mpirun
+ * world, one parallel state and communicator for both (the same layout); MPI is initialised. */
+static int same_layout_main(const char *recipe, const char **keys, int n_ref, int n_all,
+                            bool fewer_acts, bool expect_differ) {
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    tr_diags d;
+    tr_diags_init(&d);
+    tr_config ref_c, c;
+    memset(&ref_c, 0, sizeof ref_c);
+    memset(&c, 0, sizeof c);
+    run_out ref = {.c = &ref_c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL},
+            run = {.c = &c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL};
+    tr_parallel_dims dims;
+    tr_parallel_state ps;
+    memset(&ps, 0, sizeof ps);
+    tr_comm *comm = NULL;
+    tr_status s = resolve(recipe, keys, n_ref, world, &ref_c, &d);
+    if (s == TR_OK) s = resolve(recipe, keys, n_all, world, &c, &d);
+    if (s == TR_OK) s = tr_parallel_dims_from_config(&c, world, &dims);
+    if (s == TR_OK) s = tr_parallel_state_init(&ps, &dims, MPI_COMM_WORLD, &d);
+    bool have_ps = s == TR_OK;
+    tr_comm_options co = {.reduce_mode = TR_COMM_REDUCE_NATIVE};
+    if (s == TR_OK) s = tr_comm_mpi_create(&ps, &co, &d, &comm);
+    if (s == TR_OK && ps.groups[TR_GROUP_TP_PP].size > 1)
+        run.mp = ref.mp = ps.groups[TR_GROUP_TP_PP].comm;
+    if (s == TR_OK && ps.groups[TR_GROUP_PP].size > 1)
+        run.pp = ref.pp = ps.groups[TR_GROUP_PP].comm;
+    if (s == TR_OK) s = train(&ref_c, comm, &ref, &d);
+    if (s == TR_OK) s = train(&c, comm, &run, &d);
+    int ok = s == TR_OK, all_ok, code = 1;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all_ok) {
+        int more = run.act_numel >= ref.act_numel, any_more = 0, mem_bad = 0;
+        printf("rank %d: activations %lld floats, the reference %lld\n", rank,
+               (long long)run.act_numel, (long long)ref.act_numel);
+        MPI_Allreduce(&more, &any_more, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        int bad = run.memory_bad + ref.memory_bad;
+        MPI_Allreduce(&bad, &mem_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        double replicas = replica_diff(&run);
+        if (rank == 0) {
+            int64_t differ = bitwise_diff(&run, &ref);
+            bool same = differ == 0 && replicas == 0.0 && tied_copy_drift(&run) == 0;
+            bool fail = same == expect_differ || mem_bad || (fewer_acts && any_more);
+            if (fewer_acts && any_more) printf("a rank holds no fewer activations\n");
+            if (mem_bad) printf("a rank holds parameters or activations outside its stages\n");
+            code = fail ? 1 : 0;
+            printf("%s: %s (%d ranks)\n", code ? "FAIL" : "OK",
+                   same ? "bitwise equal to the same layout's reference"
+                        : "differs from the same layout's reference",
+                   world);
+        }
+    } else if (d.n > 0) {
+        tr_diags_print_text(&d, stderr, false);
+    }
+    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    run_out_free(&ref);
+    run_out_free(&run);
+    tr_comm_destroy(comm);
+    if (have_ps) tr_parallel_state_free(&ps);
+    tr_config_free(&ref_c);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+    MPI_Finalize();
+    return code;
 }
 
 int main(int argc, char **argv) {
@@ -465,6 +566,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     double tol = 1e-5, param_tol = -1.0;
     bool rank_order = false, expect_differ = false, expect_overlap = false, volume = false;
+    bool same_layout = false, fewer_acts = false;
     int64_t min_skips = 0;
     int a = 1;
     for (; a < argc && strncmp(argv[a], "--", 2) == 0 && argv[a][2]; a++) {
@@ -480,6 +582,10 @@ int main(int argc, char **argv) {
             expect_overlap = true;
         else if (strcmp(argv[a], "--check-volume") == 0)
             volume = true;
+        else if (strcmp(argv[a], "--same-layout") == 0)
+            same_layout = true;
+        else if (strcmp(argv[a], "--fewer-acts") == 0)
+            fewer_acts = true;
         else if (strcmp(argv[a], "--min-skips") == 0 && a + 1 < argc)
             min_skips = atoll(argv[++a]);
         else
@@ -488,16 +594,17 @@ int main(int argc, char **argv) {
     if (a >= argc) return usage();
     const char *recipe = argv[a++];
     const char *keys[MAX_KEYS];
-    int n_common = 0, n_all = 0;
-    bool layout = false;
+    int n_common = 0, n_all = 0, n_ref = 0, seps = 0;
     for (; a < argc && n_all < MAX_KEYS; a++) {
         if (strcmp(argv[a], "--") == 0) {
-            layout = true;
+            if (++seps > (same_layout ? 2 : 1)) return usage();
             continue;
         }
         keys[n_all++] = argv[a];
-        if (!layout) n_common++;
+        if (seps == 0) n_common++;
+        if (seps <= 1) n_ref++;
     }
+    if (same_layout) return same_layout_main(recipe, keys, n_ref, n_all, fewer_acts, expect_differ);
 
     tr_diags d;
     tr_diags_init(&d);

@@ -333,3 +333,78 @@ tr_equiv_lora_dp_test(llama_dora_dp2_distopt_overlap 2 --expect-overlap llama_ti
 tr_equiv_lora_dp_test(llama_lora_tp2_sp_dp2_distopt_overlap 4 --expect-overlap llama_tiny_lora
                       ${TR_LORA_COMMON} ${TR_LORA_UNPACKED} -- ${TR_TP2} ${TR_SP} ${TR_DISTOPT}
                       ${TR_OVERLAP} ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)
+
+# Activation recomputation (runtime/model/recompute.c): each run against the same layout without
+# recomputation, losses and final parameters bitwise equal (--same-layout), with fewer activation
+# floats on every rank (--fewer-acts); hidden dropout on, so the recomputed forwards must replay
+# the slot's masks. No --check-volume: a recomputed forward runs its TP collectives again.
+# tr_equiv_recompute_test(NAME NP RECIPE [COMMON_KEY=VALUE...] -- [LAYOUT...] -- [RECOMPUTE...])
+function(tr_equiv_recompute_test name np)
+  tr_mpirun_test(mpi_equiv_${name} ${np} equiv_check --same-layout --fewer-acts ${ARGN})
+endfunction()
+set(TR_RC_COMMON ${TR_EQUIV_COMMON} model.hidden_dropout=0.1)
+set(TR_RC_FULL model.recompute_granularity=full)
+set(TR_RC_SEL model.recompute_granularity=selective)
+# 1F1B with 8 microbatches over 2 stages (the first stage holds 2 in flight), interleaved.
+tr_equiv_recompute_test(gpt_pp2_recompute_full_uniform 2 gpt_tiny_pretrain ${TR_RC_COMMON}
+                        model.num_layers=8 -- ${TR_PP2} -- ${TR_RC_FULL}
+                        model.recompute_method=uniform model.recompute_num_layers=3)
+tr_equiv_recompute_test(gpt_pp2_recompute_full_block 2 gpt_tiny_pretrain ${TR_RC_COMMON}
+                        model.num_layers=8 -- ${TR_PP2} -- ${TR_RC_FULL}
+                        model.recompute_method=block model.recompute_num_layers=2)
+tr_equiv_recompute_test(llama_pp2_vpp2_recompute_full 2 llama_tiny_pretrain ${TR_RC_COMMON}
+                        model.num_layers=8 -- ${TR_PP2} ${TR_VPP2} -- ${TR_RC_FULL}
+                        model.recompute_method=uniform model.recompute_num_layers=1)
+tr_equiv_recompute_test(llama_pp2_vpp2_recompute_selective 2 llama_tiny_pretrain ${TR_RC_COMMON}
+                        model.num_layers=8 -- ${TR_PP2} ${TR_VPP2} -- ${TR_RC_SEL}
+                        model.recompute_modules=[core_attn,mlp,layernorm])
+# Tensor parallel, with sequence parallelism, in bf16 with half-precision saved inputs.
+tr_equiv_recompute_test(llama_tp2_recompute_core_attn 2 llama_tiny_pretrain ${TR_RC_COMMON}
+                        model.num_layers=4 -- ${TR_TP2} -- ${TR_RC_SEL})
+tr_equiv_recompute_test(llama_tp2_sp_recompute_full_uniform 2 llama_tiny_pretrain ${TR_RC_COMMON}
+                        model.num_layers=4 -- ${TR_TP2} ${TR_SP} -- ${TR_RC_FULL}
+                        model.recompute_method=uniform model.recompute_num_layers=1)
+tr_equiv_recompute_test(llama_tp2_sp_bf16_recompute_block 2 llama_tiny_pretrain ${TR_RC_COMMON}
+                        ${TR_BF16} model.num_layers=4 -- ${TR_TP2} ${TR_SP} -- ${TR_RC_FULL}
+                        model.recompute_method=block model.recompute_num_layers=2)
+tr_equiv_recompute_test(gpt_tp2_sp_bf16_recompute_selective 2 gpt_tiny_pretrain ${TR_RC_COMMON}
+                        ${TR_BF16} model.num_layers=4 -- ${TR_TP2} ${TR_SP} -- ${TR_RC_SEL}
+                        model.recompute_modules=[mlp,layernorm])
+# TP x PP with packed fine-tuning sequences.
+tr_equiv_recompute_test(gpt_sft_tp2_pp2_recompute_full 4 gpt_tiny_pretrain ${TR_SFT_COMMON}
+                        ${TR_SFT_GPT} model.hidden_dropout=0.1 model.num_layers=4 -- ${TR_TP2}
+                        ${TR_PP2} -- ${TR_RC_FULL} model.recompute_method=uniform
+                        model.recompute_num_layers=1)
+# LoRA with adapter dropout under TP.
+tr_equiv_recompute_test(llama_lora_tp2_recompute_full 2 llama_tiny_lora ${TR_LORA_COMMON}
+                        peft.dropout=0.1 model.hidden_dropout=0.1 -- ${TR_TP2} -- ${TR_RC_FULL}
+                        model.recompute_method=uniform model.recompute_num_layers=1)
+set_tests_properties(mpi_equiv_llama_lora_tp2_recompute_full PROPERTIES FIXTURES_REQUIRED lora_base)
+# QK layernorm (its inputs and statistics are recomputed with q, k, v) and DoRA under TP.
+tr_equiv_recompute_test(llama_qknorm_tp2_sp_recompute_full 2 llama_tiny_pretrain ${TR_RC_COMMON}
+                        model.qk_layernorm=true model.num_layers=4 -- ${TR_TP2} ${TR_SP} --
+                        ${TR_RC_FULL} model.recompute_method=uniform model.recompute_num_layers=1)
+tr_equiv_recompute_test(llama_qknorm_pp2_recompute_selective 2 llama_tiny_pretrain ${TR_RC_COMMON}
+                        model.qk_layernorm=true model.num_layers=4 -- ${TR_PP2} -- ${TR_RC_SEL}
+                        model.recompute_modules=[core_attn,mlp,layernorm])
+tr_equiv_recompute_test(llama_dora_tp2_recompute_full 2 llama_tiny_lora ${TR_LORA_COMMON} ${TR_DORA}
+                        model.hidden_dropout=0.1 -- ${TR_TP2} -- ${TR_RC_FULL}
+                        model.recompute_method=uniform model.recompute_num_layers=1)
+set_tests_properties(mpi_equiv_llama_dora_tp2_recompute_full PROPERTIES FIXTURES_REQUIRED lora_base)
+# PP2 x DP2 with the distributed optimizer, overlapped gradient reduction and parameter gather,
+# and evaluation between the steps.
+tr_equiv_recompute_test(gpt_pp2_dp2_distopt_eval_recompute_full 4 gpt_tiny_pretrain ${TR_RC_COMMON}
+                        model.num_layers=8 validation.eval_iters=2 validation.eval_interval=3 --
+                        ${TR_PP2} ${TR_DISTOPT} ${TR_OVERLAP} ddp.overlap_param_gather=true
+                        optimizer.overlap_param_gather=true -- ${TR_RC_FULL}
+                        model.recompute_method=uniform model.recompute_num_layers=2)
+# On the cpu-strict device (device buffers the host never touches), bf16, PP2.
+tr_equiv_recompute_test(llama_pp2_bf16_strict_recompute_selective 2 llama_tiny_pretrain
+                        ${TR_RC_COMMON} ${TR_BF16} model.num_layers=4 -- ${TR_PP2} -- ${TR_RC_SEL}
+                        model.recompute_modules=[core_attn,mlp,layernorm])
+set_tests_properties(mpi_equiv_llama_pp2_bf16_strict_recompute_selective PROPERTIES
+                     ENVIRONMENT "${TR_MPIRUN_ENV};TRESTLE_DEVICE=cpu-strict")
+# The comparison can fail: another seed in the tested run is reported.
+tr_mpirun_test(mpi_equiv_recompute_detects_difference 2 equiv_check --same-layout --expect-differ
+               gpt_tiny_pretrain ${TR_RC_COMMON} model.num_layers=8 -- ${TR_PP2} -- ${TR_RC_FULL}
+               model.recompute_method=uniform model.recompute_num_layers=1 rng.seed=4321)

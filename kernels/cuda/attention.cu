@@ -11,6 +11,11 @@
  * [doc_start[t], t], as on the CPU: tiles before the block's first document start are skipped,
  * and a key block stops at the first query whose document starts after it.
  *
+ * Dropout (desc->dropout): each lane multiplies its probability by the mask of
+ * kernels/common/attn_dropout.h (1/(1-p) or 0) after the row sum has taken it, as on the CPU; the
+ * backward multiplies dP by the same mask and, in dK/dV, P too (dV = (P M)^T dO). di is
+ * rowsum(dO * O) of the dropped output, which equals rowsum(P M * dP), so it is unchanged.
+ *
  * With desc->lowp (mixed precision) and a head_dim of 16, 32, 64 or 128 on sm_80+, the same
  * entry points run the tensor-core kernels of attention_tc.cu instead, after the checks (and,
  * for backward, di) here. */
@@ -25,6 +30,9 @@ static tr_status attn_check(const tr_attn_desc *d) {
         return TR_ERR_INVALID;
     if (d->doc_start && !d->causal) return TR_ERR_INVALID;
     if (d->lowp != 0 && d->lowp != TR_LOWP_BF16 && d->lowp != TR_LOWP_F16) return TR_ERR_INVALID;
+    if (d->dropout != 0.0f && !tr_attn_drop_args_ok(d->dropout, d->dropout_layer, d->head_offset,
+                                                    d->heads, d->heads_total))
+        return TR_ERR_INVALID;
     /* Registers hold a row as head_dim/32 values per lane; 256 covers every model we ship. */
     if (d->head_dim > 256) {
         tr_log(TR_LOG_ERROR, "CUDA attention: head_dim %d is above the supported 256", d->head_dim);

@@ -14,9 +14,10 @@ struct att_shape {
     int T, H, G, D, hpg, causal;
     float scale;
     const int32_t *ds; /* doc_start [B, T] or NULL */
-    /* Attention dropout (kernels/common/attn_dropout.h), when drop is nonzero: the keep
-     * threshold, 1 / (1 - p) and the mask's coordinates. */
-    int drop;
+    /* Attention dropout (kernels/common/attn_dropout.h), read by the kernels' DROP
+     * instantiations only (launched when desc->dropout is nonzero, so the kernels without it are
+     * the code and registers of the plain op): the keep threshold, 1 / (1 - p) and the mask's
+     * coordinates. */
     uint32_t drop_thr;
     float keep_scale;
     uint64_t drop_seed, drop_round;
@@ -29,7 +30,6 @@ static inline att_shape att_shape_of(const tr_attn_desc *d) {
     s.hpg = d->heads / d->groups, s.causal = d->causal != 0;
     s.scale = d->scale, s.ds = d->doc_start;
     if (d->dropout != 0.0f) {
-        s.drop = 1;
         s.drop_thr = tr_attn_drop_threshold(d->dropout);
         s.keep_scale = 1.0f / (1.0f - d->dropout);
         s.drop_seed = d->dropout_seed;

@@ -247,7 +247,7 @@ template <int D> constexpr size_t fwd_smem() {
     return 2 * (q > kv ? q : kv);
 }
 
-template <int D, typename H, typename T>
+template <int D, typename H, typename T, bool DROP>
 __global__ void __launch_bounds__(FW_THREADS)
     tc_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, att_shape s) {
     constexpr int KS = D / 16;      /* k16 steps over head_dim */
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(FW_THREADS)
                 sc[j][e] = p;
                 l[e >> 1] += p;
             }
-        if (s.drop)
+        if (DROP)
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 const unsigned kb =
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(FW_THREADS)
     /* Rows past T were computed on zeros and are dropped here. Every real row saw its own key
      * (causal) or all keys, so l > 0; the guard only keeps padded rows finite. */
     float inv[2] = {l[0] > 0.0f ? 1.0f / l[0] : 0.0f, l[1] > 0.0f ? 1.0f / l[1] : 0.0f};
-    if (s.drop) inv[0] *= s.keep_scale, inv[1] *= s.keep_scale;
+    if (DROP) inv[0] *= s.keep_scale, inv[1] *= s.keep_scale;
 #pragma unroll
     for (int n = 0; n < ND; n++)
 #pragma unroll
@@ -450,7 +450,7 @@ template <int D> constexpr size_t dkv_smem() {
            (2 * sizeof(float) + sizeof(int)) * BQ;
 }
 
-template <int D, typename H, typename T>
+template <int D, typename H, typename T, bool DROP>
 __global__ void __launch_bounds__(TC_THREADS)
     tc_dkv_kernel(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const float *lse,
                   const float *di, att_shape s) {
@@ -512,13 +512,13 @@ __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 const unsigned kb =
-                    s.drop ? tc_drop_bits(s, dst, key, q0 + 8 * j + 2 * (lane & 3), true, lane)
-                           : 0xfu;
+                    DROP ? tc_drop_bits(s, dst, key, q0 + 8 * j + 2 * (lane & 3), true, lane)
+                         : 0xfu;
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int r = e >> 1, i = 8 * j + tr_mma_c_elem(lane, e).col;
                     const bool ok = i < nq && key[r] < s.T && att_sees(s, key[r], q0 + i, sds[i]);
-                    if (s.drop)
+                    if (DROP)
                         p_and_ds_drop(sc[j][e], dp[j][e], ok, (kb >> e) & 1u, sl2, slse[i], sdi[i],
                                       s.keep_scale);
                     else
@@ -544,7 +544,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             if (key[r] < s.T) {
                 const int64_t o = kv_off(s, b, key[r], g) + 8 * n + tr_mma_c_elem(lane, e).col;
                 st(dk, o, ak[n][e] * s.scale);
-                st(dv, o, s.drop ? av[n][e] * s.keep_scale : av[n][e]);
+                st(dv, o, DROP ? av[n][e] * s.keep_scale : av[n][e]);
             }
         }
 }
@@ -557,7 +557,7 @@ template <int D> constexpr size_t dq_smem() {
                 (size_t)D * (BK + TC_PAD));
 }
 
-template <int D, typename H, typename T>
+template <int D, typename H, typename T, bool DROP>
 __global__ void __launch_bounds__(TC_THREADS)
     tc_dq_kernel(T *dq, const T *dout, const T *q, const T *k, const T *v, const float *lse,
                  const float *di, att_shape s) {
@@ -609,14 +609,14 @@ __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
         for (int j = 0; j < NT; j++) {
             const unsigned kb =
-                s.drop ? tc_drop_bits(s, dst, row, k0 + 8 * j + 2 * (lane & 3), false, lane) : 0xfu;
+                DROP ? tc_drop_bits(s, dst, row, k0 + 8 * j + 2 * (lane & 3), false, lane) : 0xfu;
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1, key = k0 + 8 * j + tr_mma_c_elem(lane, e).col;
                 /* att_sees spelled out: through it ptxas gives dq 12 more registers at D=64 */
                 const bool ok =
                     row[r] < s.T && key < k0 + nk && (!s.causal || key <= row[r]) && key >= lo[r];
-                if (s.drop)
+                if (DROP)
                     p_and_ds_drop(sc[j][e], dp[j][e], ok, (kb >> e) & 1u, sl2, rl[r], rd[r],
                                   s.keep_scale);
                 else

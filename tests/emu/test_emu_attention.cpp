@@ -138,14 +138,27 @@ void tc_case(int B, int T, int Hh, int G, int causal, int doc_len, int misalign,
     /* misaligned inputs must take stage()'s element-wise path, aligned ones the vector path */
     CHECK(((reinterpret_cast<uintptr_t>(Q.p) & 15) != 0) == (misalign != 0));
 
-    emu::launch(tc_grid(&d, Hh, FW_ROWS), dim3(FW_THREADS), fwd_smem<D>(),
-                [&] { tc_fwd_kernel<D, H, S>(O.p, L.p, Q.p, K.p, V.p, s); });
+    emu::launch(tc_grid(&d, Hh, FW_ROWS), dim3(FW_THREADS), fwd_smem<D>(), [&] {
+        /* the launcher's choice: the DROP instantiation exactly when dropping */
+        if (p > 0.0f)
+            tc_fwd_kernel<D, H, S, true>(O.p, L.p, Q.p, K.p, V.p, s);
+        else
+            tc_fwd_kernel<D, H, S, false>(O.p, L.p, Q.p, K.p, V.p, s);
+    });
     run_di(DI.p, Gd.p, O2.p, d);
     auto backward = [&](S *dq, S *dk, S *dv) {
-        emu::launch(tc_grid(&d, G, TC_ROWS), dim3(TC_THREADS), dkv_smem<D>(),
-                    [&] { tc_dkv_kernel<D, H, S>(dk, dv, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s); });
-        emu::launch(tc_grid(&d, Hh, TC_ROWS), dim3(TC_THREADS), dq_smem<D>(),
-                    [&] { tc_dq_kernel<D, H, S>(dq, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s); });
+        emu::launch(tc_grid(&d, G, TC_ROWS), dim3(TC_THREADS), dkv_smem<D>(), [&] {
+            if (p > 0.0f)
+                tc_dkv_kernel<D, H, S, true>(dk, dv, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s);
+            else
+                tc_dkv_kernel<D, H, S, false>(dk, dv, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s);
+        });
+        emu::launch(tc_grid(&d, Hh, TC_ROWS), dim3(TC_THREADS), dq_smem<D>(), [&] {
+            if (p > 0.0f)
+                tc_dq_kernel<D, H, S, true>(dq, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s);
+            else
+                tc_dq_kernel<D, H, S, false>(dq, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s);
+        });
     };
     backward(DQ.p, DK.p, DV.p);
 
@@ -214,7 +227,7 @@ void test_tc_misaligned(void) {
 
 /* ---- fp32 SIMT kernels -------------------------------------------------------------------- */
 
-template <int NE, typename S> void simt_run(const tr_attn_desc &d, const reference &r) {
+template <int NE, typename S, bool DROP> void simt_run(const tr_attn_desc &d, const reference &r) {
     const bool bf16_storage = std::is_same<S, __nv_bfloat16>::value;
     const size_t nq = r.q.size(), nk = r.k.size(), nl = r.lse.size();
     const int B = d.batch, T = d.seq, Hh = d.heads, G = d.groups, D = d.head_dim;
@@ -228,12 +241,13 @@ template <int NE, typename S> void simt_run(const tr_attn_desc &d, const referen
     const att_shape s = att_shape_of(&dd);
     const unsigned nb = (unsigned)((T + ATT_WARPS - 1) / ATT_WARPS);
     emu::launch(dim3(nb, Hh, B), dim3(ATT_WARPS * 32), attn_fwd_smem(D),
-                [&] { attn_fwd_kernel<NE, S>(O.p, L.p, Q.p, K.p, V.p, s); });
+                [&] { attn_fwd_kernel<NE, S, DROP>(O.p, L.p, Q.p, K.p, V.p, s); });
     run_di(DI.p, Gd.p, O2.p, dd);
-    emu::launch(dim3(nb, G, B), dim3(ATT_WARPS * 32), attn_dkv_smem(D),
-                [&] { attn_dkv_kernel<NE, S>(DK.p, DV.p, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s); });
+    emu::launch(dim3(nb, G, B), dim3(ATT_WARPS * 32), attn_dkv_smem(D), [&] {
+        attn_dkv_kernel<NE, S, DROP>(DK.p, DV.p, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s);
+    });
     emu::launch(dim3(nb, Hh, B), dim3(ATT_WARPS * 32), attn_dq_smem(D),
-                [&] { attn_dq_kernel<NE, S>(DQ.p, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s); });
+                [&] { attn_dq_kernel<NE, S, DROP>(DQ.p, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s); });
     /* fp32 limits; bf16 storage rounds every output (unit roundoff 2^-8, the GPU test's 1e-2) */
     const double tol = bf16_storage ? 1e-2 : 1e-5, tol_bwd = bf16_storage ? 1e-2 : 1e-4;
     char name[128];
@@ -254,6 +268,15 @@ template <int NE, typename S> void simt_run(const tr_attn_desc &d, const referen
 #undef SIMT_NAME
 }
 
+template <typename S, bool DROP> void simt_width(const tr_attn_desc &d, const reference &r) {
+    if (d.head_dim <= 64)
+        simt_run<2, S, DROP>(d, r);
+    else if (d.head_dim <= 128)
+        simt_run<4, S, DROP>(d, r);
+    else
+        simt_run<8, S, DROP>(d, r);
+}
+
 template <typename S>
 void simt_case(int B, int T, int Hh, int G, int D, int causal, int doc_len, float p = 0.0f) {
     tr_attn_desc d = desc_of(B, T, Hh, G, D, causal, 0, 0, p);
@@ -261,13 +284,11 @@ void simt_case(int B, int T, int Hh, int G, int D, int causal, int doc_len, floa
     d.doc_start = doc_len ? ds.data() : NULL;
     reference r = cpu_reference(d, std::is_same<S, __nv_bfloat16>::value,
                                 (uint64_t)(T * 17 + D + Hh * 3 + doc_len));
-    /* the launcher's register-row width: head_dim / 32 values per lane */
-    if (D <= 64)
-        simt_run<2, S>(d, r);
-    else if (D <= 128)
-        simt_run<4, S>(d, r);
+    /* the launcher's register-row width (head_dim / 32 values per lane) and its DROP choice */
+    if (p > 0.0f)
+        simt_width<S, true>(d, r);
     else
-        simt_run<8, S>(d, r);
+        simt_width<S, false>(d, r);
 }
 
 /* Attention dropout: the kernels draw the CPU op's mask (kernels/common/attn_dropout.h), the

@@ -235,8 +235,6 @@
       "The model is dense: the runtime has no mixture-of-experts layers yet.")                     \
     X(tr_check_runtime_qk_layernorm, "runtime.qk_layernorm", E, false,                             \
       "qk_layernorm is off: the runtime has no query/key layernorm yet.")                          \
-    X(tr_check_runtime_attention_dropout, "runtime.attention_dropout", E, false,                   \
-      "attention_dropout is 0: the runtime has no attention-probability dropout yet.")             \
     X(tr_check_runtime_rotary_interleaved, "runtime.rotary_interleaved", E, false,                 \
       "rotary_interleaved is off: the runtime rotates halves, not pairs.")                         \
     X(tr_check_runtime_yarn, "runtime.yarn", E, false,                                             \

@@ -49,6 +49,8 @@ tr_status tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, cons
 /* dst = src (n floats, device memory; a no-op when they are the same). */
 tr_status tr_model_copy(const tr_model *m, float *dst, const float *src, int64_t n);
 tr_attn_desc tr_model_attn_desc(const tr_model *m);
+/* The same for layer `layer` (global number), with its attention-dropout mask in training. */
+tr_attn_desc tr_model_layer_attn_desc(const tr_model *m, int layer);
 /* Dropout of the hidden activations at `site` (y = x allowed): the rows this rank holds (its
  * sequence chunks with sequence parallelism) with the mask the whole microbatch would draw. */
 tr_status tr_model_dropout(const tr_model *m, float *y, const float *x, int site, bool forward);

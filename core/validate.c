@@ -233,8 +233,6 @@
       "Expert parallelism (EP > 1) waits for the runtime to implement it.")                        \
     X(tr_check_runtime_moe_layers, "runtime.moe_layers", E, false,                                 \
       "The model is dense: the runtime has no mixture-of-experts layers yet.")                     \
-    X(tr_check_runtime_attention_dropout, "runtime.attention_dropout", E, false,                   \
-      "attention_dropout is 0: the runtime has no attention-probability dropout yet.")             \
     X(tr_check_runtime_rotary_interleaved, "runtime.rotary_interleaved", E, false,                 \
       "rotary_interleaved is off: the runtime rotates halves, not pairs.")                         \
     X(tr_check_runtime_yarn, "runtime.yarn", E, false,                                             \

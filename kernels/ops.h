@@ -53,6 +53,18 @@ typedef struct tr_attn_desc {
      * from document boundaries), so a backend may skip validating it, which on a device costs
      * a read-back synchronisation per call. 0: doc_start is checked. */
     int doc_start_trusted;
+    /* Dropout on the attention probabilities (training): 0 for none, else the drop probability
+     * p, 0 < p < 1. out = (P * M / (1 - p)) V, P the softmax and M the mask of
+     * kernels/common/attn_dropout.h for (dropout_seed, dropout_round, dropout_layer, batch row,
+     * head head_offset + h, query t, key j), t and j the row's token indices; lse stays the
+     * undropped softmax's. The backward takes the same fields and the dropped out, and
+     * regenerates M. heads_total is the model's head count (tensor parallelism: q holds heads
+     * [head_offset, head_offset + heads) of it; 0 means heads). The other fields are ignored
+     * when dropout is 0. */
+    float dropout;
+    uint64_t dropout_seed, dropout_round;
+    int dropout_layer;
+    int head_offset, heads_total;
 } tr_attn_desc;
 
 typedef struct tr_adamw_params {

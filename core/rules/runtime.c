@@ -41,12 +41,6 @@ TR_RULE_FN(tr_check_runtime_moe_layers) {
             NOT_YET, "mixture-of-experts layers");
 }
 
-TR_RULE_FN(tr_check_runtime_attention_dropout) {
-    if (!(c->model.attention_dropout > 0)) return;
-    TR_FAIL("model.attention_dropout", "set model.attention_dropout=0", NOT_YET,
-            "dropout on the attention probabilities");
-}
-
 TR_RULE_FN(tr_check_runtime_rotary_interleaved) {
     if (!c->model.rotary_interleaved) return;
     TR_FAIL("model.rotary_interleaved", "set model.rotary_interleaved=false", NOT_YET,

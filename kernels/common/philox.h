@@ -12,8 +12,9 @@ typedef struct tr_philox4 {
     uint32_t v[4];
 } tr_philox4;
 
-TR_HOST_DEVICE tr_philox4 tr_philox4x32_10(uint64_t counter, uint64_t seed) {
-    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+/* The whole 128-bit counter (c0 the lowest word) under a 64-bit key. */
+TR_HOST_DEVICE tr_philox4 tr_philox4x32_10_ctr(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+                                               uint64_t seed) {
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     for (int r = 0; r < 10; r++) {
         uint64_t p0 = (uint64_t)0xD2511F53u * c0;
@@ -29,6 +30,11 @@ TR_HOST_DEVICE tr_philox4 tr_philox4x32_10(uint64_t counter, uint64_t seed) {
     }
     tr_philox4 out = {{c0, c1, c2, c3}};
     return out;
+}
+
+/* A 64-bit counter: the upper two words are 0 (every draw but attention dropout's). */
+TR_HOST_DEVICE tr_philox4 tr_philox4x32_10(uint64_t counter, uint64_t seed) {
+    return tr_philox4x32_10_ctr((uint32_t)counter, (uint32_t)(counter >> 32), 0, 0, seed);
 }
 
 /* Uniform in [0,1) for global element index e: four elements share one Philox call, so

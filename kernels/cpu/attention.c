@@ -11,13 +11,20 @@
  * [doc start, t]. Because doc starts never decrease along a row, a query block needs no keys
  * before the doc start of its first query, and a key block is needed by no query past the first
  * document that begins after it; those whole tiles are skipped, so packing n documents of length
- * L into one row costs about n * L^2, not (n L)^2. */
+ * L into one row costs about n * L^2, not (n L)^2.
+ *
+ * Dropout (desc->dropout > 0) multiplies each row of probabilities by its mask row (1/(1-p) where
+ * kept, 0 where dropped; kernels/common/attn_dropout.h) after the row sum l has taken the
+ * undropped values, so lse is the undropped softmax's. Backward, with O the dropped output and
+ * M the mask row: dV = (P M)^T dO; dP = (dO V^T) M; dS = P (dP - di) with di = rowsum(dO * O),
+ * which equals rowsum(P M * dO V^T), so the di pass needs no change. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/common/attn_dropout.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd/simd.h"
 #include "kernels/cpu/threadpool.h"
@@ -35,6 +42,9 @@ typedef struct attn_ctx {
     float *out, *lse, *dq, *dk, *dv, *di;
     float *kt, *vt; /* [B, G, D, T]: K^T and V^T, so score tiles are plain row-major products */
     const float *q, *k, *v, *dout, *o, *clse;
+    int drop;          /* desc->dropout > 0 */
+    uint32_t drop_thr; /* tr_attn_drop_threshold(p) */
+    float keep_scale;  /* 1 / (1 - p) */
     atomic_int nomem;
 } attn_ctx;
 
@@ -100,6 +110,27 @@ static inline int64_t kt_off(const attn_ctx *c, int b, int g) {
     return ((int64_t)b * c->d->groups + g) * c->d->head_dim * c->ts;
 }
 
+/* The mask row of query t (batch b, local head h) over the tile's keys [k0 + lo, k0 + hi):
+ * mrow[j] = 1/(1-p) where kept, 0 where dropped. One Philox call serves a pair of keys here (its
+ * other two words are the neighbouring query's). */
+static void drop_row(const attn_ctx *c, int b, int h, int t, int k0, int lo, int hi, float *mrow) {
+    const tr_attn_desc *d = c->d;
+    tr_attn_drop_stream st = tr_attn_drop_stream_of(d->dropout_seed, d->dropout_round,
+                                                    d->dropout_layer, d->head_offset + h, b);
+    for (int j = lo; j < hi;) {
+        tr_philox4 r = tr_attn_drop_draw(st, t, k0 + j);
+        int end = ((k0 + j) | 1) + 1 - k0;
+        if (end > hi) end = hi;
+        for (; j < end; j++)
+            mrow[j] = tr_attn_drop_kept(r, t, k0 + j, c->drop_thr) ? c->keep_scale : 0.0f;
+    }
+}
+
+/* x[j] *= mrow[j] over [lo, hi). */
+static void mul_row(float *x, const float *mrow, int lo, int hi) {
+    for (int j = lo; j < hi; j++) x[j] *= mrow[j];
+}
+
 static void transpose_tasks(void *vc, int64_t t0, int64_t t1) {
     attn_ctx *c = vc;
     const tr_attn_desc *d = c->d;
@@ -134,12 +165,13 @@ static void attn_fwd_tasks(void *vc, int64_t t0, int64_t t1) {
     const tr_attn_desc *d = c->d;
     const tr_cpu_simd *simd = c->simd;
     int D = d->head_dim, T = d->seq, bq = c->bq, bk = c->bk;
-    float *buf = malloc(sizeof(float) * ((size_t)bq * bk + (size_t)bq * D + 2 * (size_t)bq));
+    float *buf =
+        malloc(sizeof(float) * ((size_t)bq * bk + (size_t)bq * D + 2 * (size_t)bq + (size_t)bk));
     if (!buf) {
         atomic_store(&c->nomem, 1);
         return;
     }
-    float *S = buf, *O = S + bq * bk, *m = O + bq * D, *l = m + bq;
+    float *S = buf, *O = S + bq * bk, *m = O + bq * D, *l = m + bq, *mrow = l + bq;
     for (int64_t task = t0; task < t1; task++) {
         int qb = (int)(task % c->nqb);
         int64_t bh = task / c->nqb;
@@ -170,6 +202,10 @@ static void attn_fwd_tasks(void *vc, int64_t t0, int64_t t1) {
                 l[i] = l[i] * alpha +
                        simd->exp_row(s + ks.lo, nk - ks.lo, ks.hi - ks.lo, d->scale, mnew);
                 m[i] = mnew;
+                if (c->drop) {
+                    drop_row(c, b, h, q0 + i, k0, ks.lo, ks.hi, mrow);
+                    mul_row(s, mrow, ks.lo, ks.hi);
+                }
                 if (alpha != 1.0f) simd->scale(O + i * D, D, alpha);
             }
             simd->tile_mm(nq, D, nk, S, nk, 1, Vg + (int64_t)k0 * c->ks, c->ks, O, D);
@@ -205,6 +241,14 @@ static tr_status attn_setup(attn_ctx *c, const tr_attn_desc *d) {
     /* A power-of-two seq would put every row of a K^T tile 4 KiB apart, all in one L1 set. */
     c->ts = (int64_t)d->seq + 16;
     atomic_init(&c->nomem, 0);
+    if (d->dropout != 0.0f) {
+        if (!tr_attn_drop_args_ok(d->dropout, d->dropout_layer, d->head_offset, d->heads,
+                                  d->heads_total))
+            return TR_ERR_INVALID;
+        c->drop = 1;
+        c->drop_thr = tr_attn_drop_threshold(d->dropout);
+        c->keep_scale = 1.0f / (1.0f - d->dropout);
+    }
     if (d->doc_start) {
         if (!d->causal) return TR_ERR_INVALID; /* documents are defined by the causal span */
         TR_TRY(check_doc_start(d));
@@ -244,9 +288,10 @@ static void attn_di_rows(void *vc, int64_t r0, int64_t r1) {
     }
 }
 
-/* Recompute P and dS = P*(dP - di)*scale for one (query block, key block) tile. */
+/* Recompute P and dS = P*(dP - di)*scale for one (query block, key block) tile. With dropout,
+ * dP is (dO V^T) times the mask, and P leaves as the dropped P M when dv (dV's operand). */
 static void tile_grad(attn_ctx *c, int b, int h, int q0, int nq, int k0, int nk, float *P,
-                      float *dS) {
+                      float *dS, float *mrow, bool dv) {
     const tr_attn_desc *d = c->d;
     const tr_cpu_simd *simd = c->simd;
     int D = d->head_dim, T = d->seq, g = h / c->hpg;
@@ -263,7 +308,12 @@ static void tile_grad(attn_ctx *c, int b, int h, int q0, int nq, int k0, int nk,
         float *p = P + i * nk;
         memset(p, 0, sizeof(float) * (size_t)ks.lo);
         simd->exp_row(p + ks.lo, nk - ks.lo, ks.hi - ks.lo, d->scale, lse[i]);
+        if (c->drop) {
+            drop_row(c, b, h, q0 + i, k0, ks.lo, ks.hi, mrow);
+            mul_row(dS + i * nk, mrow, ks.lo, ks.hi);
+        }
         simd->dsoftmax(dS + i * nk, p, nk, di[i], d->scale);
+        if (c->drop && dv) mul_row(p, mrow, ks.lo, ks.hi);
     }
 }
 
@@ -271,12 +321,12 @@ static void attn_dkv_tasks(void *vc, int64_t t0, int64_t t1) {
     attn_ctx *c = vc;
     const tr_attn_desc *d = c->d;
     int D = d->head_dim, T = d->seq, bq = c->bq, bk = c->bk;
-    float *buf = malloc(sizeof(float) * (2 * (size_t)bq * bk + 2 * (size_t)bk * D));
+    float *buf = malloc(sizeof(float) * (2 * (size_t)bq * bk + 2 * (size_t)bk * D + (size_t)bk));
     if (!buf) {
         atomic_store(&c->nomem, 1);
         return;
     }
-    float *P = buf, *dS = P + bq * bk, *dK = dS + bq * bk, *dV = dK + bk * D;
+    float *P = buf, *dS = P + bq * bk, *dK = dS + bq * bk, *dV = dK + bk * D, *mrow = dV + bk * D;
     for (int64_t task = t0; task < t1; task++) {
         int kb = (int)(task % c->nkb);
         int64_t bg = task / c->nkb;
@@ -288,7 +338,7 @@ static void attn_dkv_tasks(void *vc, int64_t t0, int64_t t1) {
         for (int h = g * c->hpg; h < (g + 1) * c->hpg; h++) {
             for (int q0 = d->causal ? k0 : 0; q0 < qend; q0 += bq) {
                 int nq = q0 + bq <= qend ? bq : qend - q0;
-                tile_grad(c, b, h, q0, nq, k0, nk, P, dS);
+                tile_grad(c, b, h, q0, nq, k0, nk, P, dS, mrow, true);
                 /* dV += P^T dO, dK += dS^T Q */
                 c->simd->tile_mm(nk, D, nq, P, 1, nk, qrow(c, c->dout, b, q0, h), c->qs, dV, D);
                 c->simd->tile_mm(nk, D, nq, dS, 1, nk, qrow(c, c->q, b, q0, h), c->qs, dK, D);
@@ -307,12 +357,12 @@ static void attn_dq_tasks(void *vc, int64_t t0, int64_t t1) {
     attn_ctx *c = vc;
     const tr_attn_desc *d = c->d;
     int D = d->head_dim, T = d->seq, bq = c->bq, bk = c->bk;
-    float *buf = malloc(sizeof(float) * (2 * (size_t)bq * bk + (size_t)bq * D));
+    float *buf = malloc(sizeof(float) * (2 * (size_t)bq * bk + (size_t)bq * D + (size_t)bk));
     if (!buf) {
         atomic_store(&c->nomem, 1);
         return;
     }
-    float *P = buf, *dS = P + bq * bk, *dQ = dS + bq * bk;
+    float *P = buf, *dS = P + bq * bk, *dQ = dS + bq * bk, *mrow = dQ + bq * D;
     for (int64_t task = t0; task < t1; task++) {
         int qb = (int)(task % c->nqb);
         int64_t bh = task / c->nqb;
@@ -322,7 +372,7 @@ static void attn_dq_tasks(void *vc, int64_t t0, int64_t t1) {
         int kend = d->causal ? q0 + nq : T;
         for (int k0 = first_key(d, b, q0); k0 < kend; k0 += bk) {
             int nk = k0 + bk <= kend ? bk : kend - k0;
-            tile_grad(c, b, h, q0, nq, k0, nk, P, dS);
+            tile_grad(c, b, h, q0, nq, k0, nk, P, dS, mrow, false);
             const float *K = c->k + ((int64_t)b * T + k0) * c->ks + (int64_t)g * D;
             c->simd->tile_mm(nq, D, nk, dS, nk, 1, K, c->ks, dQ, D); /* dQ += dS K */
         }

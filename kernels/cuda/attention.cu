@@ -11,6 +11,11 @@
  * [doc_start[t], t], as on the CPU: tiles before the block's first document start are skipped,
  * and a key block stops at the first query whose document starts after it.
  *
+ * Dropout (desc->dropout): each lane multiplies its probability by the mask of
+ * kernels/common/attn_dropout.h (1/(1-p) or 0) after the row sum has taken it, as on the CPU; the
+ * backward multiplies dP by the same mask and, in dK/dV, P too (dV = (P M)^T dO). di is
+ * rowsum(dO * O) of the dropped output, which equals rowsum(P M * dP), so it is unchanged.
+ *
  * With desc->lowp (mixed precision) and a head_dim of 16, 32, 64 or 128 on sm_80+, the same
  * entry points run the tensor-core kernels of attention_tc.cu instead, after the checks (and,
  * for backward, di) here. */
@@ -25,6 +30,9 @@ static tr_status attn_check(const tr_attn_desc *d) {
         return TR_ERR_INVALID;
     if (d->doc_start && !d->causal) return TR_ERR_INVALID;
     if (d->lowp != 0 && d->lowp != TR_LOWP_BF16 && d->lowp != TR_LOWP_F16) return TR_ERR_INVALID;
+    if (d->dropout != 0.0f && !tr_attn_drop_args_ok(d->dropout, d->dropout_layer, d->head_offset,
+                                                    d->heads, d->heads_total))
+        return TR_ERR_INVALID;
     /* Registers hold a row as head_dim/32 values per lane; 256 covers every model we ship. */
     if (d->head_dim > 256) {
         tr_log(TR_LOG_ERROR, "CUDA attention: head_dim %d is above the supported 256", d->head_dim);
@@ -61,36 +69,54 @@ template <typename K> static tr_status allow_smem(K kernel, size_t bytes) {
     return TR_OK;
 }
 
-template <int NE, typename T>
+template <int NE, typename T, bool DROP>
 static tr_status fwd_launch(tr_cuda_ctx *ctx, T *out, float *lse, const T *q, const T *k,
                             const T *v, const tr_attn_desc *d) {
     att_shape s = att_shape_of(d);
     size_t smem = attn_fwd_smem(s.D);
-    TR_TRY(allow_smem(attn_fwd_kernel<NE, T>, smem));
+    TR_TRY(allow_smem(attn_fwd_kernel<NE, T, DROP>, smem));
     dim3 grid((unsigned)((s.T + ATT_WARPS - 1) / ATT_WARPS), (unsigned)s.H, (unsigned)d->batch);
-    attn_fwd_kernel<NE, T><<<grid, ATT_WARPS * 32, smem, ctx->stream>>>(out, lse, q, k, v, s);
+    attn_fwd_kernel<NE, T, DROP><<<grid, ATT_WARPS * 32, smem, ctx->stream>>>(out, lse, q, k, v, s);
     TR_CUDA_LAUNCHED();
     return TR_OK;
 }
 
-template <int NE, typename T>
+template <int NE, typename T, bool DROP>
 static tr_status bwd_launch(tr_cuda_ctx *ctx, T *dq, T *dk, T *dv, const T *dout, const T *q,
                             const T *k, const T *v, const float *lse, const float *di,
                             const tr_attn_desc *d) {
     att_shape s = att_shape_of(d);
     unsigned nb = (unsigned)((s.T + ATT_WARPS - 1) / ATT_WARPS);
     size_t smem_dq = attn_dq_smem(s.D), smem_dkv = attn_dkv_smem(s.D);
-    TR_TRY(allow_smem(attn_dq_kernel<NE, T>, smem_dq));
-    TR_TRY(allow_smem(attn_dkv_kernel<NE, T>, smem_dkv));
-    attn_dkv_kernel<NE, T>
+    TR_TRY(allow_smem(attn_dq_kernel<NE, T, DROP>, smem_dq));
+    TR_TRY(allow_smem(attn_dkv_kernel<NE, T, DROP>, smem_dkv));
+    attn_dkv_kernel<NE, T, DROP>
         <<<dim3(nb, (unsigned)s.G, (unsigned)d->batch), ATT_WARPS * 32, smem_dkv, ctx->stream>>>(
             dk, dv, dout, q, k, v, lse, di, s);
     TR_CUDA_LAUNCHED();
-    attn_dq_kernel<NE, T>
+    attn_dq_kernel<NE, T, DROP>
         <<<dim3(nb, (unsigned)s.H, (unsigned)d->batch), ATT_WARPS * 32, smem_dq, ctx->stream>>>(
             dq, dout, q, k, v, lse, di, s);
     TR_CUDA_LAUNCHED();
     return TR_OK;
+}
+
+/* The kernels with dropout are separate instantiations (DROP), so those without it keep the
+ * plain op's code and registers. */
+template <int NE, typename T>
+static tr_status fwd_drop(tr_cuda_ctx *ctx, T *out, float *lse, const T *q, const T *k, const T *v,
+                          const tr_attn_desc *d) {
+    if (d->dropout != 0.0f) return fwd_launch<NE, T, true>(ctx, out, lse, q, k, v, d);
+    return fwd_launch<NE, T, false>(ctx, out, lse, q, k, v, d);
+}
+
+template <int NE, typename T>
+static tr_status bwd_drop(tr_cuda_ctx *ctx, T *dq, T *dk, T *dv, const T *dout, const T *q,
+                          const T *k, const T *v, const float *lse, const float *di,
+                          const tr_attn_desc *d) {
+    if (d->dropout != 0.0f)
+        return bwd_launch<NE, T, true>(ctx, dq, dk, dv, dout, q, k, v, lse, di, d);
+    return bwd_launch<NE, T, false>(ctx, dq, dk, dv, dout, q, k, v, lse, di, d);
 }
 
 /* The checks and the head_dim dispatch, shared by the fp32 table entries and the bf16 ones. */
@@ -103,9 +129,9 @@ static tr_status attention_fwd(const char *name, T *out, float *lse, const T *q,
     TR_CUDA_CTX(name);
     TR_TRY(check_doc_start(ctx, d));
     if (tr_attn_tc_eligible(d)) return tr_attn_tc_fwd(ctx->stream, out, lse, q, k, v, d);
-    if (d->head_dim <= 64) return fwd_launch<2, T>(ctx, out, lse, q, k, v, d);
-    if (d->head_dim <= 128) return fwd_launch<4, T>(ctx, out, lse, q, k, v, d);
-    return fwd_launch<8, T>(ctx, out, lse, q, k, v, d);
+    if (d->head_dim <= 64) return fwd_drop<2, T>(ctx, out, lse, q, k, v, d);
+    if (d->head_dim <= 128) return fwd_drop<4, T>(ctx, out, lse, q, k, v, d);
+    return fwd_drop<8, T>(ctx, out, lse, q, k, v, d);
 }
 
 template <typename T>
@@ -126,9 +152,9 @@ static tr_status attention_bwd(const char *name, T *dq, T *dk, T *dv, const T *d
     TR_CUDA_LAUNCHED();
     if (tr_attn_tc_eligible(d))
         return tr_attn_tc_bwd(ctx->stream, dq, dk, dv, dout, q, k, v, lse, di, d);
-    if (d->head_dim <= 64) return bwd_launch<2, T>(ctx, dq, dk, dv, dout, q, k, v, lse, di, d);
-    if (d->head_dim <= 128) return bwd_launch<4, T>(ctx, dq, dk, dv, dout, q, k, v, lse, di, d);
-    return bwd_launch<8, T>(ctx, dq, dk, dv, dout, q, k, v, lse, di, d);
+    if (d->head_dim <= 64) return bwd_drop<2, T>(ctx, dq, dk, dv, dout, q, k, v, lse, di, d);
+    if (d->head_dim <= 128) return bwd_drop<4, T>(ctx, dq, dk, dv, dout, q, k, v, lse, di, d);
+    return bwd_drop<8, T>(ctx, dq, dk, dv, dout, q, k, v, lse, di, d);
 }
 
 tr_status tr_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k,

@@ -7,18 +7,49 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/common/attn_dropout.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 struct att_shape {
     int T, H, G, D, hpg, causal;
     float scale;
     const int32_t *ds; /* doc_start [B, T] or NULL */
+    /* Attention dropout (kernels/common/attn_dropout.h), read by the kernels' DROP
+     * instantiations only (launched when desc->dropout is nonzero, so the kernels without it are
+     * the code and registers of the plain op): the keep threshold, 1 / (1 - p) and the mask's
+     * coordinates. */
+    uint32_t drop_thr;
+    float keep_scale;
+    uint64_t drop_seed, drop_round;
+    int drop_layer, head_offset;
 };
 
 static inline att_shape att_shape_of(const tr_attn_desc *d) {
-    att_shape s = {d->seq,         d->heads, d->groups,   d->head_dim, d->heads / d->groups,
-                   d->causal != 0, d->scale, d->doc_start};
+    att_shape s = {};
+    s.T = d->seq, s.H = d->heads, s.G = d->groups, s.D = d->head_dim;
+    s.hpg = d->heads / d->groups, s.causal = d->causal != 0;
+    s.scale = d->scale, s.ds = d->doc_start;
+    if (d->dropout != 0.0f) {
+        s.drop_thr = tr_attn_drop_threshold(d->dropout);
+        s.keep_scale = 1.0f / (1.0f - d->dropout);
+        s.drop_seed = d->dropout_seed;
+        s.drop_round = d->dropout_round;
+        s.drop_layer = d->dropout_layer;
+        s.head_offset = d->head_offset;
+    }
     return s;
+}
+
+/* The mask stream of (batch b, local head h). */
+__device__ __forceinline__ tr_attn_drop_stream att_drop_stream(const att_shape &s, int b, int h) {
+    return tr_attn_drop_stream_of(s.drop_seed, s.drop_round, s.drop_layer, s.head_offset + h, b);
+}
+
+/* One entry's mask: 1 / (1 - p) where (query t, key) is kept, 0 where dropped. */
+__device__ __forceinline__ float att_drop_mul(const att_shape &s, tr_attn_drop_stream st, int t,
+                                              int key) {
+    return tr_attn_drop_kept(tr_attn_drop_draw(st, t, key), t, key, s.drop_thr) ? s.keep_scale
+                                                                                : 0.0f;
 }
 
 __device__ __forceinline__ int doc_lo(const att_shape &s, int b, int t) {

@@ -58,7 +58,7 @@ __device__ __forceinline__ float dot_row(const float *a, const float *b, int D) 
     return s;
 }
 
-template <int NE, typename T>
+template <int NE, typename T, bool DROP>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, att_shape s) {
     TR_DYNAMIC_SMEM(float, sm);
@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     float m = -INFINITY, l = 0.0f;
     int kend = block_key_end(s);
     int lo = active ? doc_lo(s, b, i) : 0;
+    const tr_attn_drop_stream dst = att_drop_stream(s, b, h);
     for (int k0 = doc_lo(s, b, blockIdx.x * ATT_WARPS); k0 < kend; k0 += ATT_KT) {
         int nk = min(ATT_KT, kend - k0);
         load_kv_tiles(sk, sv, k, v, s, b, g, k0, nk);
@@ -89,6 +90,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         float alpha = m == -INFINITY ? 0.0f : expf(m - mnew);
         l = l * alpha + tr_warp_sum(p);
         m = mnew;
+        if (DROP && valid) p *= att_drop_mul(s, dst, i, key);
 #pragma unroll
         for (int n = 0; n < NE; n++) acc[n] *= alpha;
         acc_lane_weighted(acc, p, sv, nk, D, lane);
@@ -119,7 +121,7 @@ __global__ void attn_di_kernel(float *di, const T *dout, const T *o, int64_t row
 }
 
 /* dQ: a warp per query row, keys in tiles, lane j recomputing P and dS for key j. */
-template <int NE, typename T>
+template <int NE, typename T, bool DROP>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_dq_kernel(T *dq, const T *dout, const T *q, const T *k, const T *v, const float *lse,
                    const float *di, att_shape s) {
@@ -145,6 +147,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     for (int n = 0; n < NE; n++) acc[n] = 0.0f;
     int kend = block_key_end(s);
     int lo = active ? doc_lo(s, b, i) : 0;
+    const tr_attn_drop_stream dst = att_drop_stream(s, b, h);
     for (int k0 = doc_lo(s, b, blockIdx.x * ATT_WARPS); k0 < kend; k0 += ATT_KT) {
         int nk = min(ATT_KT, kend - k0);
         load_kv_tiles(sk, sv, k, v, s, b, g, k0, nk);
@@ -154,6 +157,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         if (valid) {
             float p = expf(dot_row(myq, sk + lane * (D + 1), D) * s.scale - row_lse);
             float dp = dot_row(mydo, sv + lane * (D + 1), D);
+            if (DROP) dp *= att_drop_mul(s, dst, i, k0 + lane);
             ds = s.scale * p * (dp - row_di);
         }
         acc_lane_weighted(acc, ds, sk, nk, D, lane);
@@ -169,7 +173,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 /* dK, dV: a warp per key row of one KV group; query tiles of every head of the group are staged,
  * lane i recomputing P and dS for query i of the tile. */
-template <int NE, typename T>
+template <int NE, typename T, bool DROP>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_dkv_kernel(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v,
                     const float *lse, const float *di, att_shape s) {
@@ -194,6 +198,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     int qend = query_end(s, b, min(s.T, (int)(blockIdx.x + 1) * ATT_WARPS));
     int64_t qstride = (int64_t)s.H * D;
     for (int h = g * s.hpg; h < (g + 1) * s.hpg; h++) {
+        const tr_attn_drop_stream dst = att_drop_stream(s, b, h);
         for (int q0 = qstart; q0 < qend; q0 += ATT_KT) {
             int nq = min(ATT_KT, qend - q0);
             __syncthreads();
@@ -212,7 +217,14 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             if (valid) {
                 p = expf(dot_row(sq + lane * (D + 1), myk, D) * s.scale - slse[lane]);
                 float dp = dot_row(sdo + lane * (D + 1), myv, D);
-                ds = s.scale * p * (dp - sdi[lane]);
+                if (DROP) {
+                    const float mul = att_drop_mul(s, dst, q0 + lane, j);
+                    dp *= mul;
+                    ds = s.scale * p * (dp - sdi[lane]);
+                    p *= mul; /* dV's operand: the dropped probability */
+                } else {
+                    ds = s.scale * p * (dp - sdi[lane]);
+                }
             }
             for (int r = 0; r < nq; r++) {
                 float pr = __shfl_sync(0xffffffffu, p, r), dr = __shfl_sync(0xffffffffu, ds, r);

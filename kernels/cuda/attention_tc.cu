@@ -14,31 +14,48 @@ template <typename K> tr_status tc_allow_smem(K kernel, size_t bytes) {
     return TR_OK;
 }
 
-template <int D, typename H, typename T>
-tr_status tc_fwd(cudaStream_t st, T *out, float *lse, const T *q, const T *k, const T *v,
-                 const tr_attn_desc *d) {
+/* Dropout runs separate instantiations (DROP), so the kernels without it keep the plain op's
+ * code and registers. */
+template <int D, typename H, typename T, bool DROP>
+tr_status tc_fwd_launch(cudaStream_t st, T *out, float *lse, const T *q, const T *k, const T *v,
+                        const tr_attn_desc *d) {
     constexpr size_t smem = fwd_smem<D>();
-    TR_TRY(tc_allow_smem(tc_fwd_kernel<D, H, T>, smem));
-    tc_fwd_kernel<D, H, T><<<tc_grid(d, d->heads, FW_ROWS), FW_THREADS, smem, st>>>(
+    TR_TRY(tc_allow_smem(tc_fwd_kernel<D, H, T, DROP>, smem));
+    tc_fwd_kernel<D, H, T, DROP><<<tc_grid(d, d->heads, FW_ROWS), FW_THREADS, smem, st>>>(
         out, lse, q, k, v, att_shape_of(d));
     TR_CUDA_LAUNCHED();
     return TR_OK;
 }
 
-template <int D, typename H, typename T>
-tr_status tc_bwd(cudaStream_t st, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k,
-                 const T *v, const float *lse, const float *di, const tr_attn_desc *d) {
+template <int D, typename H, typename T, bool DROP>
+tr_status tc_bwd_launch(cudaStream_t st, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k,
+                        const T *v, const float *lse, const float *di, const tr_attn_desc *d) {
     constexpr size_t smem_dkv = dkv_smem<D>(), smem_dq = dq_smem<D>();
-    TR_TRY(tc_allow_smem(tc_dkv_kernel<D, H, T>, smem_dkv));
-    TR_TRY(tc_allow_smem(tc_dq_kernel<D, H, T>, smem_dq));
+    TR_TRY(tc_allow_smem(tc_dkv_kernel<D, H, T, DROP>, smem_dkv));
+    TR_TRY(tc_allow_smem(tc_dq_kernel<D, H, T, DROP>, smem_dq));
     att_shape s = att_shape_of(d);
-    tc_dkv_kernel<D, H, T><<<tc_grid(d, d->groups, TC_ROWS), TC_THREADS, smem_dkv, st>>>(
+    tc_dkv_kernel<D, H, T, DROP><<<tc_grid(d, d->groups, TC_ROWS), TC_THREADS, smem_dkv, st>>>(
         dk, dv, dout, q, k, v, lse, di, s);
     TR_CUDA_LAUNCHED();
-    tc_dq_kernel<D, H, T>
+    tc_dq_kernel<D, H, T, DROP>
         <<<tc_grid(d, d->heads, TC_ROWS), TC_THREADS, smem_dq, st>>>(dq, dout, q, k, v, lse, di, s);
     TR_CUDA_LAUNCHED();
     return TR_OK;
+}
+
+template <int D, typename H, typename T>
+tr_status tc_fwd(cudaStream_t st, T *out, float *lse, const T *q, const T *k, const T *v,
+                 const tr_attn_desc *d) {
+    if (d->dropout != 0.0f) return tc_fwd_launch<D, H, T, true>(st, out, lse, q, k, v, d);
+    return tc_fwd_launch<D, H, T, false>(st, out, lse, q, k, v, d);
+}
+
+template <int D, typename H, typename T>
+tr_status tc_bwd(cudaStream_t st, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k,
+                 const T *v, const float *lse, const float *di, const tr_attn_desc *d) {
+    if (d->dropout != 0.0f)
+        return tc_bwd_launch<D, H, T, true>(st, dq, dk, dv, dout, q, k, v, lse, di, d);
+    return tc_bwd_launch<D, H, T, false>(st, dq, dk, dv, dout, q, k, v, lse, di, d);
 }
 
 template <typename H, typename T>

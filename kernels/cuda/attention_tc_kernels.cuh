@@ -29,6 +29,12 @@
  * keep the two fp32 accumulators plus S and dP within the register file (docs/cuda.md lists the
  * registers per kernel; none spills at head_dim 32 and above).
  *
+ * Dropout (desc->dropout): the probabilities going into P V (forward) and P^T dO (dkv) are
+ * zeroed where the mask of kernels/common/attn_dropout.h drops them, after the row sum has
+ * taken them, and the 1/(1-p) of the kept ones is applied to the fp32 results (O, dV), so the
+ * rounded P fragments are those of the undropped run; dP is multiplied by the mask in fp32
+ * before dS = P (dP - di). One Philox call per lane and n8 tile (tc_drop_bits).
+ *
  * Kernel bodies only, in an anonymous namespace: attention_tc.cu (the launchers) includes this
  * header, and so does the host emulator of tests/emu, which compiles the same code as C++. */
 #ifndef TR_CUDA_ATTENTION_TC_KERNELS_CUH
@@ -204,6 +210,34 @@ __device__ __forceinline__ void stage(H *rows, H *tt, const T *src, int64_t stri
     }
 }
 
+/* Attention dropout on one n8 tile of a C fragment: the keep bits of the lane's four entries,
+ * bit e for element e, whose rows are rows[0], rows[1] and whose columns are col0 and col0 + 1
+ * (col0 even). Rows are queries and columns keys (S), or, keys_are_rows, the other way round
+ * (S^T of dK/dV). Lane ^ 4 holds the rows of the other parity at the same columns, so the two
+ * lanes' entries make two 2 x 2 blocks of the mask: each lane draws the block of its row
+ * r = g & 1, and they trade the bits. Every lane of the warp must call it. */
+__device__ __forceinline__ unsigned tc_drop_bits(const att_shape &s, tr_attn_drop_stream st,
+                                                 const int rows[2], int col0, bool keys_are_rows,
+                                                 int lane) {
+    const int par = (lane >> 2) & 1; /* the parity of both rows of this lane */
+    const int rr = par ? rows[1] : rows[0];
+    const tr_philox4 d =
+        keys_are_rows ? tr_attn_drop_draw(st, col0, rr) : tr_attn_drop_draw(st, rr, col0);
+    const unsigned mine = tr_attn_drop_bits(d, s.drop_thr);
+    const unsigned theirs = __shfl_xor_sync(0xffffffffu, mine, 4);
+    unsigned out = 0;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const unsigned blk = r == par ? mine : theirs;
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int word = keys_are_rows ? 2 * c + par : 2 * par + c;
+            out |= ((blk >> word) & 1u) << (2 * r + c);
+        }
+    }
+    return out;
+}
+
 /* ---- forward ---------------------------------------------------------------------------- */
 
 /* Q [FW_ROWS][D+PAD] first, then the K tile [TC_ROWS][D+PAD] and V^T [D][TC_ROWS+PAD] over it. */
@@ -213,7 +247,7 @@ template <int D> constexpr size_t fwd_smem() {
     return 2 * (q > kv ? q : kv);
 }
 
-template <int D, typename H, typename T>
+template <int D, typename H, typename T, bool DROP>
 __global__ void __launch_bounds__(FW_THREADS)
     tc_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, att_shape s) {
     constexpr int KS = D / 16;      /* k16 steps over head_dim */
@@ -249,6 +283,7 @@ __global__ void __launch_bounds__(FW_THREADS)
     float o[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    const tr_attn_drop_stream dst = att_drop_stream(s, b, h);
 
     const float sl2 = s.scale * TC_LOG2E;
     /* Keys: none before the first query's document (starts never decrease along a row), none
@@ -313,6 +348,15 @@ __global__ void __launch_bounds__(FW_THREADS)
                 sc[j][e] = p;
                 l[e >> 1] += p;
             }
+        if (DROP)
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const unsigned kb =
+                    tc_drop_bits(s, dst, row, k0 + 8 * j + 2 * (lane & 3), false, lane);
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (!((kb >> e) & 1u)) sc[j][e] = 0.0f;
+            }
 #pragma unroll
         for (int n = 0; n < ND; n++) {
 #pragma unroll
@@ -339,7 +383,8 @@ __global__ void __launch_bounds__(FW_THREADS)
     }
     /* Rows past T were computed on zeros and are dropped here. Every real row saw its own key
      * (causal) or all keys, so l > 0; the guard only keeps padded rows finite. */
-    const float inv[2] = {l[0] > 0.0f ? 1.0f / l[0] : 0.0f, l[1] > 0.0f ? 1.0f / l[1] : 0.0f};
+    float inv[2] = {l[0] > 0.0f ? 1.0f / l[0] : 0.0f, l[1] > 0.0f ? 1.0f / l[1] : 0.0f};
+    if (DROP) inv[0] *= s.keep_scale, inv[1] *= s.keep_scale;
 #pragma unroll
     for (int n = 0; n < ND; n++)
 #pragma unroll
@@ -387,6 +432,15 @@ __device__ __forceinline__ void p_and_ds(float &sc, float &dp, bool ok, float sl
     dp = p * (dp - di);
 }
 
+/* The same with dropout: dP is dp times the mask (ks = 1/(1-p) where kept, 0 where dropped) and
+ * sc becomes P where kept, 0 where dropped (dV's operand; its 1/(1-p) is applied to dV). */
+__device__ __forceinline__ void p_and_ds_drop(float &sc, float &dp, bool ok, bool kept, float sl2,
+                                              float lse2, float di, float ks) {
+    const float p = ok ? exp2f(sc * sl2 - lse2) : 0.0f;
+    sc = kept ? p : 0.0f;
+    dp = p * ((kept ? dp * ks : 0.0f) - di);
+}
+
 /* ---- backward: dK, dV ------------------------------------------------------------------- */
 
 template <int D> constexpr size_t dkv_smem() {
@@ -396,7 +450,7 @@ template <int D> constexpr size_t dkv_smem() {
            (2 * sizeof(float) + sizeof(int)) * BQ;
 }
 
-template <int D, typename H, typename T>
+template <int D, typename H, typename T, bool DROP>
 __global__ void __launch_bounds__(TC_THREADS)
     tc_dkv_kernel(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const float *lse,
                   const float *di, att_shape s) {
@@ -434,7 +488,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     /* Queries before j0 see none of these keys (causal); none at or past query_end either. */
     const int qstart = s.causal ? j0 : 0;
     const int qend = query_end(s, b, j0 + nk);
-    for (int h = g * s.hpg; h < (g + 1) * s.hpg; h++)
+    for (int h = g * s.hpg; h < (g + 1) * s.hpg; h++) {
+        const tr_attn_drop_stream dst = att_drop_stream(s, b, h);
         for (int q0 = qstart; q0 < qend; q0 += BQ) {
             const int nq = min(BQ, qend - q0);
             __syncthreads(); /* the previous tile's readers are done */
@@ -455,14 +510,22 @@ __global__ void __launch_bounds__(TC_THREADS)
              * query is loaded (i < nq; so t < T), the key exists, t >= key (causal) and the
              * query's document starts at or before the key. */
 #pragma unroll
-            for (int j = 0; j < NT; j++)
+            for (int j = 0; j < NT; j++) {
+                const unsigned kb =
+                    DROP ? tc_drop_bits(s, dst, key, q0 + 8 * j + 2 * (lane & 3), true, lane)
+                         : 0xfu;
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int r = e >> 1, i = 8 * j + tr_mma_c_elem(lane, e).col;
                     const bool ok = i < nq && key[r] < s.T && att_sees(s, key[r], q0 + i, sds[i]);
-                    p_and_ds(sc[j][e], dp[j][e], ok, sl2, slse[i], sdi[i]);
+                    if (DROP)
+                        p_and_ds_drop(sc[j][e], dp[j][e], ok, (kb >> e) & 1u, sl2, slse[i], sdi[i],
+                                      s.keep_scale);
+                    else
+                        p_and_ds(sc[j][e], dp[j][e], ok, sl2, slse[i], sdi[i]);
                 }
-                /* dV += P^T dO and dK += dS^T Q, the queries as k16 steps. */
+            }
+            /* dV += P^T dO and dK += dS^T Q, the queries as k16 steps. */
 #pragma unroll
             for (int kk = 0; kk < NT / 2; kk++) {
                 uint32_t pa[4], da[4];
@@ -471,6 +534,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                 mma_tiles2(av, pa, sdot, ak, da, sqt, LT, 16 * kk, lane);
             }
         }
+    }
 
 #pragma unroll
     for (int n = 0; n < ND; n++)
@@ -480,7 +544,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             if (key[r] < s.T) {
                 const int64_t o = kv_off(s, b, key[r], g) + 8 * n + tr_mma_c_elem(lane, e).col;
                 st(dk, o, ak[n][e] * s.scale);
-                st(dv, o, av[n][e]);
+                st(dv, o, DROP ? av[n][e] * s.keep_scale : av[n][e]);
             }
         }
 }
@@ -493,7 +557,7 @@ template <int D> constexpr size_t dq_smem() {
                 (size_t)D * (BK + TC_PAD));
 }
 
-template <int D, typename H, typename T>
+template <int D, typename H, typename T, bool DROP>
 __global__ void __launch_bounds__(TC_THREADS)
     tc_dq_kernel(T *dq, const T *dout, const T *q, const T *k, const T *v, const float *lse,
                  const float *di, att_shape s) {
@@ -527,6 +591,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     float aq[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) aq[n][0] = aq[n][1] = aq[n][2] = aq[n][3] = 0.0f;
+    const tr_attn_drop_stream dst = att_drop_stream(s, b, h);
 
     const float sl2 = s.scale * TC_LOG2E;
     const int kend = s.causal ? q0 + nq : s.T;
@@ -542,16 +607,23 @@ __global__ void __launch_bounds__(TC_THREADS)
         two_products<KS>(sc, sq, sk, dp, sdo, sv, LD, w, lane);
         /* P and dS = P (dP - di) as in the forward's masks; rows past T masked out. */
 #pragma unroll
-        for (int j = 0; j < NT; j++)
+        for (int j = 0; j < NT; j++) {
+            const unsigned kb =
+                DROP ? tc_drop_bits(s, dst, row, k0 + 8 * j + 2 * (lane & 3), false, lane) : 0xfu;
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1, key = k0 + 8 * j + tr_mma_c_elem(lane, e).col;
                 /* att_sees spelled out: through it ptxas gives dq 12 more registers at D=64 */
                 const bool ok =
                     row[r] < s.T && key < k0 + nk && (!s.causal || key <= row[r]) && key >= lo[r];
-                p_and_ds(sc[j][e], dp[j][e], ok, sl2, rl[r], rd[r]);
+                if (DROP)
+                    p_and_ds_drop(sc[j][e], dp[j][e], ok, (kb >> e) & 1u, sl2, rl[r], rd[r],
+                                  s.keep_scale);
+                else
+                    p_and_ds(sc[j][e], dp[j][e], ok, sl2, rl[r], rd[r]);
             }
-            /* dQ += dS K, the keys as k16 steps. */
+        }
+        /* dQ += dS K, the keys as k16 steps. */
 #pragma unroll
         for (int kk = 0; kk < NT / 2; kk++) {
             uint32_t da[4];

@@ -59,7 +59,7 @@ static tr_status layer_bwd(tr_model *m, int i) {
     tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
     float *dattn = m->dbig;
     TR_TRY(tr_linear_bwd(ops, &proj, a->attn, dy, dattn, rows));
-    tr_attn_desc ad = tr_model_attn_desc(m);
+    tr_attn_desc ad = tr_model_layer_attn_desc(m, i);
     TR_TRY(ops->attention_bwd(m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse, &ad));
     if (s->rope) {
         TR_TRY(tr_model_rope(m, m->dq, s->heads, false));

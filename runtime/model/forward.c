@@ -67,6 +67,22 @@ tr_attn_desc tr_model_attn_desc(const tr_model *m) {
                           .doc_start_trusted = 1};
 }
 
+/* Layer `layer`'s attention: with attention dropout in training, the mask coordinates that make
+ * every layout draw the single-rank run's mask (the global layer and microbatch round, this TP
+ * rank's first global head). */
+tr_attn_desc tr_model_layer_attn_desc(const tr_model *m, int layer) {
+    tr_attn_desc d = tr_model_attn_desc(m);
+    if (m->spec.attention_dropout > 0.0f && m->training) {
+        d.dropout = m->spec.attention_dropout;
+        d.dropout_seed = m->dropout_seed;
+        d.dropout_round = m->dropout_round;
+        d.dropout_layer = layer;
+        d.head_offset = m->tp.rank * m->spec.heads;
+        d.heads_total = m->full.heads;
+    }
+    return d;
+}
+
 /* Dropout site `site` of the current microbatch: a disjoint Philox counter range per site and
  * per microbatch, so backward regenerates exactly the forward mask. */
 uint64_t tr_model_dropout_offset(const tr_model *m, int site) {
@@ -145,8 +161,8 @@ static tr_status norm_to_linear(tr_model *m, const tr_linear *l, float *y, float
     return tr_linear_fwd(m->ops, l, in, out, rows);
 }
 
-tr_status tr_model_core_attn_fwd(const tr_model *m, const tr_layer_acts *a) {
-    tr_attn_desc ad = tr_model_attn_desc(m);
+tr_status tr_model_core_attn_fwd(const tr_model *m, int layer, const tr_layer_acts *a) {
+    tr_attn_desc ad = tr_model_layer_attn_desc(m, layer);
     return m->ops->attention_fwd(a->attn, a->lse, a->q, a->k, a->v, &ad);
 }
 
@@ -184,7 +200,7 @@ tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out
         TR_TRY(tr_model_rope(m, a->q, s->heads, true));
         TR_TRY(tr_model_rope(m, a->k, s->groups, true));
     }
-    TR_TRY(tr_model_core_attn_fwd(m, a));
+    TR_TRY(tr_model_core_attn_fwd(m, i, a));
     tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
     TR_TRY(tr_linear_fwd(ops, &proj, a->attn, m->dtmp, rows));
     TR_TRY(dropout_fwd(m, m->dtmp, 1 + 2 * i));

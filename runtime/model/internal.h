@@ -49,6 +49,8 @@ tr_status tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, cons
 /* dst = src (n floats, device memory; a no-op when they are the same). */
 tr_status tr_model_copy(const tr_model *m, float *dst, const float *src, int64_t n);
 tr_attn_desc tr_model_attn_desc(const tr_model *m);
+/* The same for layer `layer` (global number), with its attention-dropout mask in training. */
+tr_attn_desc tr_model_layer_attn_desc(const tr_model *m, int layer);
 /* Dropout of the hidden activations at `site` (y = x allowed): the rows this rank holds (its
  * sequence chunks with sequence parallelism) with the mask the whole microbatch would draw. */
 tr_status tr_model_dropout(const tr_model *m, float *y, const float *x, int site, bool forward);
@@ -101,7 +103,7 @@ tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out
 tr_status tr_model_norm_input(const tr_model *m, float *y, float *y_full, uint16_t *half,
                               float *mean, float *rstd, const float *x, const float *w,
                               const float *b, const float **in);
-tr_status tr_model_core_attn_fwd(const tr_model *m, const tr_layer_acts *a);
+tr_status tr_model_core_attn_fwd(const tr_model *m, int layer, const tr_layer_acts *a);
 tr_status tr_model_mlp_act_fwd(const tr_model *m, const tr_layer_acts *a);
 
 #endif

@@ -44,7 +44,8 @@ typedef struct tr_model_spec {
     int qk_norm_wd; /* optimizer.apply_wd_to_qk_layernorm: those norms' tensors are decayed */
     float eps;
     double init_std, embed_init_std;
-    float hidden_dropout; /* on the embedding output and both residual branches */
+    float hidden_dropout;    /* on the embedding output and both residual branches */
+    float attention_dropout; /* on the attention probabilities */
     /* Megatron's sequence parallelism (used with TP > 1): outside the TP regions activations are
      * split along the sequence; all-gathers and reduce-scatters replace the all-reduces. */
     int sequence_parallel;

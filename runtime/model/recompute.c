@@ -31,7 +31,7 @@ static tr_status recompute_modules(tr_model *m, int layer) {
                                  rows));
         TR_TRY(tr_model_mlp_act_fwd(m, a));
     }
-    if (mods & (1u << TR_RC_MOD_CORE_ATTN)) TR_TRY(tr_model_core_attn_fwd(m, a));
+    if (mods & (1u << TR_RC_MOD_CORE_ATTN)) TR_TRY(tr_model_core_attn_fwd(m, layer, a));
     return TR_OK;
 }
 

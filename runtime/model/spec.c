@@ -55,6 +55,7 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
                             ? m->init_method_std
                             : m->embedding_init_method_std;
     s->hidden_dropout = (float)m->hidden_dropout;
+    s->attention_dropout = (float)m->attention_dropout;
     s->lowp = m->bf16 ? TR_LOWP_BF16 : m->fp16 ? TR_LOWP_F16 : 0;
     if (m->recompute_granularity == TR_RECG_FULL) {
         s->recompute = TR_RECOMPUTE_FULL;

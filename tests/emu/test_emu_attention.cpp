@@ -66,6 +66,21 @@ std::vector<int32_t> doc_starts(int B, int T, int doc_len) {
     return ds;
 }
 
+/* A descriptor; p > 0 adds attention dropout with fixed, nonzero mask coordinates (a TP rank's
+ * head offset among them). */
+tr_attn_desc desc_of(int B, int T, int Hh, int G, int D, int causal, int lowp, int trusted,
+                     float p) {
+    tr_attn_desc d = {};
+    d.batch = B, d.seq = T, d.heads = Hh, d.groups = G, d.head_dim = D;
+    d.scale = 1.0f / sqrtf((float)D), d.causal = causal, d.lowp = lowp;
+    d.doc_start_trusted = trusted;
+    if (p > 0.0f) {
+        d.dropout = p, d.dropout_seed = 0xA77E17D0ull + (uint64_t)T, d.dropout_round = 17;
+        d.dropout_layer = 5, d.head_offset = Hh, d.heads_total = 3 * Hh;
+    }
+    return d;
+}
+
 /* The inputs and the CPU's results of one case. */
 struct reference {
     std::vector<float> q, k, v, g, o, lse, dq, dk, dv;
@@ -101,10 +116,10 @@ template <typename S> void run_di(float *di, const S *dout, const S *o, const tr
 /* ---- tensor cores ------------------------------------------------------------------------- */
 
 template <int D, typename H, typename S>
-void tc_case(int B, int T, int Hh, int G, int causal, int doc_len, int misalign) {
+void tc_case(int B, int T, int Hh, int G, int causal, int doc_len, int misalign, float p = 0.0f) {
     const int lowp = std::is_same<H, __half>::value ? TR_LOWP_F16 : TR_LOWP_BF16;
     const bool bf16_storage = std::is_same<S, __nv_bfloat16>::value;
-    tr_attn_desc d = {B, T, Hh, G, D, 1.0f / sqrtf((float)D), causal, 0, 0, NULL, lowp, 1};
+    tr_attn_desc d = desc_of(B, T, Hh, G, D, causal, lowp, 1, p);
     std::vector<int32_t> ds = doc_starts(B, T, doc_len);
     d.doc_start = doc_len ? ds.data() : NULL;
     reference r = cpu_reference(d, bf16_storage, (uint64_t)(T * 131 + D * 7 + Hh + doc_len));
@@ -123,22 +138,35 @@ void tc_case(int B, int T, int Hh, int G, int causal, int doc_len, int misalign)
     /* misaligned inputs must take stage()'s element-wise path, aligned ones the vector path */
     CHECK(((reinterpret_cast<uintptr_t>(Q.p) & 15) != 0) == (misalign != 0));
 
-    emu::launch(tc_grid(&d, Hh, FW_ROWS), dim3(FW_THREADS), fwd_smem<D>(),
-                [&] { tc_fwd_kernel<D, H, S>(O.p, L.p, Q.p, K.p, V.p, s); });
+    emu::launch(tc_grid(&d, Hh, FW_ROWS), dim3(FW_THREADS), fwd_smem<D>(), [&] {
+        /* the launcher's choice: the DROP instantiation exactly when dropping */
+        if (p > 0.0f)
+            tc_fwd_kernel<D, H, S, true>(O.p, L.p, Q.p, K.p, V.p, s);
+        else
+            tc_fwd_kernel<D, H, S, false>(O.p, L.p, Q.p, K.p, V.p, s);
+    });
     run_di(DI.p, Gd.p, O2.p, d);
     auto backward = [&](S *dq, S *dk, S *dv) {
-        emu::launch(tc_grid(&d, G, TC_ROWS), dim3(TC_THREADS), dkv_smem<D>(),
-                    [&] { tc_dkv_kernel<D, H, S>(dk, dv, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s); });
-        emu::launch(tc_grid(&d, Hh, TC_ROWS), dim3(TC_THREADS), dq_smem<D>(),
-                    [&] { tc_dq_kernel<D, H, S>(dq, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s); });
+        emu::launch(tc_grid(&d, G, TC_ROWS), dim3(TC_THREADS), dkv_smem<D>(), [&] {
+            if (p > 0.0f)
+                tc_dkv_kernel<D, H, S, true>(dk, dv, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s);
+            else
+                tc_dkv_kernel<D, H, S, false>(dk, dv, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s);
+        });
+        emu::launch(tc_grid(&d, Hh, TC_ROWS), dim3(TC_THREADS), dq_smem<D>(), [&] {
+            if (p > 0.0f)
+                tc_dq_kernel<D, H, S, true>(dq, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s);
+            else
+                tc_dq_kernel<D, H, S, false>(dq, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s);
+        });
     };
     backward(DQ.p, DK.p, DV.p);
 
     char name[128];
 #define TC_NAME(what)                                                                              \
-    snprintf(name, sizeof name, "tc %s %s D%d B%d T%d H%d G%d c%d doc%d%s %s",                     \
+    snprintf(name, sizeof name, "tc %s %s D%d B%d T%d H%d G%d c%d doc%d%s p%.2f %s",               \
              lowp == 1 ? "bf16" : "fp16", bf16_storage ? "bf16io" : "f32io", D, B, T, Hh, G,       \
-             causal, doc_len, misalign ? " mis" : "", what)
+             causal, doc_len, misalign ? " mis" : "", p, what)
     TC_NAME("out");
     CHECK_REL(name, get(O.p, nq).data(), r.o.data(), nq, tol);
     TC_NAME("lse");
@@ -199,7 +227,7 @@ void test_tc_misaligned(void) {
 
 /* ---- fp32 SIMT kernels -------------------------------------------------------------------- */
 
-template <int NE, typename S> void simt_run(const tr_attn_desc &d, const reference &r) {
+template <int NE, typename S, bool DROP> void simt_run(const tr_attn_desc &d, const reference &r) {
     const bool bf16_storage = std::is_same<S, __nv_bfloat16>::value;
     const size_t nq = r.q.size(), nk = r.k.size(), nl = r.lse.size();
     const int B = d.batch, T = d.seq, Hh = d.heads, G = d.groups, D = d.head_dim;
@@ -213,19 +241,20 @@ template <int NE, typename S> void simt_run(const tr_attn_desc &d, const referen
     const att_shape s = att_shape_of(&dd);
     const unsigned nb = (unsigned)((T + ATT_WARPS - 1) / ATT_WARPS);
     emu::launch(dim3(nb, Hh, B), dim3(ATT_WARPS * 32), attn_fwd_smem(D),
-                [&] { attn_fwd_kernel<NE, S>(O.p, L.p, Q.p, K.p, V.p, s); });
+                [&] { attn_fwd_kernel<NE, S, DROP>(O.p, L.p, Q.p, K.p, V.p, s); });
     run_di(DI.p, Gd.p, O2.p, dd);
-    emu::launch(dim3(nb, G, B), dim3(ATT_WARPS * 32), attn_dkv_smem(D),
-                [&] { attn_dkv_kernel<NE, S>(DK.p, DV.p, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s); });
+    emu::launch(dim3(nb, G, B), dim3(ATT_WARPS * 32), attn_dkv_smem(D), [&] {
+        attn_dkv_kernel<NE, S, DROP>(DK.p, DV.p, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s);
+    });
     emu::launch(dim3(nb, Hh, B), dim3(ATT_WARPS * 32), attn_dq_smem(D),
-                [&] { attn_dq_kernel<NE, S>(DQ.p, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s); });
+                [&] { attn_dq_kernel<NE, S, DROP>(DQ.p, Gd.p, Q.p, K.p, V.p, L2.p, DI.p, s); });
     /* fp32 limits; bf16 storage rounds every output (unit roundoff 2^-8, the GPU test's 1e-2) */
     const double tol = bf16_storage ? 1e-2 : 1e-5, tol_bwd = bf16_storage ? 1e-2 : 1e-4;
     char name[128];
 #define SIMT_NAME(what)                                                                            \
-    snprintf(name, sizeof name, "simt %s D%d B%d T%d H%d G%d c%d doc%d %s",                        \
+    snprintf(name, sizeof name, "simt %s D%d B%d T%d H%d G%d c%d doc%d p%.2f %s",                  \
              bf16_storage ? "bf16io" : "f32io", D, B, T, Hh, G, d.causal, d.doc_start != NULL,     \
-             what)
+             d.dropout, what)
     SIMT_NAME("out");
     CHECK_REL(name, get(O.p, nq).data(), r.o.data(), nq, tol);
     SIMT_NAME("lse");
@@ -239,19 +268,46 @@ template <int NE, typename S> void simt_run(const tr_attn_desc &d, const referen
 #undef SIMT_NAME
 }
 
-template <typename S> void simt_case(int B, int T, int Hh, int G, int D, int causal, int doc_len) {
-    tr_attn_desc d = {B, T, Hh, G, D, 1.0f / sqrtf((float)D), causal, 0, 0, NULL, 0, 0};
+template <typename S, bool DROP> void simt_width(const tr_attn_desc &d, const reference &r) {
+    if (d.head_dim <= 64)
+        simt_run<2, S, DROP>(d, r);
+    else if (d.head_dim <= 128)
+        simt_run<4, S, DROP>(d, r);
+    else
+        simt_run<8, S, DROP>(d, r);
+}
+
+template <typename S>
+void simt_case(int B, int T, int Hh, int G, int D, int causal, int doc_len, float p = 0.0f) {
+    tr_attn_desc d = desc_of(B, T, Hh, G, D, causal, 0, 0, p);
     std::vector<int32_t> ds = doc_starts(B, T, doc_len);
     d.doc_start = doc_len ? ds.data() : NULL;
     reference r = cpu_reference(d, std::is_same<S, __nv_bfloat16>::value,
                                 (uint64_t)(T * 17 + D + Hh * 3 + doc_len));
-    /* the launcher's register-row width: head_dim / 32 values per lane */
-    if (D <= 64)
-        simt_run<2, S>(d, r);
-    else if (D <= 128)
-        simt_run<4, S>(d, r);
+    /* the launcher's register-row width (head_dim / 32 values per lane) and its DROP choice */
+    if (p > 0.0f)
+        simt_width<S, true>(d, r);
     else
-        simt_run<8, S>(d, r);
+        simt_width<S, false>(d, r);
+}
+
+/* Attention dropout: the kernels draw the CPU op's mask (kernels/common/attn_dropout.h), the
+ * tensor-core ones two fragment entries per lane and the neighbour's two through a shuffle, so
+ * a wrong row parity, word or exchange shows as O(1) errors against the CPU. Every head_dim and
+ * a few tilings; GQA, documents, non-causal. */
+void test_tc_dropout(void) {
+    tc_case<64, __nv_bfloat16, float>(1, 150, 4, 2, 1, 0, 0, 0.1f);
+    tc_case<16, __nv_bfloat16, float>(2, 70, 2, 1, 0, 0, 0, 0.3f);
+    tc_case<32, __half, float>(1, 90, 2, 2, 1, 30, 0, 0.5f);
+    tc_case<128, __half, float>(1, 80, 2, 1, 1, 0, 0, 0.2f);
+    tc_case<64, __half, __nv_bfloat16>(1, 97, 4, 2, 1, 0, 0, 0.1f);
+}
+
+void test_simt_dropout(void) {
+    simt_case<float>(2, 37, 4, 2, 64, 1, 0, 0.1f);
+    simt_case<float>(1, 45, 2, 2, 80, 0, 0, 0.5f);
+    simt_case<float>(1, 75, 2, 1, 32, 1, 9, 0.3f);
+    simt_case<__nv_bfloat16>(1, 40, 4, 2, 64, 1, 0, 0.1f);
 }
 
 void test_simt(void) {
@@ -307,7 +363,7 @@ int main(int argc, char **argv) {
     static const tr_test_case tests[] = {
         TR_TEST(test_host_rounding), TR_TEST(test_doc_start_check), TR_TEST(test_simt),
         TR_TEST(test_tc_bf16),       TR_TEST(test_tc_fp16),         TR_TEST(test_tc_bf16_storage),
-        TR_TEST(test_tc_misaligned),
+        TR_TEST(test_tc_misaligned), TR_TEST(test_simt_dropout),    TR_TEST(test_tc_dropout),
     };
     return tr_test_main(argc, argv, tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -173,6 +173,24 @@ tr_equiv_pp_test(llama_tp2_sp_pp2_vpp2_dp2_distopt_overlap 8 llama_tiny_pretrain
 tr_equiv_pp_test(gpt_tp2_pp4_first3_last1 8 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_TP2} ${TR_PP4}
                  model.num_layers_in_first_pipeline_stage=3 model.num_layers_in_last_pipeline_stage=1)
 
+# Attention dropout (Megatron's GPT default, 0.1): the masks are keyed by the seed, the global
+# microbatch, the global layer, the batch row, the global head and the positions
+# (kernels/common/attn_dropout.h), so TP ranks (other heads), sequence parallelism (the attention
+# region is whole), pipeline stages (other layers) and DP ranks (other microbatches) draw the
+# single-rank run's masks. Micro batch 2 puts two rows in each mask. The last run shows that the
+# dropout changes the training enough for the comparison to see it.
+set(TR_ATTN_DROP model.attention_dropout=0.1)
+tr_equiv_test(gpt_attn_dropout_tp2 2 gpt_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_ATTN_DROP}
+              train.micro_batch_size=2 -- ${TR_TP2})
+tr_equiv_test(gpt_attn_dropout_tp2_sp 2 gpt_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_ATTN_DROP}
+              train.micro_batch_size=2 -- ${TR_TP2} ${TR_SP})
+tr_equiv_pp_test(gpt_attn_dropout_pp2 2 gpt_tiny_pretrain ${TR_PP_COMMON} ${TR_ATTN_DROP} --
+                 ${TR_PP2})
+tr_equiv_test(gpt_attn_dropout_dp2 2 gpt_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_ATTN_DROP}
+              train.micro_batch_size=2 --)
+tr_equiv_test(gpt_attn_dropout_detected 2 --expect-differ gpt_tiny_pretrain ${TR_EQUIV_COMMON} --
+              ${TR_TP2} ${TR_ATTN_DROP})
+
 # Mixed precision (docs/runtime.md, "Mixed precision"). The losses must match the single-rank run
 # of the same precision at 1e-5; the parameters at 5e-3 (--param-tol): bf16 rounding is per
 # element, so equal fp32 values round equally on every layout, but the layouts' fp32 sums differ
@@ -380,6 +398,12 @@ tr_equiv_recompute_test(llama_lora_tp2_recompute_full 2 llama_tiny_lora ${TR_LOR
                         peft.dropout=0.1 model.hidden_dropout=0.1 -- ${TR_TP2} -- ${TR_RC_FULL}
                         model.recompute_method=uniform model.recompute_num_layers=1)
 set_tests_properties(mpi_equiv_llama_lora_tp2_recompute_full PROPERTIES FIXTURES_REQUIRED lora_base)
+# Attention dropout replayed by the recomputed attention (core_attn, and a whole layer).
+tr_equiv_recompute_test(gpt_attn_dropout_tp2_recompute_core_attn 2 gpt_tiny_pretrain ${TR_RC_COMMON}
+                        model.attention_dropout=0.1 model.num_layers=4 -- ${TR_TP2} -- ${TR_RC_SEL})
+tr_equiv_recompute_test(gpt_attn_dropout_pp2_recompute_full 2 gpt_tiny_pretrain ${TR_RC_COMMON}
+                        model.attention_dropout=0.1 model.num_layers=8 -- ${TR_PP2} -- ${TR_RC_FULL}
+                        model.recompute_method=uniform model.recompute_num_layers=2)
 # QK layernorm (its inputs and statistics are recomputed with q, k, v) and DoRA under TP.
 tr_equiv_recompute_test(llama_qknorm_tp2_sp_recompute_full 2 llama_tiny_pretrain ${TR_RC_COMMON}
                         model.qk_layernorm=true model.num_layers=4 -- ${TR_TP2} ${TR_SP} --

@@ -77,11 +77,34 @@ static void test_argument_checks(void) {
     CHECK(g->sum_squares(NULL, f, 4) == TR_ERR_INVALID);
     CHECK(g->layernorm_fwd(f, f, f, f, f, NULL, 2, 0, 1e-5f, 0) == TR_ERR_INVALID);
     CHECK(g->rope_fwd(f, f, f, f, 1, 1, 1, 4, 3) == TR_ERR_INVALID); /* odd rot_dim */
-    tr_attn_desc d = {1, 4, 3, 2, 8, 0.5f, 1, 0, 0, NULL, 0, 0};     /* 3 heads, 2 groups */
+    tr_attn_desc d = {.batch = 1,
+                      .seq = 4,
+                      .heads = 3,
+                      .groups = 2,
+                      .head_dim = 8,
+                      .scale = 0.5f,
+                      .causal = 1}; /* 3 heads, 2 groups */
     CHECK(g->attention_fwd(f, f, f, f, f, &d) == TR_ERR_INVALID);
-    tr_attn_desc docs = {1, 4, 2, 2,   8, 0.5f,
-                         0, 0, 0, ids, 0, 0}; /* documents need the causal mask */
+    tr_attn_desc docs = {.batch = 1,
+                         .seq = 4,
+                         .heads = 2,
+                         .groups = 2,
+                         .head_dim = 8,
+                         .scale = 0.5f,
+                         .doc_start = ids}; /* documents need the causal mask */
     CHECK(g->attention_fwd(f, f, f, f, f, &docs) == TR_ERR_INVALID);
+    /* attention dropout: p in (0, 1), heads inside heads_total, as on the CPU */
+    tr_attn_desc drop = {.batch = 1,
+                         .seq = 4,
+                         .heads = 2,
+                         .groups = 2,
+                         .head_dim = 8,
+                         .scale = 0.5f,
+                         .causal = 1,
+                         .dropout = 1.0f};
+    CHECK(g->attention_fwd(f, f, f, f, f, &drop) == TR_ERR_INVALID);
+    drop.dropout = 0.1f, drop.head_offset = 1, drop.heads_total = 2;
+    CHECK(g->attention_fwd(f, f, f, f, f, &drop) == TR_ERR_INVALID);
     CHECK(g->swiglu_bwd(f, f, f, 1, 2) == TR_ERR_INVALID);
     CHECK(g->dropout_fwd(f, f, 4, -0.1f, 1, 0) == TR_ERR_INVALID);
     CHECK(g->ce_stats(f, f, ids, 1, -1, 0) == TR_ERR_INVALID);

@@ -1,6 +1,6 @@
 /* The attention half of test_cuda_ops (tests/gpu/cuda_ops_test.h): the SIMT flash attention
  * and the tensor-core kernels against the CPU op, forward and backward, bf16/fp16 storage,
- * GQA, causal and packed-document masks. */
+ * GQA, causal and packed-document masks, attention dropout (the CPU op's mask). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,12 +9,32 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "tests/gpu/cuda_ops_test.h"
 
+/* A descriptor; p > 0 adds attention dropout at fixed mask coordinates, those of a TP rank whose
+ * first head is global head H (of 3 H). */
+static tr_attn_desc desc_of(int B, int T, int H, int G, int D, int causal, int lowp, float p) {
+    tr_attn_desc d = {.batch = B,
+                      .seq = T,
+                      .heads = H,
+                      .groups = G,
+                      .head_dim = D,
+                      .scale = 1.0f / sqrtf((float)D),
+                      .causal = causal,
+                      .lowp = lowp};
+    if (p > 0.0f) {
+        d.dropout = p, d.dropout_seed = 0xA77E17D0ull + (uint64_t)T, d.dropout_round = 17;
+        d.dropout_layer = 5, d.head_offset = H, d.heads_total = 3 * H;
+    }
+    return d;
+}
+
 /* doc_len > 0: packed documents of that length (the last one shorter) in every row. lowp != 0
  * takes the tensor-core path (the runtime's desc: lowp and a trusted doc_start), which must also
- * be deterministic: a second backward gives the same bits. */
-static void attention_lowp_case(int lowp, int B, int T, int H, int G, int D, int causal,
-                                int doc_len) {
-    tr_attn_desc d = {B, T, H, G, D, 1.0f / sqrtf((float)D), causal, 0, 0, NULL, lowp, 0};
+ * be deterministic: a second backward gives the same bits. p > 0: attention dropout, whose mask
+ * the kernels must draw as the CPU does (a wrong entry moves outputs by O(P), far above these
+ * tolerances). */
+static void attention_drop_case(int lowp, int B, int T, int H, int G, int D, int causal,
+                                int doc_len, float p) {
+    tr_attn_desc d = desc_of(B, T, H, G, D, causal, lowp, p);
     /* lowp with another head_dim runs the fp32 SIMT kernels: fp32 limits then */
     int tc = lowp && (D == 16 || D == 32 || D == 64 || D == 128);
     double tol = !tc ? FP32 : lowp == TR_LOWP_BF16 ? TC_BF16 : TC_F16;
@@ -42,8 +62,8 @@ static void attention_lowp_case(int lowp, int B, int T, int H, int G, int D, int
     CHECK(gpu->attention_fwd(O, L, Q, K, V, &dd) == TR_OK);
     char name[112];
 #define ATT_NAME(what)                                                                             \
-    snprintf(name, sizeof name, "attn lowp%d B%d T%d H%d G%d D%d c%d doc%d %s", lowp, B, T, H, G,  \
-             D, causal, doc_len, what)
+    snprintf(name, sizeof name, "attn lowp%d B%d T%d H%d G%d D%d c%d doc%d p%.2f %s", lowp, B, T,  \
+             H, G, D, causal, doc_len, p, what)
     ATT_NAME("out");
     CHECK_DEV(name, O, o, nq, tol);
     ATT_NAME("lse");
@@ -85,6 +105,11 @@ static void attention_lowp_case(int lowp, int B, int T, int H, int G, int D, int
     free(ds), gt_free(dds);
 }
 
+static void attention_lowp_case(int lowp, int B, int T, int H, int G, int D, int causal,
+                                int doc_len) {
+    attention_drop_case(lowp, B, T, H, G, D, causal, doc_len, 0.0f);
+}
+
 static void attention_case(int B, int T, int H, int G, int D, int causal, int doc_len) {
     attention_lowp_case(0, B, T, H, G, D, causal, doc_len);
 }
@@ -111,9 +136,9 @@ static void check_bf16(const char *name, const uint16_t *b, const float *want, s
 }
 
 /* The bf16 entry points against the fp32 CPU op on the same (bf16-representable) inputs. */
-static void attention_bf16_case(int T, int H, int G, int D, int doc_len, int lowp) {
+static void attention_bf16_case(int T, int H, int G, int D, int doc_len, int lowp, float p) {
     const int B = 2;
-    tr_attn_desc d = {B, T, H, G, D, 1.0f / sqrtf((float)D), 1, 0, 0, NULL, lowp, 0};
+    tr_attn_desc d = desc_of(B, T, H, G, D, 1, lowp, p);
     double tol = lowp ? TC_BF16 : 1e-2, tol_lse = lowp ? TC_BF16 : FP32;
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * G * D, nl = (size_t)B * H * T;
     int32_t *ds = NULL, *dds = NULL;
@@ -135,8 +160,8 @@ static void attention_bf16_case(int T, int H, int G, int D, int doc_len, int low
     CHECK(tr_cuda_attention_fwd_bf16(O, L, Q, K, V, &dd) == TR_OK);
     char name[96];
 #define BF16_NAME(what)                                                                            \
-    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d %s", lowp, T, H, G, D,     \
-             doc_len, what)
+    snprintf(name, sizeof name, "attn bf16 lowp%d T%d H%d G%d D%d doc%d p%.2f %s", lowp, T, H, G,  \
+             D, doc_len, p, what)
     BF16_NAME("out");
     check_bf16(name, O, o, nq, tol);
     BF16_NAME("lse");
@@ -164,10 +189,12 @@ static void attention_bf16_case(int T, int H, int G, int D, int doc_len, int low
 }
 
 void test_attention_bf16(void) {
-    attention_bf16_case(97, 8, 2, 64, 0, 0);
-    attention_bf16_case(80, 4, 4, 128, 30, 0);
-    attention_bf16_case(97, 8, 2, 64, 0, TR_LOWP_BF16); /* bf16 storage, tensor cores */
-    attention_bf16_case(80, 4, 4, 128, 30, TR_LOWP_F16);
+    attention_bf16_case(97, 8, 2, 64, 0, 0, 0.0f);
+    attention_bf16_case(80, 4, 4, 128, 30, 0, 0.0f);
+    attention_bf16_case(97, 8, 2, 64, 0, TR_LOWP_BF16, 0.0f); /* bf16 storage, tensor cores */
+    attention_bf16_case(80, 4, 4, 128, 30, TR_LOWP_F16, 0.0f);
+    attention_bf16_case(97, 8, 2, 64, 0, 0, 0.1f); /* attention dropout */
+    attention_bf16_case(80, 4, 4, 128, 30, TR_LOWP_BF16, 0.1f);
 }
 
 /* The tensor-core kernels (head_dim 16, 32, 64, 128): MHA and GQA, causal or not, sequences that
@@ -190,6 +217,14 @@ void test_attention_tc(void) {
     }
     /* other head sizes under lowp fall back to the fp32 SIMT kernels (fp32 tolerance holds) */
     attention_lowp_case(TR_LOWP_BF16, 1, 45, 4, 4, 80, 0, 0);
+    /* attention dropout on tensor cores: every head_dim, GQA, documents, non-causal */
+    for (int i = 0; i < 2; i++) {
+        int lp = lowps[i];
+        attention_drop_case(lp, 2, 257, 32, 8, 64, 1, 0, 0.1f);
+        attention_drop_case(lp, 2, 130, 4, 4, 16, 0, 0, 0.3f);
+        attention_drop_case(lp, 2, 100, 4, 2, 32, 1, 37, 0.5f);
+        attention_drop_case(lp, 2, 257, 8, 2, 128, 1, 0, 0.1f);
+    }
 }
 
 void test_attention(void) {
@@ -198,13 +233,19 @@ void test_attention(void) {
     attention_case(1, 130, 4, 1, 128, 1, 0); /* MQA, head_dim 128 */
     attention_case(1, 20, 2, 1, 256, 1, 0);  /* head_dim 256: opt-in shared memory */
     attention_case(2, 150, 4, 2, 64, 1, 37); /* packed documents across tile edges */
-    tr_attn_desc bad = {1, 4, 2, 1, 300, 0.1f, 1, 0, 0, NULL, 0, 0};
+    /* attention dropout on the fp32 SIMT kernels */
+    attention_drop_case(0, 2, 67, 4, 2, 64, 1, 0, 0.1f);
+    attention_drop_case(0, 1, 45, 4, 4, 80, 0, 0, 0.5f);
+    attention_drop_case(0, 2, 150, 4, 2, 64, 1, 37, 0.3f);
+    tr_attn_desc bad = desc_of(1, 4, 2, 1, 300, 1, 0, 0.0f);
+    bad.scale = 0.1f;
     float *p = gt_dev_poison(64);
     CHECK(gpu->attention_fwd(p, p, p, p, p, &bad) == TR_ERR_INVALID); /* head_dim > 256 */
     /* a malformed doc_start (row not starting at 0) is refused like the CPU does */
     int32_t ds[4] = {1, 1, 2, 3};
     int32_t *dds = gt_dev_bytes(ds, sizeof ds);
-    tr_attn_desc docs = {1, 4, 2, 1, 8, 0.3f, 1, 0, 0, dds, 0, 0};
+    tr_attn_desc docs = desc_of(1, 4, 2, 1, 8, 1, 0, 0.0f);
+    docs.scale = 0.3f, docs.doc_start = dds;
     CHECK(gpu->attention_fwd(p, p, p, p, p, &docs) == TR_ERR_INVALID);
     gt_free(p), gt_free(dds);
 }

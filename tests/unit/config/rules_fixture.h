@@ -60,7 +60,7 @@ static inline tr_status fixture_dense(tr_config *c, tr_diags *d) {
                          "train.micro_batch_size=1;train.global_batch_size=8;train.train_iters=100;"
                          "optimizer.lr=1e-3;optimizer.min_lr=1e-4;"
                          "dataset.reset_position_ids=false;dataset.reset_attention_mask=false;"
-                         "dataset.eod_mask_loss=false;model.attention_dropout=0;"
+                         "dataset.eod_mask_loss=false;"
                          "tokenizer.tokenizer_type=NullTokenizer;tokenizer.vocab_size=1024",
                          d);
 }

@@ -2,7 +2,8 @@
  * derivative of the loss along a random +-1 direction on that tensor (central differences)
  * must match the analytic gradient projected on the same direction. One direction per tensor
  * catches a wrong or missing gradient in any single tensor, with far less fp32 noise than
- * element-wise differences. */
+ * element-wise differences. Dropout (hidden and attention) is on, its masks fixed by the seed and
+ * round, so the backward must regenerate each layer's forward mask. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 static tr_model_spec gpt_spec(void) {
     tr_model_spec s = tr_test_gpt_spec(8);
     s.hidden_dropout = 0.1f;
+    s.attention_dropout = 0.1f;
     return s;
 }
 
@@ -105,6 +107,9 @@ static void test_gpt_fd(void) {
 }
 static void test_llama_fd(void) {
     check_model(llama_spec(), 2, 0, 0.5);
+    tr_model_spec s = llama_spec(); /* GQA with attention dropout */
+    s.attention_dropout = 0.3f;
+    check_model(s, 2, 0, 0.5);
 }
 
 static void test_llama_untied_partial_rope(void) {
@@ -213,6 +218,35 @@ static void test_accumulation_matches_big_batch(void) {
     tr_model_free(&two);
 }
 
+/* Attention dropout only in training: evaluation gives bitwise the loss without it; in training
+ * the mask follows the round (the same round, the same loss bitwise; another, another loss). */
+static void test_attention_dropout_training_only(void) {
+    tr_model_spec s = tr_test_gpt_spec(8), s0 = s;
+    s.attention_dropout = 0.5f;
+    tr_model m, m0;
+    CHECK_INT_EQ(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 2), TR_OK);
+    CHECK_INT_EQ(tr_model_create(&m0, &s0, (tr_tp_shard){0, 1}, tr_ops_cpu(), 2), TR_OK);
+    CHECK_INT_EQ(tr_model_init_weights(&m, 7), TR_OK);
+    CHECK_INT_EQ(tr_model_init_weights(&m0, 7), TR_OK);
+    int32_t ids[16], tg[16];
+    make_batch(ids, tg, 2 * s.seq, s.vocab, 0);
+    m.dropout_seed = m0.dropout_seed = 99;
+    float plain = (float)loss_at(&m0, ids, tg);
+    m.training = 0;
+    float eval = (float)loss_at(&m, ids, tg);
+    CHECK(memcmp(&eval, &plain, sizeof eval) == 0);
+    m.training = 1;
+    m.dropout_round = 4;
+    float a = (float)loss_at(&m, ids, tg), b = (float)loss_at(&m, ids, tg);
+    m.dropout_round = 5;
+    float c = (float)loss_at(&m, ids, tg);
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+    CHECK(a != plain);
+    CHECK(a != c);
+    tr_model_free(&m);
+    tr_model_free(&m0);
+}
+
 static void test_bad_input_rejected(void) {
     tr_model_spec s = gpt_spec();
     tr_model m;
@@ -283,6 +317,6 @@ static void test_layout_shapes(void) {
 
 TR_TEST_MAIN(TR_TEST(test_layout_shapes), TR_TEST(test_gpt_fd), TR_TEST(test_llama_fd),
              TR_TEST(test_llama_untied_partial_rope), TR_TEST(test_accumulation_matches_big_batch),
-             TR_TEST(test_bad_input_rejected), TR_TEST(test_init_statistics),
-             TR_TEST(test_llama_qk_norm_fd), TR_TEST(test_layernorm_qk_norm_fd),
-             TR_TEST(test_qk_norm_params))
+             TR_TEST(test_attention_dropout_training_only), TR_TEST(test_bad_input_rejected),
+             TR_TEST(test_init_statistics), TR_TEST(test_llama_qk_norm_fd),
+             TR_TEST(test_layernorm_qk_norm_fd), TR_TEST(test_qk_norm_params))

@@ -30,12 +30,14 @@ static inline float rng_uniform(float lo, float hi) {
 }
 
 static inline float *rand_buf(int64_t n, float lo, float hi) {
+    if (n < 0) return NULL; /* (and -O3 then knows the size below is in range) */
     float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
     for (int64_t i = 0; i < n; i++) p[i] = rng_uniform(lo, hi);
     return p;
 }
 
 static inline float *zero_buf(int64_t n) {
+    if (n < 0) return NULL;
     return calloc((size_t)(n ? n : 1), sizeof(float));
 }
 

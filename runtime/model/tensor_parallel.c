@@ -66,8 +66,9 @@ int tr_tp_overlap_parts(const tr_model *m) {
     return k;
 }
 
-/* The pieces' shape: sub rows a part, n pieces, and the first row of piece p's part in rank 0's
- * chunk (whole-sequence rows) and in this rank's local rows. */
+/* The pieces' shape: sub rows a part, n pieces, chunk rows a rank holds of each sequence.
+ * piece_full_row: the first whole-sequence row of piece p's part in rank 0's chunk (rank r's is
+ * chunk * r further); piece_local_row: its first row among this rank's local rows. */
 typedef struct pieces {
     int sub, n, chunk;
 } pieces;

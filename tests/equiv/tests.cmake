@@ -471,3 +471,8 @@ tr_mpirun_test(mpi_equiv_llama_tp2_sp_tp_overlap_bwd_bitwise 2 equiv_check --sam
 tr_mpirun_test(mpi_equiv_gpt_tp4_sp_tp_overlap_rs_dgrad_bitwise 4 equiv_check --same-layout
                gpt_tiny_pretrain ${TR_EQUIV_COMMON} train.micro_batch_size=2 -- ${TR_TP4} ${TR_SP}
                -- ${TR_TPO_BWD} model.tp_comm_overlap_rs_dgrad=true)
+# On the cpu-strict device (device buffers the host never touches), TP 4, pipelined rs_dgrad.
+tr_equiv_test(llama_tp4_sp_tp_overlap_rs_dgrad_strict 4 llama_tiny_pretrain ${TR_EQUIV_COMMON}
+              train.micro_batch_size=2 -- ${TR_TP4} ${TR_TPO} model.tp_comm_overlap_rs_dgrad=true)
+set_tests_properties(mpi_equiv_llama_tp4_sp_tp_overlap_rs_dgrad_strict PROPERTIES
+                     ENVIRONMENT "${TR_MPIRUN_ENV};TRESTLE_DEVICE=cpu-strict")

@@ -155,6 +155,10 @@ static tr_status norm_to_linear(tr_model *m, const tr_linear *l, float *y, float
                                 uint16_t *half, float *mean, float *rstd, const float *x,
                                 const float *w, const float *b, float *out) {
     int rows = m->batch * m->spec.seq;
+    if (!half && (l->overlap & TR_TPO_AG)) { /* the gather goes with the GEMM */
+        TR_TRY(tr_model_norm_fwd(m, y, mean, rstd, x, w, b, tr_tp_local_rows(m)));
+        return tr_linear_fwd_gather(m->ops, l, y, y_full, out, rows);
+    }
     const float *in;
     TR_TRY(tr_model_norm_input(m, y, y_full, half, mean, rstd, x, w, b, &in));
     if (half) return tr_linear_fwd_half(m->ops, l, half, out, rows);

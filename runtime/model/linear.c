@@ -39,6 +39,29 @@ static tr_status weight_gemm(const tr_ops *ops, const tr_linear *l, tr_transpose
     return bias ? ops->bias_add(c, bias, m, n) : TR_OK;
 }
 
+/* One GEMM of the layer (forward: y = x W^T + bias; data gradient: dx = dy W) restricted to rows,
+ * for the pieces of tensor-parallel communication overlap: x [rows, k] is the operand, y
+ * [rows, n] the output. The rows are computed independently by the GEMM, so a piece's rows are
+ * those of the whole GEMM. */
+typedef struct rows_gemm {
+    const tr_ops *ops;
+    const tr_linear *l;
+    tr_transpose tb;
+    int n, k;
+    tr_gemm_operand x;
+    float *y;
+    const float *bias;
+} rows_gemm;
+
+static tr_status rows_gemm_fn(void *ctx, int64_t row, int n, float *dst) {
+    const rows_gemm *g = ctx;
+    size_t es = g->x.lowp ? sizeof(uint16_t) : sizeof(float);
+    tr_gemm_operand x = {(const char *)g->x.p + (size_t)row * (size_t)g->x.ld * es, g->x.ld,
+                         g->x.lowp};
+    return weight_gemm(g->ops, g->l, g->tb, n, g->n, g->k, x, dst ? dst : g->y + row * g->n,
+                       g->bias);
+}
+
 /* LoRA's low-rank path, in fp32 (the adapters are small), as Megatron's ParallelLinearAdapter
  * splits it under TP: a column-parallel layer's adapter holds all of A and its rows of B, a
  * row-parallel layer's its columns of A (summed over TP into u) and all of B. Inside the TP
@@ -136,26 +159,33 @@ static tr_status lora_bwd(const tr_ops *ops, const tr_linear *l, const float *x,
     return ops->add(dx, m->lora_x, (int64_t)rows * l->in);
 }
 
-/* The layer's input as a GEMM operand [rows, in]; an adapter reads it in fp32. */
+/* The layer's input as a GEMM operand [rows, in]; an adapter reads it in fp32. With `local` (a
+ * column layer's sequence chunks) x is where their all-gather goes, pipelined with the GEMM. */
 static tr_status linear_fwd(const tr_ops *ops, const tr_linear *l, tr_gemm_operand x, float *y,
-                            int rows) {
-    if (x.lowp && l->lora_a) return TR_ERR_INTERNAL;
+                            int rows, const float *local) {
+    if (x.lowp && (l->lora_a || local)) return TR_ERR_INTERNAL;
+    const tr_model *m = l->model;
     bool sp_out = l->kind == TR_LINEAR_ROW && seq_split(l);
-    float *out = sp_out ? l->model->sp_full : y;
+    float *out = sp_out ? m->sp_full : y;
     /* The bias goes with the GEMM unless a TP reduction of the output comes in between (a
      * row-parallel layer's partial sums); either way it is added after the product, so the
      * order of the additions is the same. */
     bool dora = l->dora_m != NULL;
     if (dora) TR_TRY(tr_dora_weight_scale(l));
-    bool bias_now = l->b && !dora && (l->kind == TR_LINEAR_COLUMN || l->model->tp.size == 1);
-    TR_TRY(weight_gemm(ops, l, TR_TRANS, rows, l->out, l->in, x, out, bias_now ? l->b : NULL));
-    int local_rows = tr_tp_local_rows(l->model);
-    if (sp_out) {
-        TR_TRY(tr_tp_seq_reduce_scatter(l->model, out, y, l->out));
-    } else if (l->kind == TR_LINEAR_ROW) {
-        TR_TRY(tr_tp_all_reduce(l->model, y, (int64_t)rows * l->out));
+    bool bias_now = l->b && !dora && (l->kind == TR_LINEAR_COLUMN || m->tp.size == 1);
+    rows_gemm g = {ops, l, TR_TRANS, l->out, l->in, x, out, bias_now ? l->b : NULL};
+    if (local) {
+        TR_TRY(tr_tp_seq_gather_overlap(m, local, (float *)x.p, l->in, rows_gemm_fn, &g));
+    } else if (sp_out && (l->overlap & TR_TPO_RS)) {
+        TR_TRY(tr_tp_seq_reduce_scatter_overlap(m, y, l->out, rows_gemm_fn, &g));
+    } else {
+        TR_TRY(weight_gemm(ops, l, TR_TRANS, rows, l->out, l->in, x, out, g.bias));
+        if (sp_out)
+            TR_TRY(tr_tp_seq_reduce_scatter(m, out, y, l->out));
+        else if (l->kind == TR_LINEAR_ROW)
+            TR_TRY(tr_tp_all_reduce(m, y, (int64_t)rows * l->out));
     }
-    int y_rows = sp_out ? local_rows : rows;
+    int y_rows = sp_out ? tr_tp_local_rows(m) : rows;
     if (dora) { /* (m / ||V||) * (base + adapter), then the bias */
         if (l->lora_a) TR_TRY(lora_fwd(ops, l, x.p, y, rows, false));
         TR_TRY(ops->col_scale(y, l->dora_scale, y_rows, l->out));
@@ -187,35 +217,73 @@ static tr_status weight_grad(const tr_ops *ops, const tr_linear *l, tr_gemm_oper
                              rows, 1.0f, a, x, 1.0f, l->dw, l->in, NULL);
 }
 
+/* The data-gradient GEMM dx = dy W of `rows` rows into y, or by rows into the overlap's pieces. */
+static rows_gemm dgrad_rows(const tr_ops *ops, const tr_linear *l, const float *dy, float *y) {
+    return (rows_gemm){ops, l, TR_NOTRANS, l->in, l->out, {dy, l->out, false}, y, NULL};
+}
+
+/* With tensor-parallel overlap a row layer's data-gradient GEMM runs piece by piece as the output
+ * gradient's all-gather arrives (AG), and a column layer's input-gradient reduce-scatter goes
+ * out piece by piece behind its GEMM (RS_DGRAD) or whole during the weight-gradient GEMM
+ * (BULK_WGRAD). The GEMMs and the sums are the same, only their order changes. */
 static tr_status linear_bwd(const tr_ops *ops, const tr_linear *l, tr_gemm_operand x,
                             const float *dy, float *dx, int rows) {
     if (x.lowp && l->lora_a) return TR_ERR_INTERNAL;
+    const tr_model *m = l->model;
+    bool dx_done = false;
     if (l->kind == TR_LINEAR_ROW && seq_split(l)) {
         /* The whole sequence's output gradient; the bias gradient from it is complete. */
-        TR_TRY(tr_tp_seq_gather(l->model, dy, l->model->sp_full, l->out));
-        dy = l->model->sp_full;
+        if (dx && !l->dora_m && (l->overlap & TR_TPO_AG)) {
+            rows_gemm g = dgrad_rows(ops, l, m->sp_full, dx);
+            TR_TRY(tr_tp_seq_gather_overlap(m, dy, m->sp_full, l->out, rows_gemm_fn, &g));
+            dx_done = true;
+        } else {
+            TR_TRY(tr_tp_seq_gather(m, dy, m->sp_full, l->out));
+        }
+        dy = m->sp_full;
     }
     if (l->db) TR_TRY(ops->bias_grad(l->db, dy, rows, l->out));
     if (l->dora_m) { /* the magnitude's gradient; below, dy through the scale */
         TR_TRY(dora_preact(ops, l, x, rows));
-        TR_TRY(tr_dora_backward(l, dy, l->model->dora_z, rows));
-        dy = l->model->dora_z;
+        TR_TRY(tr_dora_backward(l, dy, m->dora_z, rows));
+        dy = m->dora_z;
     }
-    if (l->dw) TR_TRY(weight_grad(ops, l, x, dy, rows));
+    bool sp_dx = dx && l->kind == TR_LINEAR_COLUMN && seq_split(l);
+    tr_comm_request *rs = NULL;
+    if (sp_dx && (l->overlap & TR_TPO_RS_DGRAD)) {
+        rows_gemm g = dgrad_rows(ops, l, dy, NULL);
+        TR_TRY(tr_tp_seq_reduce_scatter_overlap(m, dx, l->in, rows_gemm_fn, &g));
+        dx_done = true;
+    } else if (sp_dx && (l->overlap & TR_TPO_BULK_WGRAD)) {
+        TR_TRY(weight_gemm(ops, l, TR_NOTRANS, rows, l->in, l->out,
+                           (tr_gemm_operand){dy, l->out, false}, m->sp_full, NULL));
+        TR_TRY(tr_tp_seq_ireduce_scatter(m, m->sp_full, dx, l->in, &rs));
+        dx_done = true;
+    }
+    tr_status st = l->dw ? weight_grad(ops, l, x, dy, rows) : TR_OK;
+    tr_status w = rs ? tr_comm_wait(m->comm, &rs) : TR_OK;
+    TR_TRY(st);
+    TR_TRY(w);
     if (!dx) return l->lora_a ? lora_bwd(ops, l, x.p, dy, NULL, rows) : TR_OK;
-    bool sp_dx = l->kind == TR_LINEAR_COLUMN && seq_split(l);
-    float *out = sp_dx ? l->model->sp_full : dx;
-    tr_gemm_operand g = {dy, l->out, false};
-    TR_TRY(weight_gemm(ops, l, TR_NOTRANS, rows, l->in, l->out, g, out, NULL));
-    if (sp_dx)
-        TR_TRY(tr_tp_seq_reduce_scatter(l->model, out, dx, l->in));
-    else if (l->kind == TR_LINEAR_COLUMN)
-        TR_TRY(tr_tp_all_reduce(l->model, dx, (int64_t)rows * l->in));
+    if (!dx_done) {
+        float *out = sp_dx ? m->sp_full : dx;
+        tr_gemm_operand g = {dy, l->out, false};
+        TR_TRY(weight_gemm(ops, l, TR_NOTRANS, rows, l->in, l->out, g, out, NULL));
+        if (sp_dx)
+            TR_TRY(tr_tp_seq_reduce_scatter(m, out, dx, l->in));
+        else if (l->kind == TR_LINEAR_COLUMN)
+            TR_TRY(tr_tp_all_reduce(m, dx, (int64_t)rows * l->in));
+    }
     return l->lora_a ? lora_bwd(ops, l, x.p, dy, dx, rows) : TR_OK;
 }
 
 tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y, int rows) {
-    return linear_fwd(ops, l, (tr_gemm_operand){x, l->in, false}, y, rows);
+    return linear_fwd(ops, l, (tr_gemm_operand){x, l->in, false}, y, rows, NULL);
+}
+
+tr_status tr_linear_fwd_gather(const tr_ops *ops, const tr_linear *l, const float *local,
+                               float *full, float *y, int rows) {
+    return linear_fwd(ops, l, (tr_gemm_operand){full, l->in, false}, y, rows, local);
 }
 
 tr_status tr_linear_bwd(const tr_ops *ops, const tr_linear *l, const float *x, const float *dy,
@@ -225,7 +293,7 @@ tr_status tr_linear_bwd(const tr_ops *ops, const tr_linear *l, const float *x, c
 
 tr_status tr_linear_fwd_half(const tr_ops *ops, const tr_linear *l, const uint16_t *x, float *y,
                              int rows) {
-    return linear_fwd(ops, l, (tr_gemm_operand){x, l->in, true}, y, rows);
+    return linear_fwd(ops, l, (tr_gemm_operand){x, l->in, true}, y, rows, NULL);
 }
 
 tr_status tr_linear_bwd_half(const tr_ops *ops, const tr_linear *l, const uint16_t *x,
@@ -261,9 +329,21 @@ static tr_linear layer_linear(const tr_model *m, int layer, tr_model_linear_id i
     }
 }
 
+/* The overlap a layer takes part in: Megatron's tp_comm_overlap covers the four TP GEMMs of
+ * a transformer layer (not the output layer); its disable options keep qkv's or fc1's forward
+ * all-gather whole. */
+static unsigned layer_overlap(const tr_model *m, tr_model_linear_id id) {
+    unsigned b = m->spec.tp_overlap;
+    if (id == TR_LIN_PROJ || id == TR_LIN_FC2) return b & (TR_TPO_AG | TR_TPO_RS);
+    if ((id == TR_LIN_QKV && (b & TR_TPO_NO_QKV)) || (id == TR_LIN_FC1 && (b & TR_TPO_NO_FC1)))
+        b &= ~TR_TPO_AG;
+    return b & (TR_TPO_AG | TR_TPO_RS_DGRAD | TR_TPO_BULK_WGRAD);
+}
+
 /* With LoRA the base weights are frozen (no dW, no db) and targeted layers carry adapters. */
 tr_linear tr_model_layer_linear(const tr_model *m, int layer, tr_model_linear_id id) {
     tr_linear l = layer_linear(m, layer, id);
+    l.overlap = layer_overlap(m, id);
     if (!m->spec.lora_rank) return l;
     l.dw = l.db = NULL;
     const tr_layer_views *p = &m->p.layers[layer], *g = &m->g.layers[layer];

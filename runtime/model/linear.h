@@ -36,11 +36,17 @@ typedef struct tr_linear {
      * [out] each (runtime/model/dora.h); dora_m NULL: plain LoRA. */
     const float *dora_m;
     float *dora_dm, *dora_scale, *dora_inv;
+    unsigned overlap; /* TR_TPO_* (model.h) this layer applies; 0 for none */
 } tr_linear;
 
 /* y [rows, out] = x [rows, in] W^T + b (overwrites y). rows counts whole sequences; with sequence
  * parallelism a row-parallel layer's y holds this rank's sequence chunk only (rows/tp). */
 tr_status tr_linear_fwd(const tr_ops *ops, const tr_linear *l, const float *x, float *y, int rows);
+/* A column-parallel layer's forward under sequence parallelism with its input's all-gather
+ * (this rank's chunks local -> full, which the backward reads) pipelined with the GEMM
+ * (TR_TPO_AG): the results are tr_linear_fwd's on the gathered input, bit for bit. */
+tr_status tr_linear_fwd_gather(const tr_ops *ops, const tr_linear *l, const float *local,
+                               float *full, float *y, int rows);
 /* dW += dy^T x, db += column sums of dy (each skipped when NULL), and dx = dy W (overwritten;
  * skipped when dx is NULL); with an adapter also its gradients and its part of dx.
  * With sequence parallelism a column-parallel layer's dx and a row-parallel layer's dy are this

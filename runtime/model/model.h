@@ -20,6 +20,23 @@
 #include "core/diag.h"
 #include "kernels/ops.h"
 
+/* model.tp_comm_overlap's options as the runtime applies them (tr_model_spec.tp_overlap):
+ *   AG: the all-gather of a column-parallel layer's input (qkv, fc1) split into pieces, each
+ *     piece's GEMM running while the later ones travel, and the same for the output-gradient
+ *     all-gather before a row-parallel layer's data-gradient GEMM (proj, fc2);
+ *   RS: a row-parallel layer's output reduce-scatter started piece by piece behind its GEMM;
+ *   RS_DGRAD: the same for a column-parallel layer's input-gradient reduce-scatter;
+ *   BULK_WGRAD: that reduce-scatter in flight, whole, during the weight-gradient GEMM;
+ *   NO_QKV / NO_FC1: no AG for that layer (tp_comm_overlap_disable_qkv / _fc1). */
+enum {
+    TR_TPO_AG = 1u << 0,
+    TR_TPO_RS = 1u << 1,
+    TR_TPO_RS_DGRAD = 1u << 2,
+    TR_TPO_BULK_WGRAD = 1u << 3,
+    TR_TPO_NO_QKV = 1u << 4,
+    TR_TPO_NO_FC1 = 1u << 5
+};
+
 /* Everything the maths needs, read once from a validated config (tr_model_spec_from_config) or
  * filled directly by tests and benchmarks. */
 typedef struct tr_model_spec {
@@ -49,6 +66,10 @@ typedef struct tr_model_spec {
     /* Megatron's sequence parallelism (used with TP > 1): outside the TP regions activations are
      * split along the sequence; all-gathers and reduce-scatters replace the all-reduces. */
     int sequence_parallel;
+    /* Megatron's tp_comm_overlap (with sequence parallelism, TP > 1): TR_TPO_* bits of which TP
+     * exchanges are pipelined with, or hidden behind, the layers' GEMMs (runtime/model/linear.c).
+     */
+    unsigned tp_overlap;
     /* Mixed precision: 0 for fp32, else the tr_lowp the linear layers' GEMM operands are rounded
      * to (docs/runtime.md, "Mixed precision"). */
     int lowp;

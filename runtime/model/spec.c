@@ -6,6 +6,21 @@
 #include "core/config_query.h"
 #include "runtime/model/model.h"
 
+/* As Transformer Engine: the pipelined input-gradient reduce-scatter replaces the bulk one. */
+static unsigned tp_overlap_bits(const tr_model_config *m) {
+    if (!m->tp_comm_overlap || !m->sequence_parallel || m->tensor_model_parallel_size < 2) return 0;
+    unsigned b = 0;
+    if (m->tp_comm_overlap_ag) b |= TR_TPO_AG;
+    if (m->tp_comm_overlap_rs) b |= TR_TPO_RS;
+    if (m->tp_comm_overlap_rs_dgrad)
+        b |= TR_TPO_RS_DGRAD;
+    else if (m->tp_comm_bulk_wgrad)
+        b |= TR_TPO_BULK_WGRAD;
+    if (m->tp_comm_overlap_disable_qkv) b |= TR_TPO_NO_QKV;
+    if (m->tp_comm_overlap_disable_fc1) b |= TR_TPO_NO_FC1;
+    return b;
+}
+
 tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d) {
     (void)d; /* what the runtime cannot run was refused by tr_runtime_check */
     const tr_model_config *m = &c->model;
@@ -21,6 +36,7 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
     if (v == TR_NULL_INT || v <= 0) return TR_ERR_INVALID; /* runtime.vocab refused it */
     s->vocab = (int)v;
     s->sequence_parallel = m->sequence_parallel;
+    s->tp_overlap = tp_overlap_bits(m);
     s->vocab_real = m->vocab_size != TR_NULL_INT && m->vocab_size < v ? (int)m->vocab_size : 0;
     s->seq = (int)m->seq_length;
     s->layernorm = m->normalization == TR_NORM_LAYERNORM;

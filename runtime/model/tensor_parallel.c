@@ -1,6 +1,8 @@
 /* See runtime/model/tensor_parallel.h. */
 #include "runtime/model/tensor_parallel.h"
 
+#include <stdlib.h>
+
 int tr_tp_local_rows(const tr_model *m) {
     int rows = m->batch * m->spec.seq;
     return m->spec.sequence_parallel ? rows / m->tp.size : rows;
@@ -43,6 +45,100 @@ tr_status tr_tp_seq_reduce_scatter(const tr_model *m, const float *full, float *
     }
     return tr_comm_reduce_scatter(m->comm, m->tp_group, blocks, local, count, TR_COMM_F32,
                                   TR_COMM_SUM);
+}
+
+tr_status tr_tp_seq_ireduce_scatter(const tr_model *m, const float *full, float *local, int width,
+                                    tr_comm_request **req) {
+    if (!m->spec.sequence_parallel || !m->comm) return TR_ERR_INTERNAL;
+    size_t count = (size_t)tr_tp_local_rows(m) * (size_t)width;
+    const float *blocks = full;
+    if (m->batch > 1) {
+        TR_TRY(full_to_blocks(m, full, m->sp_perm, width));
+        blocks = m->sp_perm;
+    }
+    return tr_comm_ireduce_scatter(m->comm, m->tp_group, blocks, local, count, TR_COMM_F32,
+                                   TR_COMM_SUM, req);
+}
+
+int tr_tp_overlap_parts(const tr_model *m) {
+    int chunk = m->spec.seq / m->tp.size, k = m->tp.size;
+    while (k > 1 && chunk % k) k--;
+    return k;
+}
+
+/* The pieces' shape: sub rows a part, n pieces, chunk rows a rank holds of each sequence.
+ * piece_full_row: the first whole-sequence row of piece p's part in rank 0's chunk (rank r's is
+ * chunk * r further); piece_local_row: its first row among this rank's local rows. */
+typedef struct pieces {
+    int sub, n, chunk;
+} pieces;
+
+static pieces pieces_of(const tr_model *m) {
+    int k = tr_tp_overlap_parts(m), chunk = m->spec.seq / m->tp.size;
+    return (pieces){chunk / k, m->batch * k, chunk};
+}
+
+static int64_t piece_full_row(const tr_model *m, const pieces *q, int p) {
+    int k = q->chunk / q->sub;
+    return (int64_t)(p / k) * m->spec.seq + (int64_t)(p % k) * q->sub;
+}
+
+static int64_t piece_local_row(const pieces *q, int p) {
+    return (int64_t)p * q->sub; /* parts of consecutive sequences follow each other */
+}
+
+/* Waits for every request still pending (after an error: the buffers must not be reused while
+ * the transfers run), keeping the first error. */
+static tr_status finish(const tr_model *m, tr_comm_request **req, int n, tr_status st) {
+    for (int p = 0; p < n; p++) {
+        tr_status w = req[p] ? tr_comm_wait(m->comm, &req[p]) : TR_OK;
+        if (st == TR_OK) st = w;
+    }
+    free(req);
+    return st;
+}
+
+tr_status tr_tp_seq_gather_overlap(const tr_model *m, const float *local, float *full, int width,
+                                   tr_tp_rows_fn fn, void *ctx) {
+    if (!m->spec.sequence_parallel || !m->comm || full == m->sp_perm) return TR_ERR_INTERNAL;
+    pieces q = pieces_of(m);
+    int64_t tp = m->tp.size, blk = (int64_t)q.sub * width, ldf = (int64_t)q.chunk * width;
+    tr_comm_request **req = calloc((size_t)q.n, sizeof *req);
+    if (!req) return TR_ERR_NOMEM;
+    tr_status st = TR_OK;
+    for (int p = 0; p < q.n && st == TR_OK; p++)
+        st = tr_comm_iall_gather(m->comm, m->tp_group, local + piece_local_row(&q, p) * width,
+                                 m->sp_perm + p * tp * blk, (size_t)blk, TR_COMM_F32, &req[p]);
+    for (int p = 0; p < q.n && st == TR_OK; p++) {
+        st = tr_comm_wait(m->comm, &req[p]);
+        int64_t row = piece_full_row(m, &q, p);
+        if (st == TR_OK)
+            st = m->ops->copy_2d(full + row * width, ldf, m->sp_perm + p * tp * blk, blk, tp, blk);
+        for (int64_t r = 0; r < tp && st == TR_OK; r++)
+            st = fn(ctx, row + r * q.chunk, q.sub, NULL);
+    }
+    return finish(m, req, q.n, st);
+}
+
+tr_status tr_tp_seq_reduce_scatter_overlap(const tr_model *m, float *local, int width,
+                                           tr_tp_rows_fn fn, void *ctx) {
+    if (!m->spec.sequence_parallel || !m->comm) return TR_ERR_INTERNAL;
+    pieces q = pieces_of(m);
+    int64_t tp = m->tp.size, blk = (int64_t)q.sub * width;
+    tr_comm_request **req = calloc((size_t)q.n, sizeof *req);
+    if (!req) return TR_ERR_NOMEM;
+    tr_status st = TR_OK;
+    for (int p = 0; p < q.n && st == TR_OK; p++) {
+        float *pack = m->sp_full + p * tp * blk;
+        int64_t row = piece_full_row(m, &q, p);
+        for (int64_t r = 0; r < tp && st == TR_OK; r++)
+            st = fn(ctx, row + r * q.chunk, q.sub, pack + r * blk);
+        if (st == TR_OK)
+            st = tr_comm_ireduce_scatter(m->comm, m->tp_group, pack,
+                                         local + piece_local_row(&q, p) * width, (size_t)blk,
+                                         TR_COMM_F32, TR_COMM_SUM, &req[p]);
+    }
+    return finish(m, req, q.n, st);
 }
 
 tr_status tr_tp_all_reduce(const tr_model *m, float *x, int64_t n) {

@@ -32,6 +32,36 @@ tr_status tr_tp_seq_gather(const tr_model *m, const float *local, float *full, i
  * into local [batch*T/tp, width]. Uses m->sp_perm as scratch (full may not be it). */
 tr_status tr_tp_seq_reduce_scatter(const tr_model *m, const float *full, float *local, int width);
 
+/* Megatron's TP communication overlap (spec.tp_overlap, runtime/model/linear.c): a sequence-
+ * parallel exchange split into pieces so that a GEMM on one piece runs while the others travel.
+ * Piece p = (sequence b, part j) is rows [j*sub, (j+1)*sub) of every rank's chunk of sequence b
+ * (tr_tp_overlap_parts parts of sub rows per chunk); the pieces move exactly the bytes of the
+ * whole exchange, as the same collective kind (more calls). A tr_tp_rows_fn computes the layer's
+ * GEMM for the n whole-sequence rows from `row` on: into dst ([n, width]) or, dst NULL, into the
+ * layer's own output. */
+typedef tr_status (*tr_tp_rows_fn)(void *ctx, int64_t row, int n, float *dst);
+
+/* Parts per sequence chunk: the largest divisor of seq/tp not above tp. */
+int tr_tp_overlap_parts(const tr_model *m);
+
+/* tr_tp_seq_gather into full (not m->sp_perm), with every piece's all-gather started first; as
+ * each arrives (in order) it is placed into full and fn runs on its rows while the later pieces
+ * are still in flight. */
+tr_status tr_tp_seq_gather_overlap(const tr_model *m, const float *local, float *full, int width,
+                                   tr_tp_rows_fn fn, void *ctx);
+
+/* tr_tp_seq_reduce_scatter of an output fn produces piece by piece: each piece's rows (of every
+ * rank's chunk) are computed into a packed block of m->sp_full and their reduce-scatter started
+ * before the next piece's GEMM; all are waited at the end. */
+tr_status tr_tp_seq_reduce_scatter_overlap(const tr_model *m, float *local, int width,
+                                           tr_tp_rows_fn fn, void *ctx);
+
+/* tr_tp_seq_reduce_scatter started: full is free again once it returns (with several sequences
+ * it is reordered into m->sp_perm first, which stays in use); local is written when *req is
+ * waited (tr_comm_wait). */
+tr_status tr_tp_seq_ireduce_scatter(const tr_model *m, const float *full, float *local, int width,
+                                    tr_comm_request **req);
+
 /* Cross entropy over the vocab shards: this rank's stats [3, rows] of its logits are combined into
  * the global row max, sum of exponentials and target logit (max all-reduce, rebase, sum
  * all-reduce), so no rank ever holds the full logits. scratch holds rows floats. */

@@ -19,3 +19,11 @@ add_test(NAME mpi_bad_world
                  $<TARGET_FILE:check_groups> tp=4)
 set_tests_properties(mpi_bad_world PROPERTIES LABELS "mpi" TIMEOUT 60 RUN_SERIAL TRUE
                      ENVIRONMENT "${TR_MPIRUN_ENV}")
+
+# Tensor-parallel communication overlap: the pieces' exchanges are in flight while the GEMMs of
+# the earlier pieces run, with the blocking exchanges' results and bytes (check_tp_overlap.c).
+add_executable(check_tp_overlap ${CMAKE_SOURCE_DIR}/tests/mpi/check_tp_overlap.c)
+target_link_libraries(check_tp_overlap PRIVATE trestle_runtime)
+tr_mpirun_test(mpi_tp_overlap_tp2 2 check_tp_overlap 2 16)
+tr_mpirun_test(mpi_tp_overlap_tp4_one_sequence 4 check_tp_overlap 1 32)
+tr_mpirun_test(mpi_tp_overlap_tp4_odd_chunk 4 check_tp_overlap 3 12)

@@ -199,7 +199,8 @@ static void test_note_names_what_was_set(void) {
     tr_diags d;
     tr_diags_init(&d);
     tr_status s = resolve("model.tensor_model_parallel_size=2;model.sequence_parallel=true;"
-                          "comm_overlap.tp_comm_overlap=true;model.recompute_granularity=full;"
+                          "model.tp_comm_bulk_dgrad=false;comm_overlap.tp_comm_overlap=true;"
+                          "model.recompute_granularity=full;"
                           "model.recompute_method=uniform;model.recompute_num_layers=1;"
                           "model.moe_router_topk=4",
                           &c, &d);
@@ -208,12 +209,13 @@ static void test_note_names_what_was_set(void) {
     CHECK(g != NULL);
     if (g) {
         CHECK_INT_EQ(g->severity, TR_SEV_NOTE);
-        CHECK(lists(g, "comm_overlap.tp_comm_overlap"));
+        CHECK(lists(g, "model.tp_comm_bulk_dgrad"));
         CHECK(lists(g, "model.moe_router_topk"));
-        CHECK_CONTAINS(g->message, "comm_overlap.tp_comm_overlap=true (argv[3])");
+        CHECK_CONTAINS(g->message, "model.tp_comm_bulk_dgrad=false (argv[3])");
         CHECK_CONTAINS(g->message, "feature not built");
-        /* finalize copied the overlap into model.tp_comm_overlap: nobody set that one */
+        /* finalize copied the overlap into model.tp_comm_overlap, which the runtime applies */
         CHECK(c.model.tp_comm_overlap);
+        CHECK(!lists(g, "comm_overlap.tp_comm_overlap"));
         CHECK(!lists(g, "model.tp_comm_overlap"));
         /* read by the runtime: never in the note */
         CHECK(!lists(g, "model.recompute_granularity"));

@@ -137,7 +137,8 @@ static int run_export(const args *a, tr_diags *d) {
                            "checkpoint.load_optim=false",
                            "checkpoint.load_rng=false",
                            "checkpoint.exit_on_missing_checkpoint=true",
-                           "checkpoint.save=null"};
+                           "checkpoint.save=null",
+                           "checkpoint.ckpt_format=trestle"};
     tr_config c;
     double t0 = now();
     tr_status st = resolve(a, extra, (int)(sizeof extra / sizeof extra[0]), &c, d);
@@ -181,7 +182,8 @@ static int run_import(const args *a, tr_diags *d) {
                            "checkpoint.async_save=false",
                            "checkpoint.load=null",
                            "checkpoint.pretrained_checkpoint=null",
-                           "peft.scheme=null"};
+                           "peft.scheme=null",
+                           "checkpoint.ckpt_format=trestle"};
     args b = *a;
     b.hf_config = a->hf_in;
     tr_config c;

@@ -2,6 +2,7 @@
  *   trestle_ckpt info DIR [--tensors]
  *   trestle_ckpt verify DIR
  *   trestle_ckpt can-load DIR --layout tp=2,pp=2,dp=1,vpp=1[,dist_opt=1] | KEY=VALUE...
+ *   trestle_ckpt export DIR --hf-out HF_DIR ... / import --hf HF_DIR --out DIR ... (ckpt_hf.h)
  * DIR is a checkpoint root (the tracker picks the iteration; --step N picks another) or one
  * iteration directory. Exit status: 0 yes/ok, 1 usage error, 2 the checkpoint is bad or cannot
  * load under that layout. */
@@ -14,6 +15,7 @@
 #include "runtime/checkpoint/progress.h"
 #include "runtime/checkpoint/reader.h"
 #include "runtime/checkpoint/reshard.h"
+#include "scripts/ckpt_hf.h"
 
 static int usage(FILE *out) {
     fputs("usage: trestle_ckpt info DIR [--tensors] [--step N]\n"
@@ -25,6 +27,8 @@ static int usage(FILE *out) {
           "model.virtual_pipeline_model_parallel_size, model.context_parallel_size,\n"
           "model.expert_model_parallel_size, ddp.use_distributed_optimizer, or a --layout key\n"
           "(tp, pp, vpp, dp, cp, ep, dist_opt).\n"
+          "       trestle_ckpt export DIR --hf-out HF_DIR ... | import --hf HF_DIR --out DIR ...\n"
+          "       (trestle_ckpt export --help: the Hugging Face conversions)\n"
           "Exit status: 0 ok, 1 usage error, 2 bad checkpoint or cannot load.\n",
           out);
     return out == stdout ? 0 : 1;
@@ -155,6 +159,8 @@ int main(int argc, char **argv) {
     if (argc < 2) return usage(stderr);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) return usage(stdout);
     const char *cmd = argv[1];
+    if (strcmp(cmd, "export") == 0 || strcmp(cmd, "import") == 0)
+        return tr_ckpt_hf_main(argc, argv);
     if (strcmp(cmd, "info") != 0 && strcmp(cmd, "verify") != 0 && strcmp(cmd, "can-load") != 0) {
         fprintf(stderr, "trestle_ckpt: unknown command '%s'\n", cmd);
         return usage(stderr);

@@ -1,7 +1,9 @@
-/* A whole Trestle Llama or Qwen3 model to a Hugging Face directory (runtime/hf/hf.h):
+/* A whole Trestle Llama, Qwen3 or GPT-2 model to a Hugging Face directory (runtime/hf/hf.h):
  * config.json from the model section, model.safetensors with the tensors under transformers'
- * names. The tensors are filled through the import's own map (runtime/hf/llama.c), run the other
- * way: the fused QKV and fc1 split back, the vocabulary padding dropped. */
+ * names. The tensors are filled through the import's own map (runtime/hf/llama.c, gpt2.c), run
+ * the other way: the fused QKV and fc1 split back (GPT-2: c_attn refused, Conv1D weights
+ * transposed back), the vocabulary padding dropped. A model with LoRA or DoRA adapters is merged
+ * into a model without them first (runtime/peft/lora.h), as Megatron-Bridge exports it. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include "kernels/common/lowp_bits.h"
 #include "runtime/device/device.h"
 #include "runtime/hf/internal.h"
+#include "runtime/peft/lora.h"
 
 typedef struct out_tensor {
     char name[128];
@@ -21,7 +24,8 @@ typedef struct out_tensor {
 static tr_status export_error(tr_diags *d, const char *dir, const char *what) {
     tr_origin o = tr_origin_make(TR_ORIGIN_FILE, dir);
     return tr_diag_add(d, TR_SEV_ERROR, "hf.export", &o, NULL,
-                       "export a whole model (one rank, every layer) of a Llama-style spec",
+                       "export a whole model (one rank, every layer) of a Llama, Qwen3 or GPT-2 "
+                       "spec",
                        "%s: %s", dir, what);
 }
 
@@ -60,6 +64,40 @@ static int list_tensors(const tr_model_spec *s, int64_t vocab, out_tensor *o) {
     return n;
 }
 
+/* GPT2LMHeadModel as save_pretrained writes it ("transformer." names, Conv1D weights [in, out]);
+ * a tied model has no lm_head. */
+static int list_gpt2(const tr_model_spec *s, int64_t vocab, out_tensor *o) {
+    int n = 0;
+    int64_t C = s->hidden, F = s->ffn;
+    o[n++] = (out_tensor){"transformer.wte.weight", vocab, C};
+    o[n++] = (out_tensor){"transformer.wpe.weight", s->seq, C};
+    const struct {
+        const char *suffix;
+        int64_t rows, cols;
+    } mods[] = {{"ln_1.weight", C, 0},
+                {"ln_1.bias", C, 0},
+                {"attn.c_attn.weight", C, 3 * C},
+                {"attn.c_attn.bias", 3 * C, 0},
+                {"attn.c_proj.weight", C, C},
+                {"attn.c_proj.bias", C, 0},
+                {"ln_2.weight", C, 0},
+                {"ln_2.bias", C, 0},
+                {"mlp.c_fc.weight", C, F},
+                {"mlp.c_fc.bias", F, 0},
+                {"mlp.c_proj.weight", F, C},
+                {"mlp.c_proj.bias", C, 0}};
+    for (int i = 0; i < s->num_layers; i++)
+        for (size_t j = 0; j < sizeof mods / sizeof mods[0]; j++) {
+            o[n] = (out_tensor){"", mods[j].rows, mods[j].cols};
+            snprintf(o[n].name, sizeof o[n].name, "transformer.h.%d.%s", i, mods[j].suffix);
+            n++;
+        }
+    o[n++] = (out_tensor){"transformer.ln_f.weight", C, 0};
+    o[n++] = (out_tensor){"transformer.ln_f.bias", C, 0};
+    if (!s->tied) o[n++] = (out_tensor){"lm_head.weight", vocab, C};
+    return n;
+}
+
 static int by_name(const void *a, const void *b) {
     return strcmp(((const tr_st_tensor *)a)->name, ((const tr_st_tensor *)b)->name);
 }
@@ -72,9 +110,9 @@ static void float_text(float x, char *buf, size_t cap) {
     }
 }
 
-/* config.json for the spec, in transformers' key names. */
-static tr_status write_config(const char *dir, const tr_model_spec *s, int64_t vocab,
-                              const char *dtype, tr_diags *d) {
+/* config.json for a Llama / Qwen3 spec, in transformers' key names. */
+static tr_status write_llama_config(const char *dir, const tr_model_spec *s, int64_t vocab,
+                                    const char *dtype, tr_diags *d) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
@@ -107,22 +145,85 @@ static tr_status write_config(const char *dir, const tr_model_spec *s, int64_t v
     return fclose(f) == 0 ? TR_OK : export_error(d, dir, "cannot write config.json");
 }
 
-tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d) {
+/* config.json of a GPT2LMHeadModel: the keys apply_gpt2 (config.c) reads. */
+static tr_status write_gpt2_config(const char *dir, const tr_model_spec *s, int64_t vocab,
+                                   const char *dtype, tr_diags *d) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return export_error(d, dir, "cannot create config.json");
+    char eps[32], resid[32], attn[32];
+    float_text(s->eps, eps, sizeof eps);
+    float_text(s->hidden_dropout, resid, sizeof resid);
+    float_text(s->attention_dropout, attn, sizeof attn);
+    fprintf(f,
+            "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+            "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %d,\n"
+            "  \"vocab_size\": %lld,\n  \"n_positions\": %d,\n  \"layer_norm_epsilon\": %s,\n"
+            "  \"activation_function\": \"%s\",\n  \"resid_pdrop\": %s,\n"
+            "  \"embd_pdrop\": %s,\n  \"attn_pdrop\": %s,\n  \"scale_attn_weights\": true,\n"
+            "  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
+            s->hidden, s->num_layers, s->heads, s->ffn, (long long)vocab, s->seq, eps,
+            s->gelu_tanh ? "gelu_new" : "gelu", resid, resid, attn, s->tied ? "true" : "false",
+            dtype);
+    return fclose(f) == 0 ? TR_OK : export_error(d, dir, "cannot write config.json");
+}
+
+/* GPT-2's layers: LayerNorm, learned positions, biases everywhere, a GeLU MLP, one group per
+ * head (c_attn has no grouped-query form). */
+static bool is_gpt2(const tr_model_spec *s) {
+    return s->layernorm && s->learned_pos && s->bias_linear && !s->swiglu && !s->rope &&
+           !s->qk_norm && !s->zero_centered && s->groups == s->heads &&
+           (int64_t)s->heads * s->head_dim == s->hidden;
+}
+
+static bool is_llama(const tr_model_spec *s) {
+    return s->swiglu && s->rope && !s->layernorm && !s->bias_linear && !s->bias_qkv &&
+           !s->learned_pos;
+}
+
+static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
+
+/* The adapters merged into a model without them (the merged model computes the adapted one's
+ * forward), which is then exported: writing the base weights alone would drop what the
+ * fine-tune learned. */
+static tr_status export_merged(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d) {
+    if (!tr_device_host_visible(m->dev))
+        return export_error(d, dir,
+                            "merging LoRA adapters runs on a host model; load the checkpoint on "
+                            "the CPU to export it");
+    tr_model_spec bs = m->full;
+    bs.lora_rank = 0;
+    bs.lora_targets = 0;
+    bs.lora_dora = 0;
+    bs.lora_dropout = 0.0f;
+    tr_model base;
+    TR_TRY(tr_model_create(&base, &bs, (tr_tp_shard){0, 1}, m->ops, 1));
+    tr_status st = tr_lora_merge(m, &base);
+    if (st != TR_OK) st = export_error(d, dir, "the adapters could not be merged into the weights");
+    if (st == TR_OK) st = export_plain(&base, dir, dtype, d);
+    tr_model_free(&base);
+    return st;
+}
+
+tr_status tr_hf_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d) {
     const tr_model_spec *s = &m->full;
     if (m->tp.size != 1 || m->n_parts != 1 || m->parts[0].num_layers != s->num_layers ||
-        !s->swiglu || !s->rope || s->layernorm || s->bias_linear || s->bias_qkv || s->learned_pos)
-        return export_error(d, dir, "the model is not a whole Llama-style model on one rank");
-    /* Writing the base weights alone would drop what the fine-tune learned. */
-    if (s->lora_rank)
+        (!is_llama(s) && !is_gpt2(s)))
         return export_error(d, dir,
-                            "the model carries LoRA adapters, which export does not merge into the "
-                            "weights yet; export the model before adding adapters");
+                            "the model is not a whole Llama, Qwen3 or GPT-2 model on one rank");
     if (dtype != TR_ST_F32 && dtype != TR_ST_BF16 && dtype != TR_ST_F16)
         return export_error(d, dir, "export writes F32, BF16 or F16");
+    return s->lora_rank ? export_merged(m, dir, dtype, d) : export_plain(m, dir, dtype, d);
+}
+
+static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d) {
+    const tr_model_spec *s = &m->full;
+    bool gpt2 = is_gpt2(s);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return export_error(d, dir, "cannot create the directory");
     int64_t vocab = s->vocab_real ? s->vocab_real : s->vocab;
-    int max = 3 + 11 * s->num_layers;
+    int max = 6 + 14 * s->num_layers;
     out_tensor *o = calloc((size_t)max, sizeof *o);
     tr_st_entry *e = calloc((size_t)max, sizeof *e);
     int64_t(*shape)[2] = calloc((size_t)max, sizeof *shape);
@@ -131,7 +232,7 @@ tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dty
         free(o), free(e), free(shape), free(bufs);
         return TR_ERR_NOMEM;
     }
-    int n = list_tensors(s, vocab, o);
+    int n = gpt2 ? list_gpt2(s, vocab, o) : list_tensors(s, vocab, o);
     /* The output tensors as an in-memory checkpoint (fp32, sorted for lookup), filled through
      * the same map the import reads by: each model element written where the import would read
      * it from. */
@@ -155,10 +256,10 @@ tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dty
         qsort(sorted, (size_t)n, sizeof *sorted, by_name);
     }
     tr_st_file file = {.t = sorted, .n = n};
-    const tr_hf_arch *arch = s->qk_norm ? &tr_hf_arch_qwen3 : &tr_hf_arch_llama;
-    tr_hf_weights w = {.files = &file,
-                       .n = 1,
-                       .architecture = s->qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
+    const tr_hf_arch *arch = gpt2         ? &tr_hf_arch_gpt2
+                             : s->qk_norm ? &tr_hf_arch_qwen3
+                                          : &tr_hf_arch_llama;
+    tr_hf_weights w = {.files = &file, .n = 1, .architecture = (char *)(uintptr_t)arch->name};
     tr_hf_shape k = tr_hf_shape_of(s);
     /* A device model is read once to the host. */
     bool direct = tr_device_host_visible(m->dev);
@@ -199,12 +300,10 @@ tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dty
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const char *keys[] = {"format"}, *values[] = {"pt"};
     if (st == TR_OK) st = tr_st_write(path, e, n, keys, values, 1, d);
+    const char *dt = dtype == TR_ST_F32 ? "float32" : dtype == TR_ST_BF16 ? "bfloat16" : "float16";
     if (st == TR_OK)
-        st = write_config(dir, s, vocab,
-                          dtype == TR_ST_F32    ? "float32"
-                          : dtype == TR_ST_BF16 ? "bfloat16"
-                                                : "float16",
-                          d);
+        st = gpt2 ? write_gpt2_config(dir, s, vocab, dt, d)
+                  : write_llama_config(dir, s, vocab, dt, d);
     for (int i = 0; i < n; i++) {
         free(bufs[i]);
         if (vals) free(vals[i]);

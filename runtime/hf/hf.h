@@ -51,9 +51,12 @@ tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d);
 bool tr_hf_architecture_known(const char *name);
 
 /* Writes a whole model (one rank, every layer) as DIR/config.json and DIR/model.safetensors of a
- * LlamaForCausalLM, or a Qwen3ForCausalLM when it has qk_layernorm, tensors in dtype (F32, BF16
- * or F16: rounded to nearest even); DIR is made when missing. "hf.export" when the model is not a
- * whole Llama-style model or carries LoRA adapters (merging them is not built). */
-tr_status tr_hf_llama_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
+ * LlamaForCausalLM, a Qwen3ForCausalLM when it has qk_layernorm, or a GPT2LMHeadModel (GPT
+ * layers: LayerNorm, learned positions, biases, one group per head), tensors in dtype (F32, BF16
+ * or F16: rounded to nearest even); DIR is made when missing. A model with LoRA or DoRA adapters
+ * (on the host) is written merged: the weights of a model without adapters that computes the
+ * same forward (tr_lora_merge). "hf.export" when the model is none of those, not whole, or
+ * carries adapters on a device. */
+tr_status tr_hf_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
 
 #endif

@@ -19,6 +19,7 @@
 
 #define DIR       TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_llama"
 #define QWEN3_DIR TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_qwen3"
+#define GPT2_DIR  TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_gpt2"
 
 static bool spec_from_dir(const char *dir, tr_model_spec *s, tr_diags *d) {
     tr_config c;
@@ -170,7 +171,7 @@ static void check_parity(const char *dir, const char *expected) {
 
 static void test_logits_match_transformers(void) {
     check_parity(DIR, "hf_llama/expected.bin");
-    check_parity(TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_gpt2", "hf_gpt2/expected.bin");
+    check_parity(GPT2_DIR, "hf_gpt2/expected.bin");
     check_parity(QWEN3_DIR, "hf_qwen3/expected.bin");
 }
 
@@ -366,8 +367,9 @@ static int64_t differing_tensors(const tr_st_file *a, const tr_st_file *b) {
 }
 
 /* Import then export gives the same file back, tensor for tensor, and a config.json that
- * describes the same model; in fp32 and in bf16. */
-static void round_trip(const char *src, tr_st_dtype dtype, const char *out) {
+ * describes the same model; in fp32 and in bf16. With `expected`, the exported directory
+ * imported again gives transformers' logits (the fixture's) once more. */
+static void round_trip(const char *src, tr_st_dtype dtype, const char *out, const char *expected) {
     tr_diags d = {0};
     tr_model_spec s;
     CHECK(spec_from_dir(src, &s, &d));
@@ -376,7 +378,7 @@ static void round_trip(const char *src, tr_st_dtype dtype, const char *out) {
     tr_model m;
     CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
     CHECK(tr_hf_import(&m, &w, &d) == TR_OK);
-    CHECK(tr_hf_llama_export(&m, out, dtype, &d) == TR_OK);
+    CHECK(tr_hf_export(&m, out, dtype, &d) == TR_OK);
     tr_hf_weights back;
     CHECK(tr_hf_weights_open(&back, out, &d) == TR_OK);
     if (w.n == 1 && back.n == 1) {
@@ -393,6 +395,7 @@ static void round_trip(const char *src, tr_st_dtype dtype, const char *out) {
     tr_model_free(&m);
     CHECK_INT_EQ(d.n_errors, 0);
     tr_diags_free(&d);
+    if (expected) check_parity(out, expected);
     char p[256];
     snprintf(p, sizeof p, "%s/config.json", out);
     unlink(p);
@@ -402,10 +405,10 @@ static void round_trip(const char *src, tr_st_dtype dtype, const char *out) {
 }
 
 /* src and a bf16 copy of it (each weight rounded once) through Trestle and back. */
-static void round_trips(const char *src_dir) {
+static void round_trips(const char *src_dir, const char *expected) {
     char out[128];
     snprintf(out, sizeof out, "/tmp/trestle_hf_out_%ld", (long)getpid());
-    round_trip(src_dir, TR_ST_F32, out);
+    round_trip(src_dir, TR_ST_F32, out, expected);
     tr_diags d = {0};
     tr_hf_weights w;
     CHECK(tr_hf_weights_open(&w, src_dir, &d) == TR_OK);
@@ -434,7 +437,7 @@ static void round_trips(const char *src_dir) {
     snprintf(src, sizeof src, "%s/config.json", src_dir);
     snprintf(path, sizeof path, "%s/config.json", bf);
     CHECK(symlink(src, path) == 0);
-    round_trip(bf, TR_ST_BF16, out);
+    round_trip(bf, TR_ST_BF16, out, NULL);
     unlink(path);
     snprintf(path, sizeof path, "%s/model.safetensors", bf);
     unlink(path);
@@ -447,24 +450,24 @@ static void round_trips(const char *src_dir) {
 }
 
 static void test_round_trip(void) {
-    round_trips(DIR);
-    round_trips(QWEN3_DIR); /* with the q/k norms, under Qwen3's names and architecture */
+    round_trips(DIR, "hf_llama/expected.bin");
+    round_trips(QWEN3_DIR, "hf_qwen3/expected.bin"); /* the q/k norms, Qwen3's names */
+    /* Conv1D weights transposed back, c_attn refused, learned positions, biases, tied head */
+    round_trips(GPT2_DIR, "hf_gpt2/expected.bin");
 }
 
-/* Export refuses, naming why and creating nothing, a model it would write wrongly: one of
- * another shape (GPT-2: LayerNorm, biases, learned positions) and one carrying LoRA adapters. */
-static void expect_export_refused(const char *src, int lora_rank, const char *word) {
+/* Export refuses, naming why and creating nothing, a model it would write wrongly: a TP shard,
+ * and a Llama-style model with biases (no Llama, Qwen3 or GPT-2 config.json describes it). */
+static void expect_export_refused(const char *src, int tp, bool bias, const char *word) {
     tr_diags d = {0};
     tr_model_spec s;
     CHECK(spec_from_dir(src, &s, &d));
-    s.lora_rank = lora_rank;
-    s.lora_targets = 1u << TR_LORA_QKV;
-    s.lora_scale = 1.0f;
+    s.bias_linear = bias;
     tr_model m;
-    CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
+    CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, tp}, tr_ops_cpu(), 1) == TR_OK);
     char out[128];
     snprintf(out, sizeof out, "/tmp/trestle_hf_refused_%ld", (long)getpid());
-    CHECK(tr_hf_llama_export(&m, out, TR_ST_F32, &d) != TR_OK);
+    CHECK(tr_hf_export(&m, out, TR_ST_F32, &d) != TR_OK);
     CHECK(d.n > 0 && strcmp(d.items[d.n - 1].id, "hf.export") == 0 &&
           strstr(d.items[d.n - 1].message, word));
     if (d.n > 0) fprintf(stderr, "  (expected) %s\n", d.items[d.n - 1].message);
@@ -475,12 +478,142 @@ static void expect_export_refused(const char *src, int lora_rank, const char *wo
 }
 
 static void test_export_refusals(void) {
-    expect_export_refused(TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_gpt2", 0,
-                          "not a whole Llama-style model");
-    expect_export_refused(DIR, 4, "LoRA adapters");
+    expect_export_refused(DIR, 2, false, "not a whole");
+    expect_export_refused(DIR, 1, true, "not a whole Llama, Qwen3 or GPT-2");
+}
+
+/* Logits [rows, hf_vocab] of m on the fixture's tokens (the padding columns dropped). */
+static float *logits_on(tr_model *m, const fixture *f, int batch) {
+    const fix_tensor *tok = fixture_get(f, "", "tokens"), *tgt = fixture_get(f, "", "targets");
+    int rows = batch * m->full.seq;
+    int hv = m->full.vocab_real ? m->full.vocab_real : m->full.vocab;
+    CHECK(tok && tgt && (int)tok->n == rows && rows <= 64);
+    if (!tok || !tgt || (int)tok->n != rows || rows > 64) return NULL;
+    int32_t ids[64], tg[64];
+    for (int i = 0; i < rows; i++) ids[i] = (int32_t)tok->data[i], tg[i] = (int32_t)tgt->data[i];
+    float loss = 0;
+    CHECK_INT_EQ(tr_model_forward(m, ids, tg, &loss), TR_OK);
+    float *out = malloc((size_t)rows * hv * sizeof *out);
+    for (int r = 0; r < rows; r++)
+        memcpy(out + (int64_t)r * hv, m->logits + (int64_t)r * m->full.vocab,
+               (size_t)hv * sizeof *out);
+    return out;
+}
+
+static float *import_logits(const char *dir, const fixture *f, int batch, int *n) {
+    tr_diags d = {0};
+    tr_model_spec s;
+    CHECK(spec_from_dir(dir, &s, &d));
+    tr_hf_weights w;
+    CHECK(tr_hf_weights_open(&w, dir, &d) == TR_OK);
+    tr_model m;
+    CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), batch) == TR_OK);
+    CHECK(tr_hf_import(&m, &w, &d) == TR_OK);
+    float *l = logits_on(&m, f, batch);
+    *n = batch * s.seq * (s.vocab_real ? s.vocab_real : s.vocab);
+    tr_model_free(&m);
+    tr_hf_weights_close(&w);
+    CHECK_INT_EQ(d.n_errors, 0);
+    tr_diags_free(&d);
+    return l;
+}
+
+/* A LoRA (or DoRA) model on the imported base, every adapter drawn away from its initial value
+ * (B nonzero, magnitudes off the weight norms), exported: the export holds the merged weights,
+ * and imported again (a model without adapters) it gives the adapter model's logits. The base
+ * alone gives other logits, so a merge that dropped the adapters would fail. With
+ * TRESTLE_HF_KEEP_MERGED set, the directory stays there with the adapter model's logits
+ * (trestle_logits.f32, [rows, vocab]) and tokens (trestle_tokens.i32) for
+ * tests/reference/check_merged_export.py, which loads it with transformers. */
+static void merged_export(const char *src, const char *expected, bool dora, const char *tag) {
+    tr_diags d = {0};
+    tr_model_spec s;
+    CHECK(spec_from_dir(src, &s, &d));
+    s.lora_rank = 4;
+    s.lora_targets =
+        (1u << TR_LORA_QKV) | (1u << TR_LORA_PROJ) | (1u << TR_LORA_FC1) | (1u << TR_LORA_FC2);
+    s.lora_scale = 2.0f;
+    s.lora_dora = dora;
+    fixture f;
+    CHECK(fixture_load(&f, expected));
+    const int batch = 2;
+    tr_hf_weights w;
+    CHECK(tr_hf_weights_open(&w, src, &d) == TR_OK);
+    tr_model m;
+    CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), batch) == TR_OK);
+    CHECK(tr_hf_import(&m, &w, &d) == TR_OK);
+    CHECK(tr_model_init_dora_magnitudes(&m) == TR_OK);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < m.n_info; i++) {
+        const tr_param_info *p = &m.info[i];
+        if (!strstr(p->name, ".adapter.")) continue;
+        bool mag = strstr(p->name, "weight_magnitude") != NULL;
+        for (int64_t e = 0; e < p->numel; e++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            float u = (float)((double)(x >> 11) / 9007199254740992.0) - 0.5f; /* [-0.5, 0.5) */
+            float *v = &m.params[p->offset + e];
+            *v = mag ? *v * (1.0f + 0.4f * u) : 0.3f * u;
+        }
+    }
+    tr_model_params_changed(&m);
+    float *adapted = logits_on(&m, &f, batch);
+    const char *keep = getenv("TRESTLE_HF_KEEP_MERGED");
+    char out[256];
+    if (keep)
+        snprintf(out, sizeof out, "%s/%s", keep, tag);
+    else
+        snprintf(out, sizeof out, "/tmp/trestle_hf_merged_%ld", (long)getpid());
+    if (keep) mkdir(keep, 0755);
+    CHECK_INT_EQ(tr_hf_export(&m, out, TR_ST_F32, &d), TR_OK);
+    int n = 0, nb = 0;
+    float *merged = import_logits(out, &f, batch, &n);
+    float *base = import_logits(src, &f, batch, &nb);
+    if (adapted && merged && base) {
+        double e = rel_err(merged, adapted, n), eb = rel_err(base, adapted, n);
+        printf("  %s: merged export re-imported vs the adapter model: logits relative error "
+               "%.3g (the base alone: %.3g)\n",
+               tag, e, eb);
+        CHECK(e <= 1e-5);
+        CHECK(eb > 1e-2);
+    }
+    char p[300];
+    if (keep && adapted) {
+        snprintf(p, sizeof p, "%s/trestle_logits.f32", out);
+        FILE *fl = fopen(p, "wb");
+        CHECK(fl && fwrite(adapted, sizeof *adapted, (size_t)n, fl) == (size_t)n);
+        if (fl) fclose(fl);
+        snprintf(p, sizeof p, "%s/trestle_tokens.i32", out);
+        const fix_tensor *tok = fixture_get(&f, "", "tokens");
+        FILE *ft = fopen(p, "wb");
+        for (int i = 0; ft && tok && i < (int)tok->n; i++) {
+            int32_t t = (int32_t)tok->data[i];
+            fwrite(&t, sizeof t, 1, ft);
+        }
+        if (ft) fclose(ft);
+    } else {
+        snprintf(p, sizeof p, "%s/config.json", out);
+        unlink(p);
+        snprintf(p, sizeof p, "%s/model.safetensors", out);
+        unlink(p);
+        rmdir(out);
+    }
+    free(adapted), free(merged), free(base);
+    tr_model_free(&m);
+    tr_hf_weights_close(&w);
+    fixture_free(&f);
+    CHECK_INT_EQ(d.n_errors, 0);
+    tr_diags_free(&d);
+}
+
+static void test_merged_export(void) {
+    merged_export(DIR, "hf_llama/expected.bin", false, "llama_lora");
+    merged_export(DIR, "hf_llama/expected.bin", true, "llama_dora");
+    merged_export(QWEN3_DIR, "hf_qwen3/expected.bin", false, "qwen3_lora");
+    merged_export(GPT2_DIR, "hf_gpt2/expected.bin", false, "gpt2_lora");
+    merged_export(GPT2_DIR, "hf_gpt2/expected.bin", true, "gpt2_dora");
 }
 
 TR_TEST_MAIN(TR_TEST(test_config_json_to_model_section), TR_TEST(test_qwen3_config),
              TR_TEST(test_logits_match_transformers), TR_TEST(test_sharded_index),
              TR_TEST(test_round_trip), TR_TEST(test_refuses_disagreements),
-             TR_TEST(test_export_refusals))
+             TR_TEST(test_export_refusals), TR_TEST(test_merged_export))

@@ -1,0 +1,272 @@
+/* trestle_ckpt export / import (scripts/ckpt_hf.h). The checkpoint side is the training loop's
+ * own loading and saving (runtime/train/checkpointing.h) on a one-rank model, so any layout a
+ * run saved reads back through the reader's resharding, and a LoRA checkpoint (adapters only)
+ * gets its base from checkpoint.pretrained_checkpoint as a resumed run does. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/validate.h"
+#include "overrides/overrides.h"
+#include "recipes/resolve.h"
+#include "runtime/checkpoint/reader.h"
+#include "runtime/hf/hf.h"
+#include "runtime/peft/lora.h"
+#include "runtime/train/checkpointing.h"
+#include "scripts/ckpt_hf.h"
+
+typedef struct args {
+    bool export_;
+    const char *ckpt, *hf_out, *hf_in, *out, *hf_config, *recipe, *step;
+    const char **overrides;
+    int n_overrides;
+    tr_st_dtype dtype;
+} args;
+
+static int usage(FILE *out) {
+    fputs(
+        "usage: trestle_ckpt export CKPT --hf-out DIR (--recipe NAME | --hf-config HF_DIR)\n"
+        "                         [KEY=VALUE...] [--dtype fp32|bf16|fp16] [--step N]\n"
+        "       trestle_ckpt import --hf HF_DIR --out CKPT [--recipe NAME] [KEY=VALUE...]\n"
+        "export writes the checkpoint's model (saved under any layout; LoRA/DoRA adapters\n"
+        "merged, the base from checkpoint.pretrained_checkpoint) as a Hugging Face directory;\n"
+        "the model is the recipe's and/or HF_DIR/config.json's, with the overrides.\n"
+        "import writes a Hugging Face directory as a one-rank Trestle checkpoint (iteration 0).\n",
+        out);
+    return out == stdout ? 0 : 1;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static tr_status apply_hf(tr_config *c, void *dir, tr_diags *d) {
+    return tr_hf_config_apply(c, dir, false, d);
+}
+
+/* The model section as run_recipe would build it, then one rank: the converter holds the whole
+ * model; `extra` are the checkpoint settings it needs. */
+static tr_status resolve(const args *a, const char *const *extra, int n_extra, tr_config *c,
+                         tr_diags *d) {
+    static const char *const one_rank[] = {"model.tensor_model_parallel_size=1",
+                                           "model.pipeline_model_parallel_size=1",
+                                           "model.virtual_pipeline_model_parallel_size=null",
+                                           "model.context_parallel_size=1",
+                                           "model.expert_model_parallel_size=1",
+                                           "model.sequence_parallel=false"};
+    int n1 = (int)(sizeof one_rank / sizeof one_rank[0]);
+    int n = a->n_overrides + n1 + n_extra;
+    const char **tok = malloc((size_t)n * sizeof *tok);
+    if (!tok) return TR_ERR_NOMEM;
+    for (int i = 0; i < a->n_overrides; i++) tok[i] = a->overrides[i];
+    for (int i = 0; i < n1; i++) tok[a->n_overrides + i] = one_rank[i];
+    for (int i = 0; i < n_extra; i++) tok[a->n_overrides + n1 + i] = extra[i];
+    tr_world w = {1, 1};
+    tr_status st;
+    if (a->recipe) {
+        tr_resolve_opts o = {.recipe = a->recipe,
+                             .overrides = tok,
+                             .n_overrides = n,
+                             .world = w,
+                             .skip_validate = true,
+                             .after_recipe = a->hf_config ? apply_hf : NULL,
+                             .after_recipe_ctx = (void *)(uintptr_t)a->hf_config};
+        st = tr_resolve(&o, c, d);
+    } else {
+        st = tr_config_init(c, d);
+        if (st == TR_OK) st = tr_hf_config_apply(c, a->hf_config, false, d);
+        if (st == TR_OK) st = tr_overrides_apply_argv(c, tok, NULL, n, d);
+        if (st == TR_OK) st = tr_config_finalize(c, &w, d);
+    }
+    free(tok);
+    return st;
+}
+
+static tr_status build_model(const tr_config *c, tr_model *m, tr_diags *d) {
+    tr_model_spec s;
+    TR_TRY(tr_model_spec_from_config(c, &s, d));
+    TR_TRY(tr_lora_spec_from_config(c, &s, d));
+    return tr_model_create(m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1);
+}
+
+static void human(double b, char *buf, size_t cap) {
+    snprintf(buf, cap,
+             b >= 1 << 30   ? "%.2f GiB"
+             : b >= 1 << 20 ? "%.2f MiB"
+                            : "%.1f KiB",
+             b / (b >= 1 << 30   ? 1 << 30
+                  : b >= 1 << 20 ? 1 << 20
+                                 : 1 << 10));
+}
+
+/* A checkpoint with adapters read into a model without them would export the base alone, the
+ * fine-tune dropped: the run's peft settings are needed to merge them. */
+static tr_status check_adapters(const args *a, const tr_config *c, tr_diags *d) {
+    char *iter = NULL;
+    int64_t it = 0;
+    tr_ckpt_reader *r = NULL;
+    TR_TRY(tr_ckpt_find(a->ckpt, a->step ? strtoll(a->step, NULL, 10) : -1, &iter, &it, d));
+    tr_status st = tr_ckpt_open(iter, &r, d);
+    free(iter);
+    if (st != TR_OK) return st;
+    const tr_ckpt_manifest *m = tr_ckpt_reader_manifest(r);
+    for (int i = 0; st == TR_OK && i < m->n_tensors; i++)
+        if (c->peft.scheme < 0 && tr_lora_is_adapter(m->tensors[i].name))
+            st = tr_diag_add(d, TR_SEV_ERROR, "hf.export", NULL, "peft.scheme",
+                             "give the run's peft settings (peft.scheme=lora peft.dim=... "
+                             "peft.alpha=... checkpoint.pretrained_checkpoint=BASE) so that the "
+                             "adapters are merged into the exported weights",
+                             "%s holds LoRA adapters (%s) and the model has none: the export "
+                             "would drop the fine-tune",
+                             a->ckpt, m->tensors[i].name);
+    tr_ckpt_close(r);
+    return st;
+}
+
+static int run_export(const args *a, tr_diags *d) {
+    char load[4200], step[64];
+    snprintf(load, sizeof load, "checkpoint.load=%s", a->ckpt);
+    snprintf(step, sizeof step, "checkpoint.ckpt_step=%s", a->step ? a->step : "null");
+    const char *extra[] = {load,
+                           step,
+                           "checkpoint.finetune=false",
+                           "checkpoint.load_optim=false",
+                           "checkpoint.load_rng=false",
+                           "checkpoint.exit_on_missing_checkpoint=true",
+                           "checkpoint.save=null",
+                           "checkpoint.ckpt_format=trestle"};
+    tr_config c;
+    double t0 = now();
+    tr_status st = resolve(a, extra, (int)(sizeof extra / sizeof extra[0]), &c, d);
+    tr_model m = {0};
+    bool have_model = false;
+    if (st == TR_OK) st = check_adapters(a, &c, d);
+    if (st == TR_OK) st = build_model(&c, &m, d);
+    have_model = st == TR_OK;
+    if (st == TR_OK) {
+        fprintf(stderr, "export: model of %lld parameters (%d layers, hidden %d%s)\n",
+                (long long)m.n_params, m.full.num_layers, m.full.hidden,
+                m.full.lora_rank ? ", adapters merged on export" : "");
+        tr_train_ckpt k;
+        tr_train_ckpt_env env = {.c = &c, .model = &m, .log = stderr};
+        st = tr_train_ckpt_setup(&k, &env, d);
+        tr_train_ckpt_free(&k);
+    }
+    double t1 = now();
+    if (st == TR_OK) {
+        char h[32];
+        human(4.0 * (double)m.n_params, h, sizeof h);
+        fprintf(stderr, "export: read %s of weights in %.2f s\n", h, t1 - t0);
+        st = tr_hf_export(&m, a->hf_out, a->dtype, d);
+    }
+    if (st == TR_OK) {
+        double t2 = now();
+        fprintf(stderr, "export: wrote %s/config.json and model.safetensors in %.2f s\n", a->hf_out,
+                t2 - t1);
+    }
+    if (have_model) tr_model_free(&m);
+    tr_config_free(&c);
+    return st == TR_OK ? 0 : 2;
+}
+
+static int run_import(const args *a, tr_diags *d) {
+    char save[4200];
+    snprintf(save, sizeof save, "checkpoint.save=%s", a->out);
+    const char *extra[] = {save,
+                           "checkpoint.save_optim=false",
+                           "checkpoint.save_rng=false",
+                           "checkpoint.async_save=false",
+                           "checkpoint.load=null",
+                           "checkpoint.pretrained_checkpoint=null",
+                           "peft.scheme=null",
+                           "checkpoint.ckpt_format=trestle"};
+    args b = *a;
+    b.hf_config = a->hf_in;
+    tr_config c;
+    double t0 = now();
+    tr_status st = resolve(&b, extra, (int)(sizeof extra / sizeof extra[0]), &c, d);
+    tr_model m = {0};
+    bool have_model = false;
+    if (st == TR_OK) st = build_model(&c, &m, d);
+    have_model = st == TR_OK;
+    tr_hf_weights w = {0};
+    bool have_w = false;
+    if (st == TR_OK) st = tr_hf_config_check(&c, a->hf_in, d);
+    if (st == TR_OK) have_w = (st = tr_hf_weights_open(&w, a->hf_in, d)) == TR_OK;
+    if (st == TR_OK) st = tr_hf_import(&m, &w, d);
+    double t1 = now();
+    if (st == TR_OK) {
+        char h[32];
+        human(4.0 * (double)m.n_params, h, sizeof h);
+        fprintf(stderr, "import: read %lld parameters (%s) from %s in %.2f s\n",
+                (long long)m.n_params, h, a->hf_in, t1 - t0);
+        /* No optimizer state is saved (save_optim false): the save reads only its step, 0. */
+        tr_optimizer opt = {0};
+        tr_train_ckpt k;
+        tr_train_ckpt_env env = {.c = &c, .model = &m, .opt = &opt, .log = stderr};
+        st = tr_train_ckpt_setup(&k, &env, d);
+        tr_train_ckpt_pos pos = {0};
+        if (st == TR_OK) st = tr_train_ckpt_after_iteration(&k, &pos, true);
+        if (st == TR_OK) st = tr_train_ckpt_finish(&k);
+        tr_train_ckpt_free(&k);
+    }
+    if (st == TR_OK) fprintf(stderr, "import: wrote %s in %.2f s\n", a->out, now() - t1);
+    if (have_w) tr_hf_weights_close(&w);
+    if (have_model) tr_model_free(&m);
+    tr_config_free(&c);
+    return st == TR_OK ? 0 : 2;
+}
+
+int tr_ckpt_hf_main(int argc, char **argv) {
+    args a = {.export_ = strcmp(argv[1], "export") == 0, .dtype = TR_ST_F32};
+    a.overrides = calloc((size_t)argc, sizeof *a.overrides);
+    if (!a.overrides) return 2;
+    int rc = 0, first = 2;
+    if (a.export_ && argc > 2 && argv[2][0] != '-') a.ckpt = argv[first++];
+    for (int i = first; i < argc && rc == 0; i++) {
+        const char *x = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char **slot = NULL;
+        if (strcmp(x, "--recipe") == 0) slot = &a.recipe;
+        if (a.export_ && strcmp(x, "--hf-out") == 0) slot = &a.hf_out;
+        if (a.export_ && strcmp(x, "--hf-config") == 0) slot = &a.hf_config;
+        if (a.export_ && strcmp(x, "--step") == 0) slot = &a.step;
+        if (!a.export_ && strcmp(x, "--hf") == 0) slot = &a.hf_in;
+        if (!a.export_ && strcmp(x, "--out") == 0) slot = &a.out;
+        if (slot && v) {
+            *slot = v;
+            i++;
+        } else if (a.export_ && strcmp(x, "--dtype") == 0 && v) {
+            i++;
+            if (strcmp(v, "fp32") == 0)
+                a.dtype = TR_ST_F32;
+            else if (strcmp(v, "bf16") == 0)
+                a.dtype = TR_ST_BF16;
+            else if (strcmp(v, "fp16") == 0)
+                a.dtype = TR_ST_F16;
+            else
+                rc = 1;
+        } else if (x[0] != '-' && strchr(x, '=')) {
+            a.overrides[a.n_overrides++] = x;
+        } else {
+            fprintf(stderr, "trestle_ckpt: unexpected argument '%s'\n", x);
+            rc = 1;
+        }
+    }
+    if (rc == 0 && a.export_ && (!a.ckpt || !a.hf_out || (!a.recipe && !a.hf_config))) rc = 1;
+    if (rc == 0 && !a.export_ && (!a.hf_in || !a.out)) rc = 1;
+    if (rc == 1) {
+        free(a.overrides);
+        return usage(stderr);
+    }
+    tr_diags d;
+    tr_diags_init(&d);
+    rc = a.export_ ? run_export(&a, &d) : run_import(&a, &d);
+    tr_diags_print_text(&d, stderr, false);
+    tr_diags_free(&d);
+    free(a.overrides);
+    return rc;
+}

@@ -191,6 +191,18 @@ static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
     a->dloss = carve(c, bt);
 }
 
+/* The output layer's inputs and logits gradients of the microbatches whose weight gradients
+ * wait for the drain (runtime/model/defer_wgrad.c): activations too, kept past their slot. */
+static void carve_deferred(tr_model *m, carver *c) {
+    m->defer_cap = tr_model_defer_cap(m);
+    m->defer_x = m->defer_dy = NULL;
+    if (m->defer_cap <= 0) return;
+    int64_t xf, dyf;
+    tr_model_defer_sizes(m, &xf, &dyf);
+    m->defer_x = carve(c, m->defer_cap * xf);
+    m->defer_dy = carve(c, m->defer_cap * dyf);
+}
+
 /* Every (part, slot) gets its own layers' (and head's) activations, but for what they
  * recompute, which lives in the shared recompute sets; scratch is shared. */
 static void carve_acts(tr_model *m, carver *c) {
@@ -211,6 +223,7 @@ static void carve_acts(tr_model *m, carver *c) {
             if (p->has_loss) carve_head(m, c, a);
         }
     }
+    carve_deferred(m, c);
     m->sp_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
     m->sp_perm = s->sequence_parallel ? carve(c, bt * C) : NULL;
     int64_t big = m->fc1_dim > m->qkv_dim ? m->fc1_dim : m->qkv_dim;
@@ -284,6 +297,9 @@ tr_status tr_model_alloc_acts(tr_model *m) {
     m->acts = calloc((size_t)m->spec.num_layers, sizeof *m->acts);
     if (!m->acts) return st;
     if ((st = alloc_slots(m)) != TR_OK) return st;
+    /* A deferred output-layer gradient must not land in an embedding reported final already. */
+    int defer = tr_model_defer_cap(m);
+    if (defer < 0 || (defer && m->spec.tied && !m->has_tied_copy)) return TR_ERR_INVALID;
     m->n_rc_sets = tr_model_rc_sets(m);
     if (m->n_rc_sets > 0 && !(m->rc_sets = calloc((size_t)m->n_rc_sets, sizeof *m->rc_sets)))
         return TR_ERR_NOMEM;

@@ -1,6 +1,7 @@
 /* Activation buffers: one set per (stage, slot) for the microbatches a stage holds in flight
- * (less what recomputation drops: the shared recompute sets hold that), shared backward scratch,
- * and which linear inputs are saved in half precision. */
+ * (less what recomputation drops: the shared recompute sets hold that), the deferred output-layer
+ * weight gradients' inputs, shared backward scratch, and which linear inputs are saved in half
+ * precision. */
 #include <stdlib.h>
 
 #include "runtime/device/device.h"
@@ -11,6 +12,26 @@ bool tr_model_half_input(const tr_model *m, int id) {
     if (!s->lowp || s->no_half_acts) return false;
     if (id == TR_MODEL_AT_HEAD) return true; /* the output layer never has an adapter */
     return !(s->lora_rank && (s->lora_targets & (1u << id)));
+}
+
+int tr_model_defer_cap(const tr_model *m) {
+    if (m->spec.lora_rank) return 0; /* the output layer is frozen: no weight gradient */
+    for (int k = 0; k < m->n_parts; k++)
+        if (m->parts[k].has_loss) return m->spec.defer_wgrad;
+    return 0;
+}
+
+static int64_t aligned_floats(int64_t floats) {
+    return (floats + TR_PARAM_ALIGN - 1) / TR_PARAM_ALIGN * TR_PARAM_ALIGN;
+}
+
+void tr_model_defer_sizes(const tr_model *m, int64_t *x_floats, int64_t *dy_floats) {
+    int64_t rows = (int64_t)m->batch * m->spec.seq;
+    int64_t nx = rows * m->spec.hidden, ndy = rows * m->spec.vocab;
+    /* The input as the backward reads it (half when the head saves it so); the logits gradient
+     * in half precision in mixed precision, where the weight-gradient GEMM rounds it anyway. */
+    *x_floats = aligned_floats(tr_model_half_input(m, TR_MODEL_AT_HEAD) ? (nx + 1) / 2 : nx);
+    *dy_floats = aligned_floats(m->spec.lowp ? (ndy + 1) / 2 : ndy);
 }
 
 /* Recomputation's plan (runtime/model/recompute.c reruns what a slot does not keep). Full

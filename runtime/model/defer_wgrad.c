@@ -7,33 +7,14 @@
  * the same sequence of accumulating GEMMs as without deferral, so bitwise the same. */
 #include "runtime/model/internal.h"
 
-int tr_model_defer_cap(const tr_model *m) {
-    if (m->spec.lora_rank) return 0; /* the output layer is frozen: no weight gradient */
-    for (int k = 0; k < m->n_parts; k++)
-        if (m->parts[k].has_loss) return m->spec.defer_wgrad;
-    return 0;
-}
-
-static int64_t aligned(int64_t floats) {
-    return (floats + TR_PARAM_ALIGN - 1) / TR_PARAM_ALIGN * TR_PARAM_ALIGN;
-}
-
 /* Elements of the output layer's input (whole sequences, gathered under sequence parallelism)
- * and of this rank's logits. */
+ * and of this rank's logits; the buffers are sized in acts.c (tr_model_defer_sizes). */
 static int64_t x_elems(const tr_model *m) {
     return (int64_t)m->batch * m->spec.seq * m->spec.hidden;
 }
 
 static int64_t dy_elems(const tr_model *m) {
     return (int64_t)m->batch * m->spec.seq * m->spec.vocab;
-}
-
-void tr_model_defer_sizes(const tr_model *m, int64_t *x_floats, int64_t *dy_floats) {
-    int64_t nx = x_elems(m), ndy = dy_elems(m);
-    /* The input as the backward reads it (half when the head saves it so); the logits gradient
-     * in half precision in mixed precision, where the weight-gradient GEMM rounds it anyway. */
-    *x_floats = aligned(tr_model_half_input(m, TR_MODEL_AT_HEAD) ? (nx + 1) / 2 : nx);
-    *dy_floats = aligned(m->spec.lowp ? (ndy + 1) / 2 : ndy);
 }
 
 tr_status tr_model_defer_keep(tr_model *m, bool *kept) {

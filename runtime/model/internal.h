@@ -107,10 +107,10 @@ tr_status tr_model_norm_input(const tr_model *m, float *y, float *y_full, uint16
 tr_status tr_model_core_attn_fwd(const tr_model *m, int layer, const tr_layer_acts *a);
 tr_status tr_model_mlp_act_fwd(const tr_model *m, const tr_layer_acts *a);
 
-/* Deferred output-layer weight gradients (runtime/model/defer_wgrad.c). The microbatches the
- * model defers (spec.defer_wgrad when it has the loss and the output layer is not frozen), the
- * floats one of them keeps of the output layer's input and of the logits gradient, each
- * rounded up to whole aligned buffers. */
+/* Deferred output-layer weight gradients (runtime/model/defer_wgrad.c; sized in acts.c). The
+ * microbatches the model defers (spec.defer_wgrad when it has the loss and the output layer is
+ * not frozen), and the floats one of them keeps of the output layer's input and of the logits
+ * gradient, each rounded up to whole aligned buffers. */
 int tr_model_defer_cap(const tr_model *m);
 void tr_model_defer_sizes(const tr_model *m, int64_t *x_floats, int64_t *dy_floats);
 /* In the loss part's backward, after the loss gradient: keeps the microbatch's output-layer

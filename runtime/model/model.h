@@ -198,7 +198,8 @@ typedef struct tr_slot_acts {
 /* Per-parameter events for the training loop's communication (index = position in info, the
  * model order). before_param: the forward is about to read the parameter (a pending parameter
  * all-gather must finish). grad_ready: the backward has added this microbatch's last
- * contribution to its gradient (a tied embedding after both of its uses). NULL: no event. */
+ * contribution to its gradient (a tied embedding after both of its uses; a deferred output
+ * weight from tr_model_drain_wgrad, once per iteration). NULL: no event. */
 typedef struct tr_model_hooks {
     void *ctx;
     tr_status (*before_param)(void *ctx, int param);

@@ -1,6 +1,7 @@
 /* Activation buffers: one set per (stage, slot) for the microbatches a stage holds in flight
- * (less what recomputation drops: the shared recompute sets hold that), shared backward scratch,
- * and which linear inputs are saved in half precision. */
+ * (less what recomputation drops: the shared recompute sets hold that), the deferred output-layer
+ * weight gradients' inputs, shared backward scratch, and which linear inputs are saved in half
+ * precision. */
 #include <stdlib.h>
 
 #include "runtime/device/device.h"
@@ -11,6 +12,26 @@ bool tr_model_half_input(const tr_model *m, int id) {
     if (!s->lowp || s->no_half_acts) return false;
     if (id == TR_MODEL_AT_HEAD) return true; /* the output layer never has an adapter */
     return !(s->lora_rank && (s->lora_targets & (1u << id)));
+}
+
+int tr_model_defer_cap(const tr_model *m) {
+    if (m->spec.lora_rank) return 0; /* the output layer is frozen: no weight gradient */
+    for (int k = 0; k < m->n_parts; k++)
+        if (m->parts[k].has_loss) return m->spec.defer_wgrad;
+    return 0;
+}
+
+static int64_t aligned_floats(int64_t floats) {
+    return (floats + TR_PARAM_ALIGN - 1) / TR_PARAM_ALIGN * TR_PARAM_ALIGN;
+}
+
+void tr_model_defer_sizes(const tr_model *m, int64_t *x_floats, int64_t *dy_floats) {
+    int64_t rows = (int64_t)m->batch * m->spec.seq;
+    int64_t nx = rows * m->spec.hidden, ndy = rows * m->spec.vocab;
+    /* The input as the backward reads it (half when the head saves it so); the logits gradient
+     * in half precision in mixed precision, where the weight-gradient GEMM rounds it anyway. */
+    *x_floats = aligned_floats(tr_model_half_input(m, TR_MODEL_AT_HEAD) ? (nx + 1) / 2 : nx);
+    *dy_floats = aligned_floats(m->spec.lowp ? (ndy + 1) / 2 : ndy);
 }
 
 /* Recomputation's plan (runtime/model/recompute.c reruns what a slot does not keep). Full
@@ -191,6 +212,18 @@ static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
     a->dloss = carve(c, bt);
 }
 
+/* The output layer's inputs and logits gradients of the microbatches whose weight gradients
+ * wait for the drain (runtime/model/defer_wgrad.c): activations too, kept past their slot. */
+static void carve_deferred(tr_model *m, carver *c) {
+    m->defer_cap = tr_model_defer_cap(m);
+    m->defer_x = m->defer_dy = NULL;
+    if (m->defer_cap <= 0) return;
+    int64_t xf, dyf;
+    tr_model_defer_sizes(m, &xf, &dyf);
+    m->defer_x = carve(c, m->defer_cap * xf);
+    m->defer_dy = carve(c, m->defer_cap * dyf);
+}
+
 /* Every (part, slot) gets its own layers' (and head's) activations, but for what they
  * recompute, which lives in the shared recompute sets; scratch is shared. */
 static void carve_acts(tr_model *m, carver *c) {
@@ -211,6 +244,7 @@ static void carve_acts(tr_model *m, carver *c) {
             if (p->has_loss) carve_head(m, c, a);
         }
     }
+    carve_deferred(m, c);
     m->sp_full = s->sequence_parallel ? carve(c, bt * C) : NULL;
     m->sp_perm = s->sequence_parallel ? carve(c, bt * C) : NULL;
     int64_t big = m->fc1_dim > m->qkv_dim ? m->fc1_dim : m->qkv_dim;
@@ -284,6 +318,9 @@ tr_status tr_model_alloc_acts(tr_model *m) {
     m->acts = calloc((size_t)m->spec.num_layers, sizeof *m->acts);
     if (!m->acts) return st;
     if ((st = alloc_slots(m)) != TR_OK) return st;
+    /* A deferred output-layer gradient must not land in an embedding reported final already. */
+    int defer = tr_model_defer_cap(m);
+    if (defer < 0 || (defer && m->spec.tied && !m->has_tied_copy)) return TR_ERR_INVALID;
     m->n_rc_sets = tr_model_rc_sets(m);
     if (m->n_rc_sets > 0 && !(m->rc_sets = calloc((size_t)m->n_rc_sets, sizeof *m->rc_sets)))
         return TR_ERR_NOMEM;

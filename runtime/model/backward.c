@@ -88,6 +88,9 @@ static tr_status head_bwd(tr_model *m, float loss_scale) {
     int vocab_start = m->tp.rank * s->vocab;
     TR_TRY(ops->ce_bwd(m->logits, m->ce_stats, m->targets, m->dloss, rows, s->vocab, vocab_start));
     tr_linear out = tr_model_output_linear(m);
+    bool kept = false; /* model.defer_embedding_wgrad_compute: dW waits for the drain */
+    TR_TRY(tr_model_defer_keep(m, &kept));
+    if (kept) out.dw = NULL;
     TR_TRY(linear_input_bwd(m, &out, sp ? m->lnf_full : m->lnf, m->lnf_h, m->logits, rows));
     TR_TRY(ops->fill(m->dx, n, 0.0f));
     TR_TRY(norm_bwd(m, m->dx, m->g.final_w, m->g.final_b, m->dtmp, m->x_final, m->p.final_w,

@@ -125,11 +125,14 @@ tr_status tr_model_grads_done(const tr_model *m, int where) {
         v[0] = m->g.pos_emb;
         v[1] = m->g.word_emb;
         n = 2;
-    } else if (where == TR_MODEL_AT_HEAD) {
-        /* A tied weight's last use is the embedding lookup, unless this stage holds a copy. */
-        v[0] = m->spec.tied && !m->has_tied_copy ? NULL : m->g.out_w;
-        v[1] = m->g.final_w;
-        v[2] = m->g.final_b;
+    } else if (where == TR_MODEL_AT_HEAD || where == TR_MODEL_AT_OUTPUT) {
+        /* A tied weight's last use is the embedding lookup, unless this stage holds a copy; a
+         * deferred weight gradient is complete after the drain (AT_OUTPUT) only. */
+        bool out_w =
+            !(m->spec.tied && !m->has_tied_copy) && (where == TR_MODEL_AT_OUTPUT || !m->defer_cap);
+        v[0] = out_w ? m->g.out_w : NULL;
+        v[1] = where == TR_MODEL_AT_HEAD ? m->g.final_w : NULL;
+        v[2] = where == TR_MODEL_AT_HEAD ? m->g.final_b : NULL;
         n = 3;
     } else {
         n = layer_list(&m->g.layers[where], v);

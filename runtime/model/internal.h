@@ -12,9 +12,10 @@
 #define TR_PARAM_ALIGN 16
 
 /* Where the forward is about to read parameters / the backward has finished gradients: a layer
- * index, or one of these. before_params also brings those linear weights' half-precision copy
- * up to date, after the hook (a pending parameter all-gather) has returned. */
-enum { TR_MODEL_AT_EMBEDDING = -1, TR_MODEL_AT_HEAD = -2 };
+ * index, or one of these (AT_OUTPUT: the output weight alone, after a deferred-wgrad drain; with
+ * deferral AT_HEAD leaves it out). before_params also brings those linear weights'
+ * half-precision copy up to date, after the hook (a pending parameter all-gather) has returned. */
+enum { TR_MODEL_AT_EMBEDDING = -1, TR_MODEL_AT_HEAD = -2, TR_MODEL_AT_OUTPUT = -3 };
 tr_status tr_model_before_params(const tr_model *m, int where);
 tr_status tr_model_grads_done(const tr_model *m, int where);
 /* The half-precision weight copy (runtime/model/wcopy.c): laid out and allocated after the
@@ -105,5 +106,16 @@ tr_status tr_model_norm_input(const tr_model *m, float *y, float *y_full, uint16
                               const float *b, const float **in);
 tr_status tr_model_core_attn_fwd(const tr_model *m, int layer, const tr_layer_acts *a);
 tr_status tr_model_mlp_act_fwd(const tr_model *m, const tr_layer_acts *a);
+
+/* Deferred output-layer weight gradients (runtime/model/defer_wgrad.c; sized in acts.c). The
+ * microbatches the model defers (spec.defer_wgrad when it has the loss and the output layer is
+ * not frozen), and the floats one of them keeps of the output layer's input and of the logits
+ * gradient, each rounded up to whole aligned buffers. */
+int tr_model_defer_cap(const tr_model *m);
+void tr_model_defer_sizes(const tr_model *m, int64_t *x_floats, int64_t *dy_floats);
+/* In the loss part's backward, after the loss gradient: keeps the microbatch's output-layer
+ * input and logits gradient when there is room (*kept: its weight gradient is left to
+ * tr_model_drain_wgrad). */
+tr_status tr_model_defer_keep(tr_model *m, bool *kept);
 
 #endif

@@ -100,6 +100,12 @@ typedef struct tr_model_spec {
     int recompute_block;  /* full: 1 the first recompute_layers of each part, 0 uniform runs */
     int recompute_layers; /* full: recompute_num_layers */
     unsigned recompute_modules; /* selective: bits 1 << TR_RC_MOD_* */
+    /* model.defer_embedding_wgrad_compute (pipeline parallel; runtime/model/defer_wgrad.c): how
+     * many microbatches of an iteration (the first ones; Megatron's wgrad_deferral_limit, all of
+     * them when it is 0) leave the output layer's weight gradient to tr_model_drain_wgrad
+     * instead of computing it in their backward; 0: none. Ignored when the output layer is
+     * frozen (LoRA). */
+    int defer_wgrad;
 } tr_model_spec;
 
 enum { TR_RECOMPUTE_NONE, TR_RECOMPUTE_FULL, TR_RECOMPUTE_SELECTIVE };
@@ -213,7 +219,8 @@ typedef struct tr_slot_acts {
 /* Per-parameter events for the training loop's communication (index = position in info, the
  * model order). before_param: the forward is about to read the parameter (a pending parameter
  * all-gather must finish). grad_ready: the backward has added this microbatch's last
- * contribution to its gradient (a tied embedding after both of its uses). NULL: no event. */
+ * contribution to its gradient (a tied embedding after both of its uses; a deferred output
+ * weight from tr_model_drain_wgrad, once per iteration). NULL: no event. */
 typedef struct tr_model_hooks {
     void *ctx;
     tr_status (*before_param)(void *ctx, int param);
@@ -313,6 +320,12 @@ typedef struct tr_model {
     /* TP larger than the query groups: one slot per group of the widest key-value gradient
      * (tr_model_reduce_kv_grad); NULL otherwise. */
     float *kv_scratch;
+    /* Deferred output-layer weight gradients (runtime/model/defer_wgrad.c): room for defer_cap
+     * microbatches (0: no deferral), defer_n kept since the last drain, each the output layer's
+     * input as its backward would read it and the logits gradient (both in half precision in
+     * mixed precision), in act_buf. */
+    int defer_cap, defer_n;
+    float *defer_x, *defer_dy;
 } tr_model;
 
 /* Reads the model section (and the derived padded vocab) into a spec; features the CPU runtime
@@ -382,6 +395,11 @@ tr_status tr_model_forward_part(tr_model *m, int part, int slot, const int32_t *
  * gradient of its input goes to dx_out. */
 tr_status tr_model_backward_part(tr_model *m, int part, int slot, float loss_scale, const float *dy,
                                  float *dx_out);
+/* Megatron's drain_embedding_wgrad_compute: adds the output layer's weight gradients that the
+ * loss part's backwards left for later (spec.defer_wgrad), in the order of those
+ * backwards, then reports the output weight's gradient ready (tr_model_hooks.grad_ready); a
+ * no-op without deferral. The pipeline calls it at the flush, before the gradient reduction. */
+tr_status tr_model_drain_wgrad(tr_model *m);
 
 /* The document layout of the microbatches forwarded from now on, each array [batch, seq]
  * (tr_token_sequence): a token attends only within its document (doc_start, the attention op's

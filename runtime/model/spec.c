@@ -85,6 +85,11 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
         for (unsigned k = 0; k < sizeof mods / sizeof *mods; k++)
             if (tr_strlist_has(&m->recompute_modules, mods[k])) s->recompute_modules |= 1u << k;
     }
+    /* Only the pipeline's flush drains (parallel.defer_embedding_wgrad refuses PP 1). */
+    if (m->defer_embedding_wgrad_compute && m->pipeline_model_parallel_size > 1) {
+        int64_t nmb = c->derived.num_microbatches, limit = m->wgrad_deferral_limit;
+        s->defer_wgrad = (int)(limit > 0 && limit < nmb ? limit : nmb);
+    }
     return TR_OK;
 }
 

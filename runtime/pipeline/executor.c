@@ -419,6 +419,10 @@ tr_status tr_pp_exec_iteration(tr_pp_exec *e, const tr_pp_exec_hooks *h, double 
             TR_TRY(wait_group(e, a->group));
             break;
         case TR_PP_DP_GRAD_REDUCE:
+            /* The deferred output-layer weight gradients first (Megatron's
+             * finish_embedding_wgrad_compute before finalize_model_grads): their parameter
+             * joins the reduction, and the tied embedding's all-reduce, complete. */
+            TR_TRY(tr_model_drain_wgrad(e->m));
             if (h->finish_grads) TR_TRY(h->finish_grads(h->ctx));
             break;
         case TR_PP_EMBED_GRAD_ALLREDUCE:

@@ -134,7 +134,7 @@ def check(label, source, world):
     layout = parallel_layout(cfg["model"])
     if not layout:
         return one_rank, "-"
-    two = ov + layout + [f"logger.output_dir={TMP}/run2_{name}"]
+    two = ov + layout + pipeline_flags(cfg, layout) + [f"logger.output_dir={TMP}/run2_{name}"]
     return one_rank, verdict(label, source, two, 2) + f" ({' '.join(layout)})"
 
 
@@ -149,6 +149,17 @@ def parallel_layout(m):
                 extra.append("model.sequence_parallel=true")
             return [f"model.{key}=2"] + extra
     return []
+
+
+def pipeline_flags(cfg, layout):
+    """Flags that need pipeline parallelism, off on 1 rank: on a PP layout as the recipe sets
+    them (the comm_overlap section, when in use, decides the model's value)."""
+    if not any(k.startswith("model.pipeline_model_parallel_size=") for k in layout):
+        return []
+    if cfg["model"].get("defer_embedding_wgrad_compute") != "true":
+        return []
+    return ["model.defer_embedding_wgrad_compute=true",
+            "comm_overlap.defer_embedding_wgrad_compute=true"]
 
 
 def verdict(label, source, ov, np):

@@ -476,3 +476,50 @@ tr_equiv_test(llama_tp4_sp_tp_overlap_rs_dgrad_strict 4 llama_tiny_pretrain ${TR
               train.micro_batch_size=2 -- ${TR_TP4} ${TR_TPO} model.tp_comm_overlap_rs_dgrad=true)
 set_tests_properties(mpi_equiv_llama_tp4_sp_tp_overlap_rs_dgrad_strict PROPERTIES
                      ENVIRONMENT "${TR_MPIRUN_ENV};TRESTLE_DEVICE=cpu-strict")
+# Deferred output-layer weight gradients (model.defer_embedding_wgrad_compute; runtime/model/
+# defer_wgrad.c): the last stage keeps every microbatch's output-layer input and logits gradient
+# and adds their weight gradients at the flush, in microbatch order, as the per-microbatch
+# backwards would: against the same layout without deferral, every loss and parameter bitwise
+# (--same-layout; the kept tensors add activations, so no --fewer-acts), and against the
+# single-rank run (1e-5, the comm volume unchanged). Tied (the last stage's copy, then the
+# embedding group's all-reduce) and untied embeddings; 1F1B, interleaved, TP x PP with SP;
+# overlapped DP reduction (the output weight's bucket waits for the drain); bf16 (kept in half
+# precision).
+set(TR_DEFER model.defer_embedding_wgrad_compute=true)
+function(tr_equiv_defer_test name np)
+  tr_mpirun_test(mpi_equiv_${name} ${np} equiv_check --same-layout ${ARGN})
+endfunction()
+tr_equiv_defer_test(gpt_pp2_defer_wgrad_bitwise 2 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2}
+                    -- ${TR_DEFER})
+tr_equiv_pp_test(gpt_pp2_defer_wgrad 2 gpt_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2} ${TR_DEFER})
+tr_equiv_defer_test(llama_untied_pp2_vpp2_defer_wgrad_bitwise 2 llama_tiny_pretrain
+                    ${TR_PP_COMMON} model.share_embeddings_and_output_weights=false -- ${TR_PP2}
+                    ${TR_VPP2} -- ${TR_DEFER})
+tr_equiv_pp_test(llama_untied_pp2_vpp2_defer_wgrad 2 llama_tiny_pretrain ${TR_PP_COMMON}
+                 model.share_embeddings_and_output_weights=false -- ${TR_PP2} ${TR_VPP2} ${TR_DEFER})
+tr_equiv_defer_test(llama_pp2_vpp2_defer_wgrad_bitwise 2 llama_tiny_pretrain ${TR_PP_COMMON} --
+                    ${TR_PP2} ${TR_VPP2} -- ${TR_DEFER})
+tr_equiv_defer_test(llama_tp2_sp_pp2_defer_wgrad_bitwise 4 llama_tiny_pretrain ${TR_PP_COMMON}
+                    train.micro_batch_size=2 -- ${TR_TP2} ${TR_SP} ${TR_PP2} -- ${TR_DEFER})
+tr_equiv_pp_test(llama_tp2_sp_pp2_defer_wgrad 4 llama_tiny_pretrain ${TR_PP_COMMON}
+                 train.micro_batch_size=2 -- ${TR_TP2} ${TR_SP} ${TR_PP2} ${TR_DEFER})
+tr_equiv_defer_test(llama_untied_tp2_pp2_defer_wgrad_bitwise 4 llama_tiny_pretrain
+                    ${TR_PP_COMMON} model.share_embeddings_and_output_weights=false -- ${TR_TP2}
+                    ${TR_PP2} -- ${TR_DEFER})
+tr_equiv_pp_test(llama_untied_tp2_pp2_defer_wgrad 4 llama_tiny_pretrain ${TR_PP_COMMON}
+                 model.share_embeddings_and_output_weights=false -- ${TR_TP2} ${TR_PP2} ${TR_DEFER})
+tr_equiv_defer_test(gpt_pp2_dp2_distopt_overlap_defer_wgrad_bitwise 4 gpt_tiny_pretrain
+                    ${TR_PP_COMMON} -- ${TR_PP2} ${TR_DISTOPT} ${TR_OVERLAP} -- ${TR_DEFER})
+# Through its override (comm_overlap.*, taken when the comm_overlap section is in use).
+tr_equiv_defer_test(llama_pp2_bf16_defer_wgrad_bitwise 2 llama_tiny_pretrain ${TR_PP_SGD} ${TR_BF16}
+                    comm_overlap.tp_comm_overlap=false -- ${TR_PP2} --
+                    comm_overlap.defer_embedding_wgrad_compute=true)
+# Megatron's wgrad_deferral_limit: the first 3 of the 8 microbatches deferred, the others computed
+# in their backward, so the output weight's gradient is summed in another order: equal to the
+# single-rank run, and (the negative case) no longer bitwise the run without deferral, which the
+# comparison must see.
+set(TR_DEFER3 ${TR_DEFER} model.wgrad_deferral_limit=3)
+tr_equiv_pp_test(gpt_pp2_dp2_distopt_overlap_defer_wgrad_limit3 4 gpt_tiny_pretrain ${TR_PP_COMMON}
+                 -- ${TR_PP2} ${TR_DISTOPT} ${TR_OVERLAP} ${TR_DEFER3})
+tr_equiv_defer_test(gpt_pp2_defer_wgrad_limit3_detected 2 --expect-differ gpt_tiny_pretrain
+                    ${TR_PP_COMMON} -- ${TR_PP2} -- ${TR_DEFER3})

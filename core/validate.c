@@ -27,6 +27,8 @@
       "sequence_parallel is only used with TP > 1.")                                               \
     X(tr_check_tp_comm_overlap_needs_tp, "parallel.tp_comm_overlap_needs_tp", E, false,            \
       "Tensor-parallel communication overlap needs TP >= 2.")                                      \
+    X(tr_check_comm_overlap_section, "parallel.comm_overlap_section", E, false,                    \
+      "A comm_overlap override is set only with comm_overlap.tp_comm_overlap set.")                \
     X(tr_check_tp_comm_overlap_needs_sp, "parallel.tp_comm_overlap_needs_sp", E, false,            \
       "Tensor-parallel communication overlap needs sequence_parallel.")                            \
     X(tr_check_seq_length_divisible_by_2cp, "parallel.seq_length_divisible_by_2cp", E, false,      \

@@ -121,6 +121,45 @@ TR_RULE_FN(tr_check_tp_comm_overlap_needs_tp) {
             tr_ll(TP));
 }
 
+/* Megatron-Bridge's comm_overlap section exists only with its tp_comm_overlap set (a required
+ * field there); finalize() reads the other overrides only then, so one set alone would change
+ * nothing: refused, naming it. */
+TR_RULE_FN(tr_check_comm_overlap_section) {
+    const tr_comm_overlap_config *co = &c->comm_overlap;
+    if (co->tp_comm_overlap >= 0) return;
+    const struct {
+        const char *key;
+        bool set;
+    } keys[] = {
+        {"comm_overlap.tp_comm_overlap_cfg", co->tp_comm_overlap_cfg != NULL},
+        {"comm_overlap.overlap_p2p_comm", co->overlap_p2p_comm >= 0},
+        {"comm_overlap.batch_p2p_comm", co->batch_p2p_comm >= 0},
+        {"comm_overlap.overlap_grad_reduce", co->overlap_grad_reduce >= 0},
+        {"comm_overlap.overlap_param_gather", co->overlap_param_gather >= 0},
+        {"comm_overlap.overlap_param_gather_with_optimizer_step",
+         co->overlap_param_gather_with_optimizer_step >= 0},
+        {"comm_overlap.align_param_gather", co->align_param_gather >= 0},
+        {"comm_overlap.bucket_size", tr_is_set(co->bucket_size)},
+        {"comm_overlap.defer_embedding_wgrad_compute", co->defer_embedding_wgrad_compute >= 0},
+        {"comm_overlap.wgrad_deferral_limit", tr_is_set(co->wgrad_deferral_limit)},
+        {"comm_overlap.data_parallel_size", tr_is_set(co->data_parallel_size)},
+        {"comm_overlap.overlap_moe_expert_parallel_comm",
+         co->overlap_moe_expert_parallel_comm >= 0},
+        {"comm_overlap.delay_wgrad_compute", co->delay_wgrad_compute >= 0},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (!keys[i].set) continue;
+        char both[128];
+        TR_FAIL(TR_FMT(both, "%s,comm_overlap.tp_comm_overlap", keys[i].key),
+                "set comm_overlap.tp_comm_overlap (true or false) to use the comm_overlap section, "
+                "or set the model.* / ddp.* key it overrides directly",
+                "%s is set, but the comm_overlap section is off (comm_overlap.tp_comm_overlap is "
+                "null), so it would change nothing",
+                keys[i].key);
+        return;
+    }
+}
+
 TR_RULE_FN(tr_check_tp_comm_overlap_needs_sp) {
     if (!c->model.tp_comm_overlap || c->model.sequence_parallel) return;
     TR_FAIL("model.tp_comm_overlap,model.sequence_parallel",

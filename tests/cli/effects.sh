@@ -19,11 +19,11 @@ grep -q "comm_overlap.tp_comm_overlap=" "$TMP/err" && { show; fail "a key with i
 # model.tp_comm_overlap_cfg is what finalize() derived from the key set: not named.
 grep -q "model.tp_comm_overlap_cfg=" "$TMP/err" && { show; fail "a derived value is named"; }
 
-rr "${base[@]}" --strict comm_overlap.tp_comm_overlap_cfg=tp_preset
+rr "${base[@]}" --strict comm_overlap.tp_comm_overlap_cfg=tp_preset comm_overlap.tp_comm_overlap=true
 expect_rc 0 "--strict leaves notes notes"
 expect_in "$TMP/err" "comm_overlap.tp_comm_overlap_cfg=tp_preset" "the note under --strict"
 
-rr "${base[@]}" --diagnostics-format json comm_overlap.tp_comm_overlap_cfg=tp_preset
+rr "${base[@]}" --diagnostics-format json comm_overlap.tp_comm_overlap_cfg=tp_preset comm_overlap.tp_comm_overlap=true
 expect_rc 0 "JSON"
 python3 - "$TMP/out" <<'PY' || { show; fail "JSON note"; }
 import json, sys

@@ -531,6 +531,9 @@ tr_status tr_train_ckpt_setup(tr_train_ckpt *k, const tr_train_ckpt_env *env, tr
     int64_t iteration = 0;
     source src = SRC_NONE;
     tr_status st = agree(k, find_source(k, &dir, &iteration, &src));
+    /* LoRA saves its trainable tensors only, whatever it starts from (a Hugging Face base too;
+     * load_from narrows this for a resume's reads and it is set again after them). */
+    k->trainable_only = env->model->spec.lora_rank > 0;
     if (st != TR_OK || src == SRC_NONE) {
         free(dir);
         return st;

@@ -52,6 +52,11 @@ lora=(peft.scheme=lora peft.dim=4 peft.alpha=8)
 mpi -np 2 "$RR" --recipe llama_tiny_pretrain --hf-model "$H" "${small[@]}" "${lora[@]}" \
     model.tensor_model_parallel_size=2 checkpoint.save="$TMP/ckl" logger.output_dir="$TMP/ll"
 expect_rc 0 "LoRA run under TP 2 saving a checkpoint"
+# A LoRA run from a Hugging Face base saves its adapters, not the frozen base.
+grep -q '"decoder.layers.self_attention.linear_qkv.weight"' "$TMP"/ckl/iter_*/manifest.json &&
+    fail "the LoRA checkpoint holds the frozen base"
+grep -q 'linear_qkv.adapter.linear_in.weight' "$TMP"/ckl/iter_*/manifest.json ||
+    fail "the LoRA checkpoint lacks its adapters"
 ck export "$TMP/ckl" --hf-out "$TMP/hfl_bad" --recipe llama_tiny_pretrain --hf-config "$H" "${tok[@]}"
 expect_rc 2 "a LoRA checkpoint exported without the peft settings"
 expect_in "$TMP/err" "holds LoRA adapters" "the refusal says why"

@@ -235,6 +235,8 @@
       "Expert parallelism (EP > 1) waits for the runtime to implement it.")                        \
     X(tr_check_runtime_moe_layers, "runtime.moe_layers", E, false,                                 \
       "The model is dense: the runtime has no mixture-of-experts layers yet.")                     \
+    X(tr_check_runtime_dropout_below_one, "runtime.dropout_below_one", E, false,                   \
+      "Every dropout probability is below 1.")                                                     \
     X(tr_check_runtime_rotary_interleaved, "runtime.rotary_interleaved", E, false,                 \
       "rotary_interleaved is off: the runtime rotates halves, not pairs.")                         \
     X(tr_check_runtime_yarn, "runtime.yarn", E, false,                                             \

@@ -41,6 +41,22 @@ TR_RULE_FN(tr_check_runtime_moe_layers) {
             NOT_YET, "mixture-of-experts layers");
 }
 
+/* p = 1 drops everything (the 1/(1-p) scale is undefined); the dropout ops refuse it, so a
+ * configuration reaching them with it would stop at launch. */
+TR_RULE_FN(tr_check_runtime_dropout_below_one) {
+    const struct {
+        const char *key;
+        double p;
+    } rates[] = {{"model.hidden_dropout", c->model.hidden_dropout},
+                 {"model.attention_dropout", c->model.attention_dropout},
+                 {"peft.dropout", c->peft.scheme >= 0 ? c->peft.dropout : 0.0}};
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++)
+        if (rates[i].p >= 1.0)
+            TR_FAIL(rates[i].key, "use a probability below 1 (e.g. 0.1), or 0 for none",
+                    "%s is %g: a dropout probability of 1 keeps nothing, so nothing would train",
+                    rates[i].key, rates[i].p);
+}
+
 TR_RULE_FN(tr_check_runtime_rotary_interleaved) {
     if (!c->model.rotary_interleaved) return;
     TR_FAIL("model.rotary_interleaved", "set model.rotary_interleaved=false", NOT_YET,

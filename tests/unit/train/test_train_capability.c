@@ -21,6 +21,7 @@ static const capability_case cases[] = {
      2,
      {"model.num_moe_experts=4", "model.expert_model_parallel_size=2"}},
     {"runtime.moe_layers", 1, {"model.num_moe_experts=4"}},
+    {"runtime.dropout_below_one", 1, {"model.attention_dropout=1"}},
     {"runtime.rotary_interleaved", 1, {"model.rotary_interleaved=true"}},
     {"runtime.yarn", 1, {"model.position_embedding_type=yarn"}},
     {"runtime.sliding_window", 1, {"model.window_size=[16,0]"}},

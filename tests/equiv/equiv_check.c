@@ -481,6 +481,21 @@ static int64_t bitwise_diff(const run_out *run, const run_out *ref) {
     return loss_d + param_d + copy_d;
 }
 
+/* Every rank leaves with rank 0's verdict, after freeing what both modes hold. */
+static int finish(int code, run_out *ref, run_out *run, tr_comm *comm, tr_parallel_state *ps,
+                  tr_config *ref_c, tr_config *c, tr_diags *d) {
+    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    run_out_free(ref);
+    run_out_free(run);
+    tr_comm_destroy(comm);
+    if (ps) tr_parallel_state_free(ps);
+    tr_config_free(ref_c);
+    tr_config_free(c);
+    tr_diags_free(d);
+    MPI_Finalize();
+    return code;
+}
+
 static int usage(void) {
     MPI_Finalize();
     fprintf(stderr, "usage: equiv_check [--tol X] [--param-tol X] [--rank-order] [--expect-differ] "
@@ -547,16 +562,7 @@ static int same_layout_main(const char *recipe, const char **keys, int n_ref, in
     } else if (d.n > 0) {
         tr_diags_print_text(&d, stderr, false);
     }
-    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    run_out_free(&ref);
-    run_out_free(&run);
-    tr_comm_destroy(comm);
-    if (have_ps) tr_parallel_state_free(&ps);
-    tr_config_free(&ref_c);
-    tr_config_free(&c);
-    tr_diags_free(&d);
-    MPI_Finalize();
-    return code;
+    return finish(code, &ref, &run, comm, have_ps ? &ps : NULL, &ref_c, &c, &d);
 }
 
 int main(int argc, char **argv) {
@@ -696,14 +702,5 @@ int main(int argc, char **argv) {
     } else if (d.n > 0) {
         tr_diags_print_text(&d, stderr, false);
     }
-    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    run_out_free(&ref);
-    run_out_free(&run);
-    tr_comm_destroy(comm);
-    if (have_ps) tr_parallel_state_free(&ps);
-    tr_config_free(&ref_c);
-    tr_config_free(&c);
-    tr_diags_free(&d);
-    MPI_Finalize();
-    return code;
+    return finish(code, &ref, &run, comm, have_ps ? &ps : NULL, &ref_c, &c, &d);
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kernels/common/lowp_bits.h"
 #include "runtime/device/device.h"
@@ -110,13 +111,30 @@ static void float_text(float x, char *buf, size_t cap) {
     }
 }
 
+/* config.json is written as a temporary file beside it and renamed into place once synced, as
+ * the tensors are (runtime/hf/safetensors_write.c): a crash never leaves a half-written config. */
+static tr_status config_open(const char *dir, char *tmp, size_t cap, FILE **f, tr_diags *d) {
+    snprintf(tmp, cap, "%s/config.json.tmp-%ld", dir, (long)getpid());
+    *f = fopen(tmp, "wx");
+    return *f ? TR_OK : export_error(d, dir, "cannot create config.json");
+}
+
+static tr_status config_commit(FILE *f, const char *tmp, const char *dir, tr_diags *d) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (ok && rename(tmp, path) == 0) return TR_OK;
+    unlink(tmp);
+    return export_error(d, dir, "cannot write config.json");
+}
+
 /* config.json for a Llama / Qwen3 spec, in transformers' key names. */
 static tr_status write_llama_config(const char *dir, const tr_model_spec *s, int64_t vocab,
                                     const char *dtype, tr_diags *d) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return export_error(d, dir, "cannot create config.json");
+    char tmp[4096];
+    FILE *f = NULL;
+    TR_TRY(config_open(dir, tmp, sizeof tmp, &f, d));
     char eps[32];
     float_text(s->eps, eps, sizeof eps);
     fprintf(f,
@@ -142,16 +160,15 @@ static tr_status write_llama_config(const char *dir, const tr_model_spec *s, int
             "false,\n  %s,\n  \"torch_dtype\": \"%s\"\n}\n",
             s->tied ? "true" : "false",
             s->qk_norm ? "\"use_sliding_window\": false" : "\"mlp_bias\": false", dtype);
-    return fclose(f) == 0 ? TR_OK : export_error(d, dir, "cannot write config.json");
+    return config_commit(f, tmp, dir, d);
 }
 
 /* config.json of a GPT2LMHeadModel: the keys apply_gpt2 (config.c) reads. */
 static tr_status write_gpt2_config(const char *dir, const tr_model_spec *s, int64_t vocab,
                                    const char *dtype, tr_diags *d) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return export_error(d, dir, "cannot create config.json");
+    char tmp[4096];
+    FILE *f = NULL;
+    TR_TRY(config_open(dir, tmp, sizeof tmp, &f, d));
     char eps[32], resid[32], attn[32];
     float_text(s->eps, eps, sizeof eps);
     float_text(s->hidden_dropout, resid, sizeof resid);
@@ -166,7 +183,7 @@ static tr_status write_gpt2_config(const char *dir, const tr_model_spec *s, int6
             s->hidden, s->num_layers, s->heads, s->ffn, (long long)vocab, s->seq, eps,
             s->gelu_tanh ? "gelu_new" : "gelu", resid, resid, attn, s->tied ? "true" : "false",
             dtype);
-    return fclose(f) == 0 ? TR_OK : export_error(d, dir, "cannot write config.json");
+    return config_commit(f, tmp, dir, d);
 }
 
 /* GPT-2's layers: LayerNorm, learned positions, biases everywhere, a GeLU MLP, one group per

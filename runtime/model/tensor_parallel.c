@@ -35,27 +35,31 @@ tr_status tr_tp_seq_gather(const tr_model *m, const float *local, float *full, i
     return m->batch > 1 ? blocks_to_full(m, blocks, full, width) : TR_OK;
 }
 
-tr_status tr_tp_seq_reduce_scatter(const tr_model *m, const float *full, float *local, int width) {
+/* A reduce-scatter's send buffer: full itself for one sequence per microbatch, else its rows
+ * regrouped by destination rank in m->sp_perm; count: the elements each rank receives. */
+static tr_status scatter_blocks(const tr_model *m, const float *full, int width,
+                                const float **blocks, size_t *count) {
     if (!m->spec.sequence_parallel || !m->comm) return TR_ERR_INTERNAL;
-    size_t count = (size_t)tr_tp_local_rows(m) * (size_t)width;
-    const float *blocks = full;
-    if (m->batch > 1) {
-        TR_TRY(full_to_blocks(m, full, m->sp_perm, width));
-        blocks = m->sp_perm;
-    }
+    *count = (size_t)tr_tp_local_rows(m) * (size_t)width;
+    *blocks = full;
+    if (m->batch == 1) return TR_OK;
+    *blocks = m->sp_perm;
+    return full_to_blocks(m, full, m->sp_perm, width);
+}
+
+tr_status tr_tp_seq_reduce_scatter(const tr_model *m, const float *full, float *local, int width) {
+    const float *blocks;
+    size_t count;
+    TR_TRY(scatter_blocks(m, full, width, &blocks, &count));
     return tr_comm_reduce_scatter(m->comm, m->tp_group, blocks, local, count, TR_COMM_F32,
                                   TR_COMM_SUM);
 }
 
 tr_status tr_tp_seq_ireduce_scatter(const tr_model *m, const float *full, float *local, int width,
                                     tr_comm_request **req) {
-    if (!m->spec.sequence_parallel || !m->comm) return TR_ERR_INTERNAL;
-    size_t count = (size_t)tr_tp_local_rows(m) * (size_t)width;
-    const float *blocks = full;
-    if (m->batch > 1) {
-        TR_TRY(full_to_blocks(m, full, m->sp_perm, width));
-        blocks = m->sp_perm;
-    }
+    const float *blocks;
+    size_t count;
+    TR_TRY(scatter_blocks(m, full, width, &blocks, &count));
     return tr_comm_ireduce_scatter(m->comm, m->tp_group, blocks, local, count, TR_COMM_F32,
                                    TR_COMM_SUM, req);
 }

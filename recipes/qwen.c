@@ -81,6 +81,35 @@ static tr_status q600m_lora(tr_config *c) {
     return dense_lora(c, "Qwen/Qwen3-0.6B");
 }
 
+/* Megatron-Bridge's long-context SFT recipes: context parallelism with the a2a exchange, the
+ * loss normalized per token, no fused cross entropy, no averaging inside the collective. */
+static tr_status long_context_sft(tr_config *c, int64_t seq, int64_t cp) {
+    c->model.context_parallel_size = cp;
+    const char *a2a[] = {"a2a"};
+    TR_TRY(tr_config_set_strlist(c, TR_FID_model_cp_comm_type, a2a, 1));
+    tr_recipe_seq_length(c, seq);
+    c->model.cross_entropy_loss_fusion = false;
+    c->model.calculate_per_token_loss = true;
+    c->ddp.average_in_collective = false;
+    return TR_OK;
+}
+
+/* qwen3_600m_sft_8gpu_h100_bf16_128k_config: 128k tokens over CP 8, GBS 2, a flat lr of 1e-6
+ * after 10 warmup steps from 1e-11, no distributed optimizer. */
+static tr_status q600m_sft_128k(tr_config *c) {
+    TR_TRY(q600m_sft(c));
+    TR_TRY(long_context_sft(c, 131072, 8));
+    c->dataset.pad_seq_to_mult = 16;
+    c->train.global_batch_size = 2;
+    c->optimizer.lr = 1e-6;
+    c->optimizer.min_lr = 1e-6;
+    c->optimizer.use_distributed_optimizer = false;
+    c->ddp.use_distributed_optimizer = false;
+    c->scheduler.lr_warmup_iters = 10;
+    c->scheduler.lr_warmup_init = 1e-11;
+    return TR_OK;
+}
+
 /* ---- Qwen3-8B ---- */
 
 /* qwen3_8b_pretrain_16gpu_h100_bf16_config: nothing split, a 100-step run of GBS 1024, bf16
@@ -105,6 +134,21 @@ static tr_status q8b_sft(tr_config *c) {
     short_finetune(c, 5e-6);
     c->dataset.seed = 1234;
     c->checkpoint.save_interval = 100;
+    return TR_OK;
+}
+/* qwen3_8b_sft_8gpu_h100_bf16_32k_config: the TP 4 run at 32k tokens over CP 2 with SP, GBS 8. */
+static tr_status q8b_sft_32k(tr_config *c) {
+    TR_TRY(q8b_sft(c));
+    TR_TRY(long_context_sft(c, 32768, 2));
+    c->model.sequence_parallel = true;
+    c->dataset.pad_seq_to_mult = 8;
+    c->train.global_batch_size = 8;
+    return TR_OK;
+}
+/* qwen3_8b_pretrain_4gpu_h100_bf16_config: the pretraining template on TP 4 without SP. */
+static tr_status q8b_4gpu_pretrain(tr_config *c) {
+    TR_TRY(dense_pretrain(c, "Qwen/Qwen3-8B"));
+    tr_recipe_layout(&c->model, 4, 1, TR_NULL_INT, 1, 1, TR_NULL_INT, false);
     return TR_OK;
 }
 /* qwen3_8b_peft_1gpu_h100_bf16_config: attention adapters, packed examples padded to 4. */
@@ -198,6 +242,39 @@ static tr_status q30b_pretrain(tr_config *c) {
     return TR_OK;
 }
 
+/* qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config: the pretraining template on TP 4, PP 2, EP 4 with
+ * SP and full recomputation of every layer. */
+static tr_status q30b_8gpu_pretrain(tr_config *c) {
+    TR_TRY(tr_pretrain_common(c));
+    TR_TRY(tr_recipe_hf_tokenizer(c, "Qwen/Qwen3-30B-A3B"));
+    tr_recipe_seq_length(c, 4096);
+    moe_layout(c, 4, 2, 1, 4, true);
+    tr_model_config *m = &c->model;
+    m->pipeline_dtype = TR_DTYPE_BF16;
+    m->init_method_std = 0.02;
+    m->moe_router_fusion = false;
+    m->moe_permute_fusion = true;
+    m->moe_grouped_gemm = true;
+    m->moe_shared_expert_overlap = false;
+    m->cross_entropy_loss_fusion = true;
+    m->cross_entropy_fusion_impl = TR_CEFUSE_TE;
+    m->recompute_granularity = TR_RECG_FULL;
+    m->recompute_method = TR_RECM_UNIFORM;
+    m->recompute_num_layers = 1;
+    c->dataset.num_workers = 8;
+    return TR_OK;
+}
+/* qwen3_30b_a3b_sft_8gpu_h100_bf16_config: TP 4, PP 2, EP 4 with SP, packed to a multiple of 4. */
+static tr_status q30b_8gpu_sft(tr_config *c) {
+    TR_TRY(tr_sft_common(c));
+    c->optimizer.lr = 5e-6;
+    TR_TRY(moe_finetune(c, "Qwen/Qwen3-30B-A3B"));
+    moe_layout(c, 4, 2, 1, 4, true);
+    c->dataset.seed = 1234;
+    c->dataset.pad_seq_to_mult = 4;
+    return TR_OK;
+}
+
 /* qwen3_30b_a3b_sft_16gpu_h100_bf16_config: EP 16 alone, the all-to-all dispatcher, the bias,
  * rope and router fusions, no comm_overlap section. */
 static tr_status q30b_sft(tr_config *c) {
@@ -265,12 +342,17 @@ static tr_status q235b_lora(tr_config *c) {
 TR_DEFINE_RECIPE(qwen3_600m_pretrain, "qwen3_600m", q600m_pretrain)
 TR_DEFINE_RECIPE(qwen3_600m_sft, "qwen3_600m", q600m_sft)
 TR_DEFINE_RECIPE(qwen3_600m_lora, "qwen3_600m", q600m_lora)
+TR_DEFINE_RECIPE(qwen3_600m_sft_128k, "qwen3_600m", q600m_sft_128k)
+TR_DEFINE_RECIPE(qwen3_8b_4gpu_pretrain, "qwen3_8b", q8b_4gpu_pretrain)
+TR_DEFINE_RECIPE(qwen3_8b_sft_32k, "qwen3_8b", q8b_sft_32k)
 TR_DEFINE_RECIPE(qwen3_8b_pretrain, "qwen3_8b", q8b_pretrain)
 TR_DEFINE_RECIPE(qwen3_8b_sft, "qwen3_8b", q8b_sft)
 TR_DEFINE_RECIPE(qwen3_8b_lora, "qwen3_8b", q8b_lora)
 TR_DEFINE_RECIPE(qwen3_30b_a3b_pretrain, "qwen3_30b_a3b", q30b_pretrain)
 TR_DEFINE_RECIPE(qwen3_30b_a3b_sft, "qwen3_30b_a3b", q30b_sft)
 TR_DEFINE_RECIPE(qwen3_30b_a3b_lora, "qwen3_30b_a3b", q30b_lora)
+TR_DEFINE_RECIPE(qwen3_30b_a3b_8gpu_pretrain, "qwen3_30b_a3b", q30b_8gpu_pretrain)
+TR_DEFINE_RECIPE(qwen3_30b_a3b_8gpu_sft, "qwen3_30b_a3b", q30b_8gpu_sft)
 TR_DEFINE_RECIPE(qwen3_235b_a22b_pretrain, "qwen3_235b_a22b", q235b_pretrain)
 TR_DEFINE_RECIPE(qwen3_235b_a22b_sft, "qwen3_235b_a22b", q235b_sft)
 TR_DEFINE_RECIPE(qwen3_235b_a22b_lora, "qwen3_235b_a22b", q235b_lora)

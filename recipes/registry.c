@@ -65,12 +65,17 @@ static const tr_recipe recipes[] = {
     ROW(qwen3_600m_pretrain, "Qwen3 0.6B, one GPU", PRE, 1),
     ROW(qwen3_600m_sft, "Qwen3 0.6B full fine-tuning", SFT, 1),
     ROW(qwen3_600m_lora, "Qwen3 0.6B LoRA 32/32", LORA, 1),
+    ROW(qwen3_600m_sft_128k, "Qwen3 0.6B full fine-tuning, 128k tokens, CP8", SFT, 8),
+    ROW(qwen3_8b_4gpu_pretrain, "Qwen3 8B, the pretraining template on TP4", PRE, 4),
     ROW(qwen3_8b_pretrain, "Qwen3 8B, 100 steps of GBS 1024, nothing split", PRE, 1),
     ROW(qwen3_8b_sft, "Qwen3 8B full fine-tuning, TP4", SFT, 4),
+    ROW(qwen3_8b_sft_32k, "Qwen3 8B full fine-tuning, 32k tokens, TP4 CP2 SP", SFT, 8),
     ROW(qwen3_8b_lora, "Qwen3 8B LoRA 8/16 on qkv and proj, one GPU", LORA, 1),
     ROW(qwen3_30b_a3b_pretrain, "Qwen3 30B-A3B MoE, EP16", PRE, 16),
     ROW(qwen3_30b_a3b_sft, "Qwen3 30B-A3B MoE full fine-tuning, EP16", SFT, 16),
     ROW(qwen3_30b_a3b_lora, "Qwen3 30B-A3B MoE LoRA 8/16, TP4 EP4 SP", LORA, 4),
+    ROW(qwen3_30b_a3b_8gpu_pretrain, "Qwen3 30B-A3B MoE, TP4 PP2 EP4 SP, full recompute", PRE, 8),
+    ROW(qwen3_30b_a3b_8gpu_sft, "Qwen3 30B-A3B MoE full fine-tuning, TP4 PP2 EP4 SP", SFT, 8),
     ROW(qwen3_235b_a22b_pretrain, "Qwen3 235B-A22B MoE, TP4 PP16 CP2 EP8 SP", PRE, 128),
     ROW(qwen3_235b_a22b_sft,
         "Qwen3 235B-A22B MoE full fine-tuning, TP4 PP16 EP4 SP (differs: packs to a multiple "
@@ -84,6 +89,8 @@ static const tr_recipe recipes[] = {
     ROW(mixtral_8x7b_pretrain, "Mixtral 8x7B, PP4 VPP8 EP8 (Trestle addition)", PRE, 32),
     ROW(mixtral_8x22b_pretrain, "Mixtral 8x22B, TP2 PP4 VPP14 EP8 (Trestle addition)", PRE, 32),
     ROW(deepseek_v3_pretrain, "DeepSeek-V3 (MLA + MTP, config only), TP2 PP16 EP64", PRE, 1024),
+    ROW(deepseek_v3_pretrain_32nodes, "DeepSeek-V3 on 32 nodes, TP2 PP8 EP32, full recompute", PRE,
+        256),
     /* Tiny models for tests and first runs */
     ROW(gpt_tiny_pretrain, "2-layer GPT on bytes, seconds on a CPU", PRE, 1),
     ROW(llama_tiny_pretrain, "2-layer Llama (GQA) on bytes, seconds on a CPU", PRE, 1),
@@ -111,8 +118,9 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 /* Megatron-Bridge's hardware-specific names (recipes/<family>/h100/ files) of the recipes above,
- * without "_config". Only the function each short name aliases is listed: another GPU count of
- * the same model is another layout and schedule, not this recipe. */
+ * without "_config": the function each short name aliases, and the hardware variants without a
+ * short name (qwen3_8b_pretrain_4gpu_..., qwen3_30b_a3b_{pretrain,sft}_8gpu_...), which are
+ * recipes of their own here. */
 static const struct {
     const char *megatron, *trestle;
 } hardware_names[] = {
@@ -150,16 +158,24 @@ static const struct {
     {"qwen3_600m_pretrain_1gpu_h100_bf16", "qwen3_600m_pretrain"},
     {"qwen3_600m_sft_1gpu_h100_bf16", "qwen3_600m_sft"},
     {"qwen3_600m_peft_1gpu_h100_bf16", "qwen3_600m_lora"},
+    {"qwen3_600m_sft_8gpu_h100_bf16_128k", "qwen3_600m_sft_128k"},
     {"qwen3_8b_pretrain_16gpu_h100_bf16", "qwen3_8b_pretrain"},
+    {"qwen3_8b_pretrain_4gpu_h100_bf16", "qwen3_8b_4gpu_pretrain"},
+    {"qwen3_8b_sft_8gpu_h100_bf16_32k", "qwen3_8b_sft_32k"},
     {"qwen3_8b_sft_4gpu_h100_bf16", "qwen3_8b_sft"},
     {"qwen3_8b_peft_1gpu_h100_bf16", "qwen3_8b_lora"},
     {"qwen3_30b_a3b_pretrain_16gpu_h100_bf16", "qwen3_30b_a3b_pretrain"},
     {"qwen3_30b_a3b_sft_16gpu_h100_bf16", "qwen3_30b_a3b_sft"},
     {"qwen3_30b_a3b_peft_4gpu_h100_bf16", "qwen3_30b_a3b_lora"},
+    {"qwen3_30b_a3b_pretrain_8gpu_h100_bf16", "qwen3_30b_a3b_8gpu_pretrain"},
+    {"qwen3_30b_a3b_sft_8gpu_h100_bf16", "qwen3_30b_a3b_8gpu_sft"},
     {"qwen3_235b_a22b_pretrain_256gpu_h100_bf16", "qwen3_235b_a22b_pretrain"},
     {"qwen3_235b_a22b_sft_64gpu_h100_bf16", "qwen3_235b_a22b_sft"},
     {"qwen3_235b_a22b_peft_16gpu_h100_bf16", "qwen3_235b_a22b_lora"},
     {"deepseek_v3_pretrain_1024gpu_h100_bf16", "deepseek_v3_pretrain"},
+    {"deepseek_v3_pretrain_256gpu_h100_bf16_32nodes", "deepseek_v3_pretrain_32nodes"},
+    /* Megatron-Bridge's short name for it puts _config before the variant. */
+    {"deepseek_v3_pretrain_config_32nodes", "deepseek_v3_pretrain_32nodes"},
 };
 
 const tr_recipe *tr_recipe_find(const char *name) {

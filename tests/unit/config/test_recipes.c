@@ -161,12 +161,16 @@ static void test_megatron_names(void) {
           tr_recipe_find("llama3_70b_64k_pretrain"));
     CHECK(tr_recipe_find("llama31_405b_pretrain_256gpu_h100_bf16_deterministic_config") ==
           tr_recipe_find("llama31_405b_pretrain_deterministic_config"));
-    /* The short name aliases one GPU count; the others are other recipes we do not have. */
+    /* The short name aliases one GPU count; another count is another recipe. */
     CHECK(tr_recipe_find("qwen3_8b_pretrain_16gpu_h100_bf16_config") ==
           tr_recipe_find("qwen3_8b_pretrain_config"));
-    CHECK(tr_recipe_find("qwen3_8b_pretrain_4gpu_h100_bf16_config") == NULL);
     CHECK(tr_recipe_find("llama3_8b_pretrain_8gpu_h100_bf16_config") == NULL);
-    CHECK(tr_recipe_find("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config") == NULL);
+    CHECK(tr_recipe_find("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config") ==
+          tr_recipe_find("qwen3_30b_a3b_8gpu_pretrain"));
+    CHECK(tr_recipe_find("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config") !=
+          tr_recipe_find("qwen3_30b_a3b_pretrain_config"));
+    CHECK(tr_recipe_find("deepseek_v3_pretrain_config_32nodes") ==
+          tr_recipe_find("deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config"));
     /* FP8/NVFP4 variants are refused by name, with their own diagnostic. */
     CHECK(tr_recipe_find("llama3_8b_pretrain_2gpu_h100_fp8cs_config") == NULL);
     CHECK(tr_recipe_is_low_precision("llama3_8b_pretrain_2gpu_h100_nvfp4_config"));

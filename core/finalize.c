@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/config_query.h"
+#include "core/finalize_follow.h"
 #include "core/model_stats.h"
 #include "core/validate.h"
 
@@ -102,6 +103,10 @@ static void apply_mixed_precision(tr_config *c, tr_diags *d) {
     if (p.pipeline_dtype >= 0) c->model.pipeline_dtype = mp->pipeline_dtype = p.pipeline_dtype;
     if (p.autocast_dtype >= 0) c->model.autocast_dtype = mp->autocast_dtype = p.autocast_dtype;
     if (p.grad_reduce_in_fp32 >= 0) {
+        tr_finalize_replacing(c, TR_FID_ddp_grad_reduce_in_fp32,
+                              c->ddp.grad_reduce_in_fp32 != (p.grad_reduce_in_fp32 != 0),
+                              p.grad_reduce_in_fp32 ? "true" : "false",
+                              "the mixed-precision setting decides gradient reduction", d);
         mp->grad_reduce_in_fp32 = p.grad_reduce_in_fp32;
         c->ddp.grad_reduce_in_fp32 = p.grad_reduce_in_fp32 != 0;
     }
@@ -115,7 +120,7 @@ static void apply_mixed_precision(tr_config *c, tr_diags *d) {
 
 /* ---- model (reference §3.4 MBridge pre-steps and MCore __post_init__) ---- */
 
-static tr_status derive_model(tr_config *c) {
+static tr_status derive_model(tr_config *c, tr_diags *d) {
     tr_model_config *m = &c->model;
     if (m->pipeline_model_parallel_size > 1 && m->pipeline_dtype < 0)
         m->pipeline_dtype = m->params_dtype;
@@ -132,10 +137,24 @@ static tr_status derive_model(tr_config *c) {
         set_if_null_int(&m->moe_ffn_hidden_size, m->ffn_hidden_size);
     if (m->autocast_dtype < 0) m->autocast_dtype = m->params_dtype;
     set_if_null_int(&m->microbatch_group_size_per_vp_stage, m->pipeline_model_parallel_size);
-    if (m->apply_query_key_layer_scaling) m->attention_softmax_in_fp32 = true;
-    if (c->dist.lazy_mpu_init) m->use_cpu_initialization = true;
-    if (c->rng.te_rng_tracker || m->use_te_rng_tracker)
+    if (m->apply_query_key_layer_scaling) {
+        tr_finalize_replacing(c, TR_FID_model_attention_softmax_in_fp32,
+                              !m->attention_softmax_in_fp32, "true",
+                              "model.apply_query_key_layer_scaling needs the fp32 softmax", d);
+        m->attention_softmax_in_fp32 = true;
+    }
+    if (c->dist.lazy_mpu_init) {
+        tr_finalize_replacing(c, TR_FID_model_use_cpu_initialization, !m->use_cpu_initialization,
+                              "true", "dist.lazy_mpu_init initializes on the CPU", d);
+        m->use_cpu_initialization = true;
+    }
+    if (c->rng.te_rng_tracker || m->use_te_rng_tracker) {
+        const char *why = "the two tracker switches are one setting (either turns both on)";
+        tr_finalize_replacing(c, TR_FID_rng_te_rng_tracker, !c->rng.te_rng_tracker, "true", why, d);
+        tr_finalize_replacing(c, TR_FID_model_use_te_rng_tracker, !m->use_te_rng_tracker, "true",
+                              why, d);
         c->rng.te_rng_tracker = m->use_te_rng_tracker = true;
+    }
     if (m->recompute_modules.null) {
         const char *def[] = {"core_attn"};
         TR_TRY(tr_config_set_strlist(c, TR_FID_model_recompute_modules, def, 1));
@@ -163,7 +182,7 @@ static void derive_parallel(tr_config *c) {
 
 /* ---- batch and training length ---- */
 
-static void derive_train(tr_config *c) {
+static void derive_train(tr_config *c, tr_diags *d) {
     tr_train_config *t = &c->train;
     int64_t dp = c->derived.data_parallel_size;
     if (tr_is_set(t->train_samples) && tr_is_set(t->global_batch_size) &&
@@ -172,7 +191,18 @@ static void derive_train(tr_config *c) {
     if (t->decrease_batch_size_if_needed && tr_is_set(t->global_batch_size) &&
         tr_is_set(t->micro_batch_size)) {
         int64_t step = mul_sat(t->micro_batch_size, dp);
-        if (t->global_batch_size > step) t->global_batch_size -= t->global_batch_size % step;
+        if (t->global_batch_size > step && t->global_batch_size % step) {
+            int64_t was = t->global_batch_size;
+            t->global_batch_size -= t->global_batch_size % step;
+            char keys[96];
+            tr_diag_add(d, TR_SEV_NOTE, "finalize.batch_size_decreased",
+                        &c->origin[TR_FID_train_global_batch_size],
+                        TR_FMT(keys, "train.global_batch_size,train.decrease_batch_size_if_needed"),
+                        "give a global batch divisible by micro_batch_size * DP to keep it",
+                        "train.global_batch_size %lld is lowered to %lld, a multiple of "
+                        "micro_batch_size * DP (%lld), as decrease_batch_size_if_needed asks",
+                        tr_ll(was), tr_ll(t->global_batch_size), tr_ll(step));
+        }
     }
     tr_validation_config *v = &c->validation;
     set_if_null_int(&v->eval_global_batch_size, t->global_batch_size);
@@ -206,10 +236,12 @@ static int64_t tokenizer_vocab(const tr_config *c) {
     }
 }
 
-static void derive_vocab(tr_config *c) {
+static void derive_vocab(tr_config *c, tr_diags *d) {
     tr_model_config *m = &c->model;
     int64_t tok = tokenizer_vocab(c);
     if ((c->tokenizer.use_tokenizer_vocab_size || !tr_is_set(m->vocab_size)) && tr_is_set(tok)) {
+        tr_finalize_replacing(c, TR_FID_model_should_pad_vocab, !m->should_pad_vocab, "true",
+                              "the model takes the tokenizer's vocabulary, padded", d);
         m->vocab_size = tok;
         m->should_pad_vocab = true;
     }
@@ -226,12 +258,20 @@ static void derive_vocab(tr_config *c) {
 
 /* ---- dataset ---- */
 
-static void derive_dataset(tr_config *c) {
+static void derive_dataset(tr_config *c, tr_diags *d) {
     tr_dataset_config *ds = &c->dataset;
     if (ds->type == TR_DS_SFT &&
-        (c->model.pipeline_model_parallel_size > 1 || c->model.expert_model_parallel_size > 1))
+        (c->model.pipeline_model_parallel_size > 1 || c->model.expert_model_parallel_size > 1)) {
+        tr_finalize_replacing(c, TR_FID_dataset_pad_to_max_length, !ds->pad_to_max_length, "true",
+                              "pipeline and expert parallelism need equal-length SFT batches", d);
         ds->pad_to_max_length = true;
-    if (ds->num_workers == 0) ds->persistent_workers = false;
+    }
+    if (ds->num_workers == 0) {
+        tr_finalize_replacing(c, TR_FID_dataset_persistent_workers, ds->persistent_workers, "false",
+                              "dataset.num_workers is 0: there are no workers to keep", d);
+        ds->persistent_workers = false;
+    }
+    tr_finalize_follow(c);
     if (ds->dataloader_type < 0)
         ds->dataloader_type = ds->type == TR_DS_SFT ? TR_DL_BATCH : TR_DL_SINGLE;
 }
@@ -242,12 +282,25 @@ static void take_bool(bool *dst, int8_t user, bool derived) {
     *dst = user >= 0 ? user : derived;
 }
 
-static tr_status derive_comm_overlap(tr_config *c) {
+/* take_bool for a ddp flag, warning when the derived value replaces one the user wrote. */
+static void take_ddp_bool(tr_config *c, bool *dst, int fid, int8_t user, bool derived,
+                          tr_diags *d) {
+    bool v = user >= 0 ? user : derived;
+    tr_finalize_replacing(c, fid, *dst != v, v ? "true" : "false",
+                          "the comm_overlap section derives it from the data-parallel size", d);
+    *dst = v;
+}
+
+static tr_status derive_comm_overlap(tr_config *c, tr_diags *d) {
     const tr_comm_overlap_config *co = &c->comm_overlap;
     if (co->tp_comm_overlap < 0) return TR_OK;
     tr_model_config *m = &c->model;
     /* MBridge silently drops a TP overlap it cannot run; Trestle keeps the request so that
      * validate() reports it. */
+    tr_finalize_replacing(c, TR_FID_model_tp_comm_overlap,
+                          m->tp_comm_overlap != co->tp_comm_overlap,
+                          co->tp_comm_overlap ? "true" : "false",
+                          "comm_overlap.tp_comm_overlap is copied over it", d);
     m->tp_comm_overlap = co->tp_comm_overlap;
     if (co->tp_comm_overlap_cfg)
         TR_TRY(tr_config_set_str(c, TR_FID_model_tp_comm_overlap_cfg, co->tp_comm_overlap_cfg));
@@ -265,8 +318,10 @@ static tr_status derive_comm_overlap(tr_config *c) {
     if (!c->ddp.use_distributed_optimizer) return TR_OK;
     int64_t dp = tr_or(co->data_parallel_size, c->derived.data_parallel_size);
     bool many = dp > 1;
-    take_bool(&c->ddp.overlap_grad_reduce, co->overlap_grad_reduce, many);
-    take_bool(&c->ddp.overlap_param_gather, co->overlap_param_gather, many);
+    take_ddp_bool(c, &c->ddp.overlap_grad_reduce, TR_FID_ddp_overlap_grad_reduce,
+                  co->overlap_grad_reduce, many, d);
+    take_ddp_bool(c, &c->ddp.overlap_param_gather, TR_FID_ddp_overlap_param_gather,
+                  co->overlap_param_gather, many, d);
     c->optimizer.overlap_param_gather = c->ddp.overlap_param_gather;
     take_bool(&c->optimizer.overlap_param_gather_with_optimizer_step,
               co->overlap_param_gather_with_optimizer_step, false);
@@ -350,12 +405,12 @@ static tr_status finalize_into(tr_config *c, const tr_world *w, tr_diags *d) {
     c->derived.gpus_per_node = w && w->gpus_per_node >= 1 ? w->gpus_per_node : 1;
     c->derived.mode = derive_mode(c);
     apply_mixed_precision(c, d);
-    TR_TRY(derive_model(c));
+    TR_TRY(derive_model(c, d));
     derive_parallel(c);
-    derive_train(c);
-    derive_vocab(c);
-    derive_dataset(c);
-    TR_TRY(derive_comm_overlap(c));
+    derive_train(c, d);
+    derive_vocab(c, d);
+    derive_dataset(c, d);
+    TR_TRY(derive_comm_overlap(c, d));
     sync_flag(&c->ddp.use_distributed_optimizer, &c->optimizer.use_distributed_optimizer,
               "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
               "finalize.distributed_optimizer_synced", d);

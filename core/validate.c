@@ -333,7 +333,13 @@
     Y("finalize.distributed_optimizer_synced", N, false,                                           \
       "ddp/optimizer.use_distributed_optimizer agree (finalize() turns both on).")                 \
     Y("finalize.overlap_param_gather_synced", N, false,                                            \
-      "ddp/optimizer.overlap_param_gather agree (finalize() turns both on).")
+      "ddp/optimizer.overlap_param_gather agree (finalize() turns both on).")                      \
+    Y("finalize.user_value_replaced", W, false,                                                    \
+      "finalize() keeps the values you set, except where another setting decides them; then it "   \
+      "names the change (see --explain KEY).")                                                     \
+    Y("finalize.batch_size_decreased", N, false,                                                   \
+      "With decrease_batch_size_if_needed, the global batch is a multiple of MBS * DP "            \
+      "(finalize() lowers it).")
 
 #define TR_DECLARE(fn, id, sev, launch, summary) TR_RULE_FN(fn);
 TR_RULE_LIST(TR_DECLARE)

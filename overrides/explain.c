@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/field_parse.h"
+#include "core/finalize_follow.h"
 #include "overrides/overrides.h"
 
 static void describe_type(const tr_field *f, char *buf, size_t cap) {
@@ -34,6 +35,8 @@ tr_status tr_config_explain(const tr_config *c, const char *key, FILE *out, tr_d
     if (f->flags & TR_F_NO_EFFECT)
         fprintf(out, "  no effect in this runtime: the results are those of the default "
                      "(docs/effects.md)\n");
+    const char *fix = tr_finalize_effect_doc(f->id);
+    if (fix) fprintf(out, "  %s\n", fix);
     if (f->flags & TR_F_UNBUILT)
         fprintf(out, "  a parameter of a feature the runtime has not built (docs/effects.md)\n");
 

@@ -6,8 +6,9 @@
 
 #include "providers/provider.h"
 
-/* distributed_fused_adam_with_cosine_annealing: Adam(W) with cosine decay and a constant weight
- * decay schedule of 0.033, as the templates configure it. */
+/* distributed_fused_adam_with_cosine_annealing (recipes/utils/optimizer_utils.py): Adam(W) with
+ * cosine decay, a constant weight decay schedule of 0.033, a minus_sqrt WSD tail style, and the
+ * configured schedule winning over a checkpoint's (override_opt_param_scheduler). */
 static void adam_cosine(tr_config *c, int64_t warmup, double lr, double min_lr, double beta2) {
     tr_optimizer_config *o = &c->optimizer;
     o->optimizer = TR_OPTIM_ADAM;
@@ -23,6 +24,10 @@ static void adam_cosine(tr_config *c, int64_t warmup, double lr, double min_lr, 
     s->lr_decay_style = TR_SCHED_COSINE;
     s->lr_warmup_iters = warmup;
     s->lr_decay_iters = TR_NULL_INT;
+    s->lr_wsd_decay_style = TR_WSD_MINUS_SQRT;
+    s->lr_wsd_decay_iters = TR_NULL_INT;
+    s->lr_warmup_init = 0.0;
+    s->override_opt_param_scheduler = true;
     s->start_weight_decay = 0.033;
     s->end_weight_decay = 0.033;
     s->weight_decay_incr_style = TR_WDINC_CONSTANT;
@@ -166,33 +171,15 @@ void tr_recipe_null_tokenizer(tr_config *c, int64_t vocab) {
     c->tokenizer.use_tokenizer_vocab_size = true;
 }
 
+void tr_recipe_deterministic(tr_config *c) {
+    c->model.deterministic_mode = true;
+    c->model.cross_entropy_loss_fusion = false;
+    if (c->comm_overlap.tp_comm_overlap >= 0) c->comm_overlap.tp_comm_overlap = 0;
+}
+
 tr_status tr_recipe_hf_tokenizer(tr_config *c, const char *hub_id) {
     c->tokenizer.tokenizer_type = TR_TOKENIZER_HUGGINGFACE;
     return tr_config_set_str(c, TR_FID_tokenizer_tokenizer_model, hub_id);
-}
-
-static int64_t gcd(int64_t a, int64_t b) {
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-/* Packed SFT sequences are split across CP ranks in 2*CP chunks and, with SP, across TP*CP
- * ranks, so each packed example is padded to that multiple (Megatron-Bridge's runner does the
- * same for its recipes). */
-static void pad_packed_sequences(tr_config *c) {
-    if (!c->dataset.enable_offline_packing) return;
-    const tr_model_config *m = &c->model;
-    int64_t need = 1;
-    if (m->context_parallel_size > 1) need = 2 * m->context_parallel_size;
-    if (m->sequence_parallel && m->tensor_model_parallel_size > 1) {
-        int64_t split = m->context_parallel_size * m->tensor_model_parallel_size;
-        need = need / gcd(need, split) * split;
-    }
-    c->dataset.pad_seq_to_mult = need;
 }
 
 tr_status tr_recipe_build(tr_config *c, const char *recipe, const char *provider,
@@ -207,7 +194,6 @@ tr_status tr_recipe_build(tr_config *c, const char *recipe, const char *provider
     }
     s = body(c);
     if (s == TR_OK) {
-        pad_packed_sequences(c);
         tr_origin o = tr_origin_make(TR_ORIGIN_RECIPE, recipe);
         s = tr_config_mark_changes(c, before, &o);
     }

@@ -27,6 +27,9 @@ void tr_recipe_layout(tr_model_config *m, int64_t tp, int64_t pp, int64_t vpp, i
 void tr_recipe_seq_length(tr_config *c, int64_t seq);
 /* The NullTokenizer with a fixed vocabulary that the model adopts (pretraining on mock data). */
 void tr_recipe_null_tokenizer(tr_config *c, int64_t vocab);
+/* apply_determinism_overrides (recipes/utils/determinism_utils.py): deterministic kernels, no
+ * fused cross entropy, no TP communication overlap. */
+void tr_recipe_deterministic(tr_config *c);
 /* A Hugging Face tokenizer named by its hub id (a launch input: the files must exist then). */
 tr_status tr_recipe_hf_tokenizer(tr_config *c, const char *hub_id);
 
@@ -50,9 +53,15 @@ TR_RECIPE_FN(llama32_3b_pretrain);
 TR_RECIPE_FN(llama32_3b_sft);
 TR_RECIPE_FN(llama32_3b_lora);
 TR_RECIPE_FN(llama3_8b_pretrain);
+TR_RECIPE_FN(llama3_8b_16k_pretrain);
+TR_RECIPE_FN(llama3_8b_64k_pretrain);
+TR_RECIPE_FN(llama3_8b_128k_pretrain);
 TR_RECIPE_FN(llama3_8b_sft);
 TR_RECIPE_FN(llama3_8b_lora);
 TR_RECIPE_FN(llama3_70b_pretrain);
+TR_RECIPE_FN(llama3_70b_16k_pretrain);
+TR_RECIPE_FN(llama3_70b_64k_pretrain);
+TR_RECIPE_FN(llama3_70b_pretrain_deterministic);
 TR_RECIPE_FN(llama3_70b_sft);
 TR_RECIPE_FN(llama3_70b_lora);
 TR_RECIPE_FN(llama31_8b_pretrain);
@@ -62,23 +71,30 @@ TR_RECIPE_FN(llama31_70b_pretrain);
 TR_RECIPE_FN(llama31_70b_sft);
 TR_RECIPE_FN(llama31_70b_lora);
 TR_RECIPE_FN(llama31_405b_pretrain);
+TR_RECIPE_FN(llama31_405b_pretrain_deterministic);
 TR_RECIPE_FN(llama31_405b_sft);
 TR_RECIPE_FN(llama31_405b_lora);
 TR_RECIPE_FN(qwen3_600m_pretrain);
 TR_RECIPE_FN(qwen3_600m_sft);
 TR_RECIPE_FN(qwen3_600m_lora);
+TR_RECIPE_FN(qwen3_600m_sft_128k);
+TR_RECIPE_FN(qwen3_8b_4gpu_pretrain);
+TR_RECIPE_FN(qwen3_8b_sft_32k);
 TR_RECIPE_FN(qwen3_8b_pretrain);
 TR_RECIPE_FN(qwen3_8b_sft);
 TR_RECIPE_FN(qwen3_8b_lora);
 TR_RECIPE_FN(qwen3_30b_a3b_pretrain);
 TR_RECIPE_FN(qwen3_30b_a3b_sft);
 TR_RECIPE_FN(qwen3_30b_a3b_lora);
+TR_RECIPE_FN(qwen3_30b_a3b_8gpu_pretrain);
+TR_RECIPE_FN(qwen3_30b_a3b_8gpu_sft);
 TR_RECIPE_FN(qwen3_235b_a22b_pretrain);
 TR_RECIPE_FN(qwen3_235b_a22b_sft);
 TR_RECIPE_FN(qwen3_235b_a22b_lora);
 TR_RECIPE_FN(mixtral_8x7b_pretrain);
 TR_RECIPE_FN(mixtral_8x22b_pretrain);
 TR_RECIPE_FN(deepseek_v3_pretrain);
+TR_RECIPE_FN(deepseek_v3_pretrain_32nodes);
 TR_RECIPE_FN(gpt_tiny_pretrain);
 TR_RECIPE_FN(llama_tiny_pretrain);
 TR_RECIPE_FN(llama_tiny_sft);

@@ -14,6 +14,9 @@ static tr_status vanilla_gpt(tr_config *c) {
     c->ddp.overlap_param_gather = false;
     c->optimizer.overlap_param_gather = false;
     c->ddp.average_in_collective = false;
+    /* TrainingConfig's own defaults: this recipe does not use _pretrain_common's train section. */
+    c->train.manual_gc = false;
+    c->train.manual_gc_interval = 0;
     return TR_OK;
 }
 

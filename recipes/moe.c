@@ -82,6 +82,24 @@ static tr_status deepseek_v3(tr_config *c) {
     return TR_OK;
 }
 
+/* The 61 layers on 8 stages: embedding + 8 layers, 6 stages of 8, and 5 layers + MTP + loss. */
+static const char deepseek_v3_32nodes_layout[] = "Etttttttt|tttttttt|tttttttt|tttttttt|tttttttt|"
+                                                 "tttttttt|tttttttt|tttttmL";
+
+/* deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config: the same run on 256 GPUs (TP 2, PP 8,
+ * EP 32) with full recomputation of every layer. */
+static tr_status deepseek_v3_32nodes(tr_config *c) {
+    TR_TRY(deepseek_v3(c));
+    tr_recipe_layout(&c->model, 2, 8, TR_NULL_INT, 1, 32, 1, true);
+    TR_TRY(tr_config_set_str(c, TR_FID_model_pipeline_model_parallel_layout,
+                             deepseek_v3_32nodes_layout));
+    c->model.recompute_granularity = TR_RECG_FULL;
+    c->model.recompute_method = TR_RECM_UNIFORM;
+    c->model.recompute_num_layers = 1;
+    return TR_OK;
+}
+
 TR_DEFINE_RECIPE(mixtral_8x7b_pretrain, "mixtral_8x7b", mixtral_8x7b)
 TR_DEFINE_RECIPE(mixtral_8x22b_pretrain, "mixtral_8x22b", mixtral_8x22b)
 TR_DEFINE_RECIPE(deepseek_v3_pretrain, "deepseek_v3", deepseek_v3)
+TR_DEFINE_RECIPE(deepseek_v3_pretrain_32nodes, "deepseek_v3", deepseek_v3_32nodes)

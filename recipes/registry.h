@@ -21,9 +21,12 @@ typedef struct tr_recipe {
 } tr_recipe;
 
 /* Trestle names ("llama32_1b_lora") and Megatron-Bridge spellings: a trailing "_config",
- * "_peft" for "_lora", and the hardware-specific library names
- * ("<model>_<task>_<N>gpu_h100_bf16_config") where N is the recipe's minimum world size. */
+ * "_peft" for "_lora", and the hardware-specific library name each Megatron-Bridge short name
+ * aliases ("llama3_8b_pretrain_2gpu_h100_bf16_config"). */
 const tr_recipe *tr_recipe_find(const char *name);
+/* A Megatron-Bridge FP8/NVFP4 recipe name (fp8cs, fp8mx, nvfp4, "low_precision"): refused with
+ * its own diagnostic (recipe.low_precision), since Trestle has no FP8 or FP4 training. */
+bool tr_recipe_is_low_precision(const char *name);
 /* All recipes, in catalog order. */
 const tr_recipe *tr_recipe_list(int *n);
 /* Closest recipe names to a mistyped one (did-you-mean). */

@@ -185,6 +185,7 @@ static const char *const DESCRIBE_KEYS[] = {
 
 tr_status tr_cli_describe_recipe(FILE *out, const char *name, const tr_world *world, tr_diags *d) {
     const tr_recipe *r = tr_recipe_find(name);
+    if (!r && tr_recipe_is_low_precision(name)) return tr_recipe_unknown(name, NULL, d);
     if (!r) {
         suggest_recipe(name, d, "cli.unknown_recipe");
         return TR_ERR_NOTFOUND;

@@ -368,7 +368,8 @@ static void test_rule_table_invariants_and_coverage(void) {
     char *self = read_text(TRESTLE_SOURCE_DIR "/tests/unit/config/test_finalize.c");
     char *capability = read_text(TRESTLE_SOURCE_DIR "/tests/unit/train/test_train_capability.c");
     char *effects = read_text(TRESTLE_SOURCE_DIR "/tests/unit/config/test_effects.c");
-    CHECK(tests && self && capability && effects);
+    char *follow = read_text(TRESTLE_SOURCE_DIR "/tests/unit/config/test_finalize_follow.c");
+    CHECK(tests && self && capability && effects && follow);
     for (int i = 0; i < tr_rule_count; i++) {
         const tr_rule *r = &tr_rules[i];
         const char *dot = strchr(r->id, '.');
@@ -388,7 +389,7 @@ static void test_rule_table_invariants_and_coverage(void) {
         snprintf(quoted, sizeof quoted, "\"%s\"", r->id);
         bool covered = (tests && strstr(tests, quoted)) || (self && strstr(self, quoted)) ||
                        (capability && strstr(capability, quoted)) ||
-                       (effects && strstr(effects, quoted));
+                       (effects && strstr(effects, quoted)) || (follow && strstr(follow, quoted));
         if (!covered) fprintf(stderr, "  rule %s has no test\n", r->id);
         CHECK(covered);
     }
@@ -396,6 +397,7 @@ static void test_rule_table_invariants_and_coverage(void) {
     free(self);
     free(capability);
     free(effects);
+    free(follow);
 }
 
 TR_TEST_MAIN(TR_TEST(test_scheduler_iteration_mode), TR_TEST(test_scheduler_sample_mode),

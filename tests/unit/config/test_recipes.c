@@ -153,12 +153,36 @@ static void test_megatron_names(void) {
     CHECK(tr_recipe_find("deepseek_v3_pretrain_1024gpu_h100_bf16_config") ==
           tr_recipe_find("deepseek_v3_pretrain"));
     CHECK(tr_recipe_find("vanilla_gpt_pretrain_config") != NULL);
-    /* A hardware name whose GPU count is another layout, another precision, or a variant we do
-     * not have, is not silently mapped onto ours. */
+    /* The long-context and deterministic variants, by both names. */
+    CHECK(tr_recipe_find("llama3_8b_pretrain_16gpu_h100_bf16_16k_config") ==
+          tr_recipe_find("llama3_8b_16k_pretrain_config"));
+    CHECK(tr_recipe_find("llama3_8b_128k_pretrain_config") != NULL);
+    CHECK(tr_recipe_find("llama3_70b_pretrain_256gpu_h100_bf16_64k_config") ==
+          tr_recipe_find("llama3_70b_64k_pretrain"));
+    CHECK(tr_recipe_find("llama31_405b_pretrain_256gpu_h100_bf16_deterministic_config") ==
+          tr_recipe_find("llama31_405b_pretrain_deterministic_config"));
+    /* The short name aliases one GPU count; another count is another recipe. */
+    CHECK(tr_recipe_find("qwen3_8b_pretrain_16gpu_h100_bf16_config") ==
+          tr_recipe_find("qwen3_8b_pretrain_config"));
     CHECK(tr_recipe_find("llama3_8b_pretrain_8gpu_h100_bf16_config") == NULL);
+    CHECK(tr_recipe_find("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config") ==
+          tr_recipe_find("qwen3_30b_a3b_8gpu_pretrain"));
+    CHECK(tr_recipe_find("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config") !=
+          tr_recipe_find("qwen3_30b_a3b_pretrain_config"));
+    CHECK(tr_recipe_find("deepseek_v3_pretrain_config_32nodes") ==
+          tr_recipe_find("deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config"));
+    /* FP8/NVFP4 variants are refused by name, with their own diagnostic. */
     CHECK(tr_recipe_find("llama3_8b_pretrain_2gpu_h100_fp8cs_config") == NULL);
-    CHECK(tr_recipe_find("llama3_8b_pretrain_16gpu_h100_bf16_16k_config") == NULL);
-    CHECK(tr_recipe_find("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config") == NULL);
+    CHECK(tr_recipe_is_low_precision("llama3_8b_pretrain_2gpu_h100_nvfp4_config"));
+    CHECK(tr_recipe_is_low_precision("llama3_8b_low_precision_pretrain_config"));
+    CHECK(!tr_recipe_is_low_precision("llama3_8b_pretrain_config"));
+    tr_diags d;
+    tr_diags_init(&d);
+    CHECK_INT_EQ(tr_recipe_unknown("llama3_8b_low_precision_pretrain_config", NULL, &d),
+                 TR_ERR_NOTFOUND);
+    CHECK(tr_diags_find(&d, "recipe.low_precision") != NULL);
+    CHECK(tr_diags_find(&d, "recipe.unknown") == NULL);
+    tr_diags_free(&d);
     CHECK(tr_recipe_find("") == NULL);
     CHECK(tr_recipe_find(NULL) == NULL);
     CHECK(tr_recipe_find("llama32_1b") == NULL);
@@ -536,14 +560,15 @@ static void test_ref_qwen3_30b_a3b(void) {
     done(&x);
 }
 
-/* Reference §6.3 templates (_sft_common, _peft_common) as the Qwen3 0.6B recipes use them. */
+/* Reference §6.3 templates (_sft_common, _peft_common) as the Qwen3 0.6B recipes use them
+ * (their GBS 8 and evaluation every 30 steps are qwen3_600m_sft_1gpu_h100_bf16_config's own). */
 static void test_ref_templates(void) {
     resolved x;
     resolve_named("qwen3_600m_sft", &x);
     CHECK_INT_EQ(x.c.train.train_iters, 1000);
-    CHECK_INT_EQ(x.c.train.global_batch_size, 128);
+    CHECK_INT_EQ(x.c.train.global_batch_size, 8);
     CHECK_INT_EQ(x.c.train.micro_batch_size, 1);
-    CHECK_INT_EQ(x.c.validation.eval_interval, 100);
+    CHECK_INT_EQ(x.c.validation.eval_interval, 30);
     CHECK_INT_EQ(x.c.validation.eval_iters, 32);
     CHECK_CLOSE(x.c.optimizer.lr, 5e-6, 1e-12, 0);
     CHECK_INT_EQ(x.c.scheduler.lr_warmup_iters, 50);

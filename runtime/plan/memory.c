@@ -1,0 +1,206 @@
+/* Per-rank memory of a plan (runtime/plan/plan.h): each allocation the runtime makes, sized by
+ * the functions the runtime sizes it with, in the order the runtime makes it, rounded as its
+ * device rounds it. The order matters where buffers are replaced: the data-parallel path lays
+ * the parameters out again (tr_model_relayout), holding the model's first buffers and the new
+ * ones at once, and that is the peak the device sees. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/distributed/ddp.h"
+#include "runtime/distributed/grad_buffer.h"
+#include "runtime/model/model.h"
+#include "runtime/optimizer/optimizer.h"
+#include "runtime/peft/lora.h"
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/plan/plan_internal.h"
+
+/* The alignment of the half-precision weight copy (runtime/model/wcopy.c), in elements. */
+enum { WCOPY_ALIGN = 128 };
+
+int64_t tr_plan_round(const tr_plan_gpu *g, int64_t bytes) {
+    int64_t a = g->alloc_align > 0 ? g->alloc_align : 1;
+    int64_t r = (bytes + a - 1) / a * a;
+    /* a zero-byte request still takes a page on cpu-strict (it maps one) */
+    return r > 0 ? r : a;
+}
+
+static bool ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && strcmp(s + n - t, tail) == 0;
+}
+
+/* The tensors the forward's GEMMs read as weights (runtime/model/wcopy.c marks them through the
+ * views: the four linear layers of every layer and the output weight, which is the word
+ * embedding on any stage holding it when tied). */
+static int64_t weight_copy_elems(const tr_model_spec *s, const tr_param_info *info, int n) {
+    if (!s->lowp || s->no_weight_copy) return 0;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const char *nm = info[i].name;
+        bool used = ends_with(nm, "linear_qkv.weight") || ends_with(nm, "linear_proj.weight") ||
+                    ends_with(nm, "linear_fc1.weight") || ends_with(nm, "linear_fc2.weight") ||
+                    (!s->tied && strcmp(nm, "output_layer.weight") == 0) ||
+                    (s->tied && strcmp(nm, "embedding.word_embeddings.weight") == 0);
+        if (used && !strstr(nm, ".adapter."))
+            total += (info[i].numel + WCOPY_ALIGN - 1) / WCOPY_ALIGN * WCOPY_ALIGN;
+    }
+    return total ? total : 1;
+}
+
+/* The data-parallel layout of runtime/train/dp.c for these parameters. */
+static tr_status grad_layout(const tr_config *c, const tr_model_spec *s, tr_tp_shard tp,
+                             const tr_param_info *info, int n, int dp, tr_grad_layout *L,
+                             tr_grad_owned *own, tr_diags *d) {
+    bool pipelined = c->model.pipeline_model_parallel_size > 1;
+    tr_grad_param *gp = calloc((size_t)n, sizeof *gp);
+    if (!gp) return TR_ERR_NOMEM;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(gp[i].name, info[i].name, sizeof info[i].name);
+        gp[i].numel = info[i].numel;
+        gp[i].no_weight_decay = info[i].no_decay;
+        gp[i].frozen = info[i].frozen;
+        gp[i].tp_replicated = tp.size > 1 && info[i].split_dim < 0;
+        gp[i].own_bucket =
+            pipelined && s->tied && strcmp(info[i].name, "embedding.word_embeddings.weight") == 0;
+        total += info[i].numel;
+    }
+    tr_grad_layout_options lo;
+    tr_ddp_options ddp;
+    tr_status st = tr_ddp_options_from_config(c, dp, total, &lo, &ddp, d);
+    if (st == TR_OK) st = tr_grad_layout_build(L, gp, n, &lo, d);
+    free(gp);
+    if (st == TR_OK) st = tr_grad_owned_build(own, L, 0);
+    return st;
+}
+
+/* The parts of pp_rank (its chunks, with their microbatches in flight) and its transfer
+ * buffers, from the layout and the action list the executor runs. */
+static tr_status rank_parts(const tr_config *c, const tr_pp_layout *lay, int pp_rank,
+                            tr_model_part *parts, tr_plan_rank *r, tr_diags *d) {
+    tr_pp_schedule sch;
+    TR_TRY(tr_pp_schedule_build(c, pp_rank, &sch, d));
+    int max = 0;
+    tr_status st = tr_pp_slots_in_flight(&sch, lay->vpp, r->slots, &max);
+    bool emb[64], loss[64];
+    for (int ch = 0; ch < lay->vpp && st == TR_OK; ch++) {
+        const tr_pp_stage *sg = tr_pp_layout_stage(lay, pp_rank, ch);
+        parts[ch] = (tr_model_part){sg->first_layer, sg->num_layers, sg->has_embedding,
+                                    sg->has_loss, r->slots[ch]};
+        emb[ch] = sg->has_embedding;
+        loss[ch] = sg->has_loss;
+    }
+    int32_t dt = sch.message_dtype;
+    if (st == TR_OK)
+        st = tr_pp_transfer_buffers(&sch, emb, loss, lay->vpp, dt != TR_DTYPE_FP32, &r->p2p_fp32,
+                                    &r->p2p_half);
+    tr_pp_schedule_free(&sch);
+    return st;
+}
+
+tr_status tr_plan_rank_memory(const tr_config *c, const tr_model_spec *ms, const tr_plan_gpu *g,
+                              const tr_pp_layout *lay, int pp_rank, tr_plan_rank *r, tr_diags *d) {
+    int tp = (int)c->model.tensor_model_parallel_size, dp = (int)c->derived.data_parallel_size;
+    int pp = (int)c->model.pipeline_model_parallel_size, mbs = (int)c->train.micro_batch_size;
+    int nmb = (int)c->derived.num_microbatches;
+    bool distributed = dp > 1 || tp > 1 || pp > 1;
+    tr_tp_shard shard = {0, tp};
+    tr_model_part parts[64];
+    memset(r, 0, sizeof *r);
+    r->pp_rank = pp_rank;
+    r->vpp = 1;
+    if (pp > 1) {
+        r->vpp = lay->vpp;
+        TR_TRY(rank_parts(c, lay, pp_rank, parts, r, d));
+    } else {
+        parts[0] = (tr_model_part){0, ms->num_layers, true, true, 1};
+        r->slots[0] = 1;
+    }
+    for (int k = 0; k < r->vpp; k++) {
+        r->first |= parts[k].has_embedding;
+        r->last |= parts[k].has_loss;
+        r->layers += parts[k].num_layers;
+    }
+    tr_param_info *info = NULL;
+    int n_info = 0;
+    int64_t numel = 0;
+    TR_TRY(tr_model_param_list(ms, shard, parts, r->vpp, &info, &n_info, &numel));
+    int64_t real = 0;
+    for (int i = 0; i < n_info; i++) real += info[i].numel;
+    r->n_params = real;
+    int64_t wc = weight_copy_elems(ms, info, n_info);
+    int64_t A = numel * 4, W = wc * 2, L = A, state = numel;
+    tr_status st = TR_OK;
+    if (distributed) {
+        tr_grad_layout lay_g = {0};
+        tr_grad_owned own = {0};
+        st = grad_layout(c, ms, shard, info, n_info, dp, &lay_g, &own, d);
+        if (st == TR_OK) {
+            L = lay_g.numel * 4;
+            state = own.state_numel > 0 ? own.state_numel : 1;
+            r->n_buckets = lay_g.n_buckets;
+        }
+        tr_grad_owned_free(&own);
+        tr_grad_layout_free(&lay_g);
+    }
+    free(info);
+    TR_TRY(st);
+    /* sizes */
+    r->params = A;
+    r->param_copy = W;
+    r->grads = distributed ? L : A;
+    r->ddp_padding = distributed ? L - real * 4 : A - real * 4;
+    r->relayout = distributed ? 2 * A : 0;
+    tr_optimizer_spec os;
+    TR_TRY(tr_optimizer_spec_from_config(c, &os, d));
+    int states = distributed || !os.sgd ? 2 : 1;
+    r->optimizer = states * state * 4;
+    tr_model shape;
+    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, parts, r->vpp));
+    tr_model_act_size as;
+    TR_TRY(tr_model_act_sizes(&shape, &as));
+    r->act_arena = as.act_bytes;
+    r->tokens = as.tok_bytes;
+    int64_t msg = (int64_t)mbs * ms->seq * ms->hidden / (ms->sequence_parallel && tp > 1 ? tp : 1);
+    r->p2p = (int64_t)r->p2p_fp32 * msg * 4 + (int64_t)r->p2p_half * msg * 2;
+    int64_t loss_bufs = (pp > 1 ? 2 : 1) * (int64_t)(nmb > 0 ? nmb : 1) * 4;
+    r->workspace = loss_bufs;
+    /* one slot's share: the arena of one more microbatch in flight on every chunk */
+    {
+        tr_model_part one[64];
+        for (int k = 0; k < r->vpp; k++) one[k] = parts[k], one[k].slots = 1;
+        tr_model s1;
+        tr_model_act_size a1 = {0};
+        if (tr_model_shape(&s1, ms, shard, mbs, one, r->vpp) == TR_OK &&
+            tr_model_act_sizes(&s1, &a1) == TR_OK) {
+            int slots = 0;
+            for (int k = 0; k < r->vpp; k++) slots += r->slots[k];
+            r->act_per_slot =
+                slots > r->vpp ? (as.act_bytes - a1.act_bytes) / (slots - r->vpp) : a1.act_bytes;
+        }
+    }
+    /* peaks per kind in allocation order, rounded */
+    int64_t rA = tr_plan_round(g, A), rW = W ? tr_plan_round(g, W) : 0, rL = tr_plan_round(g, L);
+    int64_t pk = rA + rW;
+    if (distributed) {
+        if (rA + rL > pk) pk = rA + rL;
+        if (rL + rW > pk) pk = rL + rW;
+    }
+    r->peak[TR_MEM_PARAMS] = pk;
+    r->peak[TR_MEM_GRADS] = distributed ? rA + rL : rA;
+    r->peak[TR_MEM_OPTIMIZER] = states * tr_plan_round(g, state * 4);
+    r->peak[TR_MEM_ACTIVATIONS] = tr_plan_round(g, as.tok_bytes) + tr_plan_round(g, as.act_bytes) +
+                                  r->p2p_fp32 * tr_plan_round(g, msg * 4) +
+                                  r->p2p_half * tr_plan_round(g, msg * 2);
+    r->peak[TR_MEM_WORKSPACE] = (pp > 1 ? 2 : 1) * tr_plan_round(g, (nmb > 0 ? nmb : 1) * 4);
+    if (ms->lowp == TR_LOWP_F16) r->peak[TR_MEM_WORKSPACE] += tr_plan_round(g, 4);
+    r->total = 0;
+    for (int k = 0; k < TR_MEM_KIND_COUNT; k++) r->total += r->peak[k];
+    r->device_total = (double)r->total + g->reserved_bytes;
+    return TR_OK;
+}
+
+tr_status tr_plan_model_spec(const tr_config *c, tr_model_spec *ms, tr_diags *d) {
+    TR_TRY(tr_model_spec_from_config(c, ms, d));
+    return tr_lora_spec_from_config(c, ms, d);
+}

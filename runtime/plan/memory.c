@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/device/device.h"
 #include "runtime/distributed/ddp.h"
 #include "runtime/distributed/grad_buffer.h"
 #include "runtime/model/model.h"
@@ -193,7 +194,12 @@ tr_status tr_plan_rank_memory(const tr_config *c, const tr_model_spec *ms, const
                                   r->p2p_fp32 * tr_plan_round(g, msg * 4) +
                                   r->p2p_half * tr_plan_round(g, msg * 2);
     r->peak[TR_MEM_WORKSPACE] = (pp > 1 ? 2 : 1) * tr_plan_round(g, (nmb > 0 ? nmb : 1) * 4);
-    if (ms->lowp == TR_LOWP_F16) r->peak[TR_MEM_WORKSPACE] += tr_plan_round(g, 4);
+    /* the device's own scratch, and the overflow flag of a step that rounds or unscales the
+     * gradients (runtime/train/precision.c: half precision without grad_reduce_in_fp32, or
+     * fp16 loss scaling) */
+    r->peak[TR_MEM_WORKSPACE] += tr_plan_round(g, (int64_t)tr_device_scratch_bytes());
+    if ((ms->lowp && !c->ddp.grad_reduce_in_fp32) || ms->lowp == TR_LOWP_F16)
+        r->peak[TR_MEM_WORKSPACE] += tr_plan_round(g, 4);
     r->total = 0;
     for (int k = 0; k < TR_MEM_KIND_COUNT; k++) r->total += r->peak[k];
     r->device_total = (double)r->total + g->reserved_bytes;

@@ -35,10 +35,12 @@ void tr_plan_candidate_overrides(const tr_plan_candidate *k, char *buf, size_t n
         snprintf(vpp, sizeof vpp, "model.virtual_pipeline_model_parallel_size=%d", k->vpp);
     /* TP communication overlap needs TP (and SP); the parameter all-gather overlap needs the
      * distributed optimizer: a recipe's switches are turned off where the layout has neither */
-    const char *tpo = k->tp > 1 ? "" : " comm_overlap.tp_comm_overlap=false model.tp_comm_overlap=false";
-    const char *pgo = k->dist_opt ? ""
-                                  : " comm_overlap.overlap_param_gather=false "
-                                    "ddp.overlap_param_gather=false optimizer.overlap_param_gather=false";
+    const char *tpo =
+        k->tp > 1 ? "" : " comm_overlap.tp_comm_overlap=false model.tp_comm_overlap=false";
+    const char *pgo = k->dist_opt
+                          ? ""
+                          : " comm_overlap.overlap_param_gather=false "
+                            "ddp.overlap_param_gather=false optimizer.overlap_param_gather=false";
     snprintf(buf, n,
              "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d %s "
              "model.context_parallel_size=%d model.expert_model_parallel_size=%d "

@@ -99,11 +99,12 @@ void tr_plan_print_json(FILE *out, const tr_plan *p) {
     for (int i = 0; i < p->n_ranks; i++) {
         const tr_plan_rank *r = &p->ranks[i];
         fprintf(out,
-                "%s{\"pp_rank\":%d,\"params\":%" PRId64 ",\"param_copy\":%" PRId64
-                ",\"grads\":%" PRId64 ",\"optimizer\":%" PRId64 ",\"act_per_slot\":%" PRId64
-                ",\"act_arena\":%" PRId64 ",\"p2p\":%" PRId64 ",\"total\":%" PRId64 ",\"peak\":{",
-                i ? "," : "", r->pp_rank, r->params, r->param_copy, r->grads, r->optimizer,
-                r->act_per_slot, r->act_arena, r->p2p, r->total);
+                "%s{\"pp_rank\":%d,\"n_params\":%" PRId64 ",\"params\":%" PRId64
+                ",\"param_copy\":%" PRId64 ",\"grads\":%" PRId64 ",\"optimizer\":%" PRId64
+                ",\"act_per_slot\":%" PRId64 ",\"act_arena\":%" PRId64 ",\"p2p\":%" PRId64
+                ",\"total\":%" PRId64 ",\"peak\":{",
+                i ? "," : "", r->pp_rank, r->n_params, r->params, r->param_copy, r->grads,
+                r->optimizer, r->act_per_slot, r->act_arena, r->p2p, r->total);
         for (int k = 0; k < TR_MEM_KIND_COUNT; k++)
             fprintf(out, "%s\"%s\":%" PRId64, k ? "," : "", kinds[k], r->peak[k]);
         fprintf(out, "}}");

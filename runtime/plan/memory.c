@@ -182,8 +182,13 @@ tr_status tr_plan_rank_memory(const tr_config *c, const tr_model_spec *ms, const
     }
     /* peaks per kind in allocation order, rounded */
     int64_t rA = tr_plan_round(g, A), rW = W ? tr_plan_round(g, W) : 0, rL = tr_plan_round(g, L);
+    /* model: params A, copy W; the DDP path frees W (the newest: released everywhere), makes
+     * the new params L and grads, frees the old ones and makes W again. On a device that
+     * releases only the newest allocation the old params stay counted. */
     int64_t pk = rA + rW;
-    if (distributed) {
+    if (distributed && g->stack_release) {
+        pk = rA + rL + rW;
+    } else if (distributed) {
         if (rA + rL > pk) pk = rA + rL;
         if (rL + rW > pk) pk = rL + rW;
     }

@@ -25,14 +25,18 @@
 /* A device the plan is made for: peak rates and bandwidths (documented in device_model.c). */
 typedef struct tr_plan_gpu {
     const char *name;
-    double mem_bytes;      /* usable device memory */
-    double tflops_bf16;    /* dense tensor-core peak, bf16/fp16 */
-    double tflops_fp32;    /* fp32 GEMM peak the runtime's fp32 path gets (TF32 off) */
-    double hbm_gbs;        /* HBM bandwidth, GB/s */
-    double nvlink_gbs;     /* per GPU, one direction, GB/s */
-    double net_gbs;        /* per GPU across nodes, one direction, GB/s */
-    int gpus_per_node;     /* NVLink domain */
-    int64_t alloc_align;   /* allocation granularity of the runtime's device (arena / page) */
+    double mem_bytes;    /* usable device memory */
+    double tflops_bf16;  /* dense tensor-core peak, bf16/fp16 */
+    double tflops_fp32;  /* fp32 GEMM peak the runtime's fp32 path gets (TF32 off) */
+    double hbm_gbs;      /* HBM bandwidth, GB/s */
+    double nvlink_gbs;   /* per GPU, one direction, GB/s */
+    double net_gbs;      /* per GPU across nodes, one direction, GB/s */
+    int gpus_per_node;   /* NVLink domain */
+    int64_t alloc_align; /* allocation granularity of the runtime's device (arena / page) */
+    /* The device releases only the newest allocation of a kind (the CUDA arenas: a freed buffer
+     * below the top stays counted until the device closes); else every free returns memory
+     * (cpu-strict's mappings). */
+    bool stack_release;
     double reserved_bytes; /* context, communicator and library workspaces outside the arenas */
 } tr_plan_gpu;
 

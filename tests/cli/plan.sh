@@ -1,7 +1,9 @@
 # run_recipe --plan and --search-layouts on the project brief's examples (docs/plan.md):
 #  - llama3_70b without parallelism and at TP 4 x PP 4 x DP 4 (64 GPUs), fp16: the assumptions are
-#    printed, the model-parallel split of the static memory is 1/16 of the unsharded one, and the
-#    numbers are printed next to the brief's 608 GB and 38 GB;
+#    printed, the model-parallel split of the static memory is 1/16 of the unsharded one, the
+#    runtime's numbers are printed next to the brief's 608 GB and 38 GB, and the brief's own
+#    convention (8 bytes per parameter before activations) applied to the planned parameter
+#    counts lands within 10% below them;
 #  - Megatron-LM's theoretical_memory_usage for llama3_70b (its parameter count of the most
 #    loaded shard, the fp32 gradient bytes and the Adam state sharded by the distributed
 #    optimizer, written out below from that formula) within 5% of the plan's;
@@ -44,6 +46,16 @@ print(f"70B TP4 x PP4 x DP4: largest card static {static(card)/G:.1f} GB, total 
 ratio = static(u) / (16 * static(card))
 if not 0.90 < ratio < 1.10:
     sys.exit(f"FAIL: unsharded static / 16 cards = {ratio:.3f}, expected about 1")
+# The brief's convention, which its numbers imply: fp16 weights (2 B), fp16 gradients (2 B) and
+# 4 B of optimizer state per parameter, the rest (about 7%) activations; the same parameter counts
+# the plan sizes the runtime's buffers with give its 608 GB and 38 GB within 10%.
+brief_one = 8 * u["n_params"]
+brief_card = 8 * max(r["n_params"] for r in p64["ranks"])
+print(f"brief convention (2 + 2 + 4 B/param, activations left out): unsharded {brief_one/G:.0f} GB "
+      f"(brief 608 GB), per card at TP4 x PP4 x DP4 {brief_card/G:.1f} GB (brief 38 GB)")
+for what, ours, theirs in (("unsharded", brief_one, 608e9), ("per card", brief_card, 38e9)):
+    if not 0.90 < ours / theirs < 1.0:
+        sys.exit(f"FAIL: brief convention {what}: {ours/G:.1f} GB against {theirs/G:.0f} GB")
 # Megatron-LM's theoretical_memory_usage for llama3_70b (untied, SwiGLU, RMSNorm, GQA)
 L, h, ffn, heads, groups, kv = 80, 8192, 28672, 64, 8, 128
 V = 32256  # padded at TP 4 (NullTokenizer 32000 -> multiple of 128 * 4)

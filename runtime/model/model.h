@@ -431,6 +431,11 @@ typedef struct tr_model_act_size {
 } tr_model_act_size;
 tr_status tr_model_act_sizes(const tr_model *shape, tr_model_act_size *out);
 
+/* The buffers the first packed-sequence microbatch makes (tr_model_set_sequences with
+ * position ids): this rank's position rows, and each of the two gathered RoPE tables (0 without
+ * RoPE). */
+void tr_model_position_bytes(const tr_model *m, int64_t *local, int64_t *table);
+
 /* Moves every parameter i to offsets[i] of new flat buffers of numel floats (a data-parallel
  * gradient layout's offsets), keeping the values; the gradients restart at zero and elements
  * outside every parameter stay zero. */

@@ -195,7 +195,13 @@ tr_status tr_plan_rank_memory(const tr_config *c, const tr_model_spec *ms, const
     r->peak[TR_MEM_PARAMS] = pk;
     r->peak[TR_MEM_GRADS] = distributed ? rA + rL : rA;
     r->peak[TR_MEM_OPTIMIZER] = states * tr_plan_round(g, state * 4);
-    r->peak[TR_MEM_ACTIVATIONS] = tr_plan_round(g, as.tok_bytes) + tr_plan_round(g, as.act_bytes) +
+    /* fine-tuning data brings document starts and position ids: the model gathers positions */
+    int64_t pos_local = 0, pos_table = 0;
+    if (c->dataset.type == TR_DS_SFT) tr_model_position_bytes(&shape, &pos_local, &pos_table);
+    r->tokens += pos_local + 2 * pos_table;
+    r->peak[TR_MEM_ACTIVATIONS] = (pos_local ? tr_plan_round(g, pos_local) : 0) +
+                                  (pos_table ? 2 * tr_plan_round(g, pos_table) : 0) +
+                                  tr_plan_round(g, as.tok_bytes) + tr_plan_round(g, as.act_bytes) +
                                   r->p2p_fp32 * tr_plan_round(g, msg * 4) +
                                   r->p2p_half * tr_plan_round(g, msg * 2);
     r->peak[TR_MEM_WORKSPACE] = (pp > 1 ? 2 : 1) * tr_plan_round(g, (nmb > 0 ? nmb : 1) * 4);

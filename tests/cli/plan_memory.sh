@@ -1,5 +1,5 @@
 # The planner's bytes per rank against the runtime's: for tiny dense layouts (TP, SP, PP, VPP,
-# DP, the distributed optimizer, recomputation, mixed precision, LoRA) `run_recipe --plan --gpu
+# DP, the distributed optimizer, recomputation, mixed precision, SFT packing, LoRA) `run_recipe --plan --gpu
 # cpu --json` (the cpu-strict device's page-rounded allocations) is compared with the peaks per
 # memory kind the cpu-strict device measured on every rank of a one-iteration run of the same
 # layout; each kind must agree within 3% (docs/plan.md). The planner's numbers come from the
@@ -77,5 +77,17 @@ layout 4 $T -pp 2 ddp.use_distributed_optimizer=true optimizer.use_distributed_o
 layout 4 $T -tp 2 ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
 layout 4 $T -pp 4 model.num_layers=8 -vp 2 train.global_batch_size=8
 layout 2 $T -pp 2 model.num_layers=4 -vp 2 train.global_batch_size=8 model.recompute_granularity=selective
+# Fine-tuning: packed sequences (the position buffers) and LoRA's adapters over a frozen base
+# loaded from a checkpoint.
+rr --recipe llama_tiny_pretrain train.train_iters=1 checkpoint.save="$TMP/pt" \
+    checkpoint.save_interval=1 validation.eval_iters=0 logger.output_dir="$TMP/pt_o"
+expect_rc 0 "base checkpoint"
+S="--recipe llama_tiny_sft dataset.dataset_root=$SRC/data/sft_tiny checkpoint.pretrained_checkpoint=$TMP/pt"
+L="--recipe llama_tiny_lora dataset.dataset_root=$SRC/data/sft_tiny checkpoint.pretrained_checkpoint=$TMP/pt"
+layout 1 $S
+layout 2 $S -pp 2
+layout 1 $L
+layout 2 $L -tp 2
+layout 2 $L ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
 [ "$n" -ge 20 ] || fail "only $n layouts"
 echo "cli_plan_memory: $n layouts within 3%"

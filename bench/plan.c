@@ -1,7 +1,10 @@
 /* Planner throughput: layouts planned per second on one core (tr_plan_make on finalized,
- * validated configs: llama3_70b at 64 GPUs in four layouts, and llama_tiny), next to the peer
+ * validated configs: llama3_70b at 64 GPUs in four layouts, and llama_tiny), without the memo
+ * and through it (tr_plan_make_cached: after the first round every sizing input repeats, so this
+ * is the memo's floor, the rate for layouts whose parts were sized before), next to the peer
  * measured in the same run: the validator (tr_config_validate) on the same configs, the step
- * that decides which layouts exist.
+ * that decides which layouts exist. The search's own split (a cold memo over its candidates)
+ * is printed by run_recipe --search-layouts.
  *
  *   bench_plan [--rounds R] [--smoke]
  *
@@ -89,6 +92,17 @@ int main(int argc, char **argv) {
                 if (tr_plan_make(&c[i], g, &p, &d) != TR_OK) return 1;
         } while ((t = now_s() - t0) < budget);
         double plan_rate = n / t;
+        /* through the memo, as the search plans: the sizing calls once per distinct input */
+        tr_plan_cache *cache = NULL;
+        if (tr_plan_cache_create(&cache) != TR_OK) return 1;
+        long nc = 0;
+        t0 = now_s();
+        do {
+            for (int i = 0; i < NC; i++, nc++)
+                if (tr_plan_make_cached(&c[i], g, cache, &p, &d) != TR_OK) return 1;
+        } while ((t = now_s() - t0) < budget);
+        double memo_rate = nc / t;
+        tr_plan_cache_free(cache);
         long v = 0;
         tr_validate_opts vo = {0};
         t0 = now_s();
@@ -100,9 +114,11 @@ int main(int argc, char **argv) {
         } while ((t = now_s() - t0) < budget);
         double val_rate = v / t;
         tr_diags_free(&d);
-        printf("round %d: planner %.0f layouts/s (%ld in %.2f s); peer, the validator on the same "
-               "configs: %.0f layouts/s; planner / validator %.2f\n",
-               r, plan_rate, n, budget, val_rate, plan_rate / val_rate);
+        printf("round %d: planner %.0f layouts/s (%ld in %.2f s), through the memo %.0f "
+               "layouts/s; peer, the validator on the same configs: %.0f layouts/s; planner / "
+               "validator %.2f, memo / validator %.2f\n",
+               r, plan_rate, n, budget, memo_rate, val_rate, plan_rate / val_rate,
+               memo_rate / val_rate);
     }
     for (int i = 0; i < NC; i++) tr_config_free(&c[i]);
     return 0;

@@ -3,6 +3,7 @@
  * device rounds it. The order matters where buffers are replaced: the data-parallel path lays
  * the parameters out again (tr_model_relayout), holding the model's first buffers and the new
  * ones at once, and that is the peak the device sees. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,32 +76,176 @@ static tr_status grad_layout(const tr_config *c, const tr_model_spec *s, tr_tp_s
     return st;
 }
 
-/* The parts of pp_rank (its chunks, with their microbatches in flight) and its transfer
- * buffers, from the layout and the action list the executor runs. */
+/* What the schedule of pp_rank gives: its chunks' microbatches in flight and its transfer
+ * buffers. Keyed by what tr_pp_schedule_build reads (the schedule parameters, the message
+ * dtype, the rank) and which chunks hold the embedding and the loss. */
+typedef struct sched_key {
+    tr_pp_plan plan;
+    int32_t dtype;
+    int pp_rank, vpp;
+    unsigned char flags[64]; /* per chunk: 1 the embedding, 2 the loss (the first vpp count) */
+} sched_key;
+
+typedef struct sched_val {
+    int slots[64];
+    int fp32, half;
+} sched_val;
+
 static tr_status rank_parts(const tr_config *c, const tr_pp_layout *lay, int pp_rank,
-                            tr_model_part *parts, tr_plan_rank *r, tr_diags *d) {
-    tr_pp_schedule sch;
-    TR_TRY(tr_pp_schedule_build(c, pp_rank, &sch, d));
-    int max = 0;
-    tr_status st = tr_pp_slots_in_flight(&sch, lay->vpp, r->slots, &max);
+                            tr_plan_cache *cache, tr_model_part *parts, tr_plan_rank *r,
+                            tr_diags *d) {
+    sched_key k;
+    memset(&k, 0, sizeof k);
+    TR_TRY(tr_pp_plan_from_config(c, &k.plan, d));
+    k.dtype = tr_pp_message_dtype(c);
+    k.pp_rank = pp_rank;
+    k.vpp = lay->vpp;
     bool emb[64], loss[64];
-    for (int ch = 0; ch < lay->vpp && st == TR_OK; ch++) {
+    for (int ch = 0; ch < lay->vpp; ch++) {
         const tr_pp_stage *sg = tr_pp_layout_stage(lay, pp_rank, ch);
-        parts[ch] = (tr_model_part){sg->first_layer, sg->num_layers, sg->has_embedding,
-                                    sg->has_loss, r->slots[ch]};
         emb[ch] = sg->has_embedding;
         loss[ch] = sg->has_loss;
+        k.flags[ch] = (unsigned char)(emb[ch] | loss[ch] << 1);
     }
-    int32_t dt = sch.message_dtype;
-    if (st == TR_OK)
-        st = tr_pp_transfer_buffers(&sch, emb, loss, lay->vpp, dt != TR_DTYPE_FP32, &r->p2p_fp32,
-                                    &r->p2p_half);
-    tr_pp_schedule_free(&sch);
-    return st;
+    sched_val v;
+    size_t klen = offsetof(sched_key, flags) + (size_t)lay->vpp;
+    if (!tr_plan_cache_get(cache, TR_PLAN_MEMO_SCHEDULE, &k, klen, &v, sizeof v)) {
+        memset(&v, 0, sizeof v);
+        tr_pp_schedule sch;
+        TR_TRY(tr_pp_schedule_build(c, pp_rank, &sch, d));
+        int max = 0;
+        tr_status st = tr_pp_slots_in_flight(&sch, lay->vpp, v.slots, &max);
+        if (st == TR_OK)
+            st = tr_pp_transfer_buffers(&sch, emb, loss, lay->vpp,
+                                        sch.message_dtype != TR_DTYPE_FP32, &v.fp32, &v.half);
+        tr_pp_schedule_free(&sch);
+        TR_TRY(st);
+        tr_plan_cache_put(cache, TR_PLAN_MEMO_SCHEDULE, &k, klen, &v, sizeof v);
+    }
+    for (int ch = 0; ch < lay->vpp; ch++) {
+        const tr_pp_stage *sg = tr_pp_layout_stage(lay, pp_rank, ch);
+        r->slots[ch] = v.slots[ch];
+        parts[ch] = (tr_model_part){sg->first_layer, sg->num_layers, sg->has_embedding,
+                                    sg->has_loss, v.slots[ch]};
+    }
+    r->p2p_fp32 = v.fp32;
+    r->p2p_half = v.half;
+    return TR_OK;
 }
 
-tr_status tr_plan_rank_memory(const tr_config *c, const tr_model_spec *ms, const tr_plan_gpu *g,
-                              const tr_pp_layout *lay, int pp_rank, tr_plan_rank *r, tr_diags *d) {
+/* The parameter list and the data-parallel layout of a rank's parts: keyed by the spec, the TP
+ * size, the parts (slots aside) and what tr_ddp_options_from_config reads. */
+typedef struct param_key {
+    tr_model_spec ms;
+    int tp, dp, n_parts;
+    bool distributed, pipelined, sharded, overlap, pad;
+    int64_t num_buckets, bucket_size;
+    struct {
+        int first, num;
+        bool emb, loss;
+    } parts[64];
+} param_key;
+
+typedef struct param_val {
+    int64_t real, numel, wc, L, state, n_buckets;
+} param_val;
+
+static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_shard shard,
+                             const tr_model_part *parts, int n_parts, bool distributed, int dp,
+                             tr_plan_cache *cache, param_val *v, tr_diags *d) {
+    param_key k;
+    memset(&k, 0, sizeof k);
+    memcpy(&k.ms, ms, sizeof *ms);
+    k.tp = shard.size;
+    k.dp = dp;
+    k.n_parts = n_parts;
+    k.distributed = distributed;
+    k.pipelined = c->model.pipeline_model_parallel_size > 1;
+    k.sharded = c->ddp.use_distributed_optimizer || c->optimizer.use_distributed_optimizer;
+    k.overlap = c->ddp.overlap_grad_reduce;
+    k.pad = c->ddp.pad_buckets_for_high_nccl_busbw;
+    k.num_buckets = c->ddp.num_buckets;
+    k.bucket_size = c->ddp.bucket_size;
+    for (int i = 0; i < n_parts; i++) {
+        k.parts[i].first = parts[i].first_layer;
+        k.parts[i].num = parts[i].num_layers;
+        k.parts[i].emb = parts[i].has_embedding;
+        k.parts[i].loss = parts[i].has_loss;
+    }
+    size_t klen = offsetof(param_key, parts) + (size_t)n_parts * sizeof k.parts[0];
+    if (tr_plan_cache_get(cache, TR_PLAN_MEMO_PARAMS, &k, klen, v, sizeof *v)) return TR_OK;
+    tr_param_info *info = NULL;
+    int n_info = 0;
+    int64_t numel = 0;
+    TR_TRY(tr_model_param_list(ms, shard, parts, n_parts, &info, &n_info, &numel));
+    memset(v, 0, sizeof *v);
+    for (int i = 0; i < n_info; i++) v->real += info[i].numel;
+    v->numel = numel;
+    v->wc = weight_copy_elems(ms, info, n_info);
+    v->L = numel;
+    v->state = numel;
+    tr_status st = TR_OK;
+    if (distributed) {
+        tr_grad_layout lay_g = {0};
+        tr_grad_owned own = {0};
+        st = grad_layout(c, ms, shard, info, n_info, dp, &lay_g, &own, d);
+        if (st == TR_OK) {
+            v->L = lay_g.numel;
+            v->state = own.state_numel > 0 ? own.state_numel : 1;
+            v->n_buckets = lay_g.n_buckets;
+        }
+        tr_grad_owned_free(&own);
+        tr_grad_layout_free(&lay_g);
+    }
+    free(info);
+    TR_TRY(st);
+    tr_plan_cache_put(cache, TR_PLAN_MEMO_PARAMS, &k, klen, v, sizeof *v);
+    return TR_OK;
+}
+
+/* The activation arena of the parts (slots included) and of one slot per chunk. */
+typedef struct act_key {
+    tr_model_spec ms;
+    int tp, mbs, n_parts;
+    tr_model_part parts[64];
+} act_key;
+
+typedef struct act_val {
+    tr_model_act_size all, one;
+} act_val;
+
+static tr_status act_sizes(const tr_model_spec *ms, tr_tp_shard shard, int mbs,
+                           const tr_model_part *parts, int n_parts, tr_plan_cache *cache,
+                           act_val *v) {
+    act_key k;
+    memset(&k, 0, sizeof k);
+    memcpy(&k.ms, ms, sizeof *ms);
+    k.tp = shard.size;
+    k.mbs = mbs;
+    k.n_parts = n_parts;
+    for (int i = 0; i < n_parts; i++) {
+        k.parts[i].first_layer = parts[i].first_layer;
+        k.parts[i].num_layers = parts[i].num_layers;
+        k.parts[i].has_embedding = parts[i].has_embedding;
+        k.parts[i].has_loss = parts[i].has_loss;
+        k.parts[i].slots = parts[i].slots;
+    }
+    size_t klen = offsetof(act_key, parts) + (size_t)n_parts * sizeof k.parts[0];
+    if (tr_plan_cache_get(cache, TR_PLAN_MEMO_ACTS, &k, klen, v, sizeof *v)) return TR_OK;
+    tr_model shape;
+    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, parts, n_parts));
+    TR_TRY(tr_model_act_sizes(&shape, &v->all));
+    tr_model_part one[64];
+    for (int i = 0; i < n_parts; i++) one[i] = parts[i], one[i].slots = 1;
+    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, one, n_parts));
+    TR_TRY(tr_model_act_sizes(&shape, &v->one));
+    tr_plan_cache_put(cache, TR_PLAN_MEMO_ACTS, &k, klen, v, sizeof *v);
+    return TR_OK;
+}
+
+tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms,
+                                     const tr_plan_gpu *g, const tr_pp_layout *lay, int pp_rank,
+                                     tr_plan_cache *cache, tr_plan_rank *r, tr_diags *d) {
     int tp = (int)c->model.tensor_model_parallel_size, dp = (int)c->derived.data_parallel_size;
     int pp = (int)c->model.pipeline_model_parallel_size, mbs = (int)c->train.micro_batch_size;
     int nmb = (int)c->derived.num_microbatches;
@@ -112,7 +257,8 @@ tr_status tr_plan_rank_memory(const tr_config *c, const tr_model_spec *ms, const
     r->vpp = 1;
     if (pp > 1) {
         r->vpp = lay->vpp;
-        TR_TRY(rank_parts(c, lay, pp_rank, parts, r, d));
+        if (r->vpp < 1 || r->vpp > 64) return TR_ERR_INVALID;
+        TR_TRY(rank_parts(c, lay, pp_rank, cache, parts, r, d));
     } else {
         parts[0] = (tr_model_part){0, ms->num_layers, true, true, 1};
         r->slots[0] = 1;
@@ -122,64 +268,35 @@ tr_status tr_plan_rank_memory(const tr_config *c, const tr_model_spec *ms, const
         r->last |= parts[k].has_loss;
         r->layers += parts[k].num_layers;
     }
-    tr_param_info *info = NULL;
-    int n_info = 0;
-    int64_t numel = 0;
-    TR_TRY(tr_model_param_list(ms, shard, parts, r->vpp, &info, &n_info, &numel));
-    int64_t real = 0;
-    for (int i = 0; i < n_info; i++) real += info[i].numel;
-    r->n_params = real;
-    int64_t wc = weight_copy_elems(ms, info, n_info);
-    int64_t A = numel * 4, W = wc * 2, L = A, state = numel;
-    tr_status st = TR_OK;
-    if (distributed) {
-        tr_grad_layout lay_g = {0};
-        tr_grad_owned own = {0};
-        st = grad_layout(c, ms, shard, info, n_info, dp, &lay_g, &own, d);
-        if (st == TR_OK) {
-            L = lay_g.numel * 4;
-            state = own.state_numel > 0 ? own.state_numel : 1;
-            r->n_buckets = lay_g.n_buckets;
-        }
-        tr_grad_owned_free(&own);
-        tr_grad_layout_free(&lay_g);
-    }
-    free(info);
-    TR_TRY(st);
-    /* sizes */
+    param_val pv;
+    TR_TRY(param_sizes(c, ms, shard, parts, r->vpp, distributed, dp, cache, &pv, d));
+    r->n_params = pv.real;
+    r->n_buckets = pv.n_buckets;
+    int64_t A = pv.numel * 4, W = pv.wc * 2, L = pv.L * 4, state = pv.state;
     r->params = A;
     r->param_copy = W;
-    r->grads = distributed ? L : A;
-    r->ddp_padding = distributed ? L - real * 4 : A - real * 4;
+    r->grads = L;
+    r->ddp_padding = L - pv.real * 4;
     r->relayout = distributed ? 2 * A : 0;
     tr_optimizer_spec os;
     TR_TRY(tr_optimizer_spec_from_config(c, &os, d));
     int states = distributed || !os.sgd ? 2 : 1;
     r->optimizer = states * state * 4;
-    tr_model shape;
-    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, parts, r->vpp));
-    tr_model_act_size as;
-    TR_TRY(tr_model_act_sizes(&shape, &as));
+    act_val av;
+    TR_TRY(act_sizes(ms, shard, mbs, parts, r->vpp, cache, &av));
+    tr_model_act_size as = av.all;
     r->act_arena = as.act_bytes;
     r->tokens = as.tok_bytes;
     int64_t msg = (int64_t)mbs * ms->seq * ms->hidden / (ms->sequence_parallel && tp > 1 ? tp : 1);
     r->p2p = (int64_t)r->p2p_fp32 * msg * 4 + (int64_t)r->p2p_half * msg * 2;
-    int64_t loss_bufs = (pp > 1 ? 2 : 1) * (int64_t)(nmb > 0 ? nmb : 1) * 4;
-    r->workspace = loss_bufs;
+    r->workspace = (pp > 1 ? 2 : 1) * (int64_t)(nmb > 0 ? nmb : 1) * 4;
     /* one slot's share: the arena of one more microbatch in flight on every chunk */
-    {
-        tr_model_part one[64];
-        for (int k = 0; k < r->vpp; k++) one[k] = parts[k], one[k].slots = 1;
-        tr_model s1;
-        tr_model_act_size a1 = {0};
-        if (tr_model_shape(&s1, ms, shard, mbs, one, r->vpp) == TR_OK &&
-            tr_model_act_sizes(&s1, &a1) == TR_OK) {
-            int slots = 0;
-            for (int k = 0; k < r->vpp; k++) slots += r->slots[k];
-            r->act_per_slot =
-                slots > r->vpp ? (as.act_bytes - a1.act_bytes) / (slots - r->vpp) : a1.act_bytes;
-        }
-    }
+    int slots = 0;
+    for (int k = 0; k < r->vpp; k++) slots += r->slots[k];
+    r->act_per_slot =
+        slots > r->vpp ? (as.act_bytes - av.one.act_bytes) / (slots - r->vpp) : av.one.act_bytes;
+    tr_model shape;
+    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, parts, r->vpp));
     /* peaks per kind in allocation order, rounded */
     int64_t rA = tr_plan_round(g, A), rW = W ? tr_plan_round(g, W) : 0, rL = tr_plan_round(g, L);
     /* model: params A, copy W; the DDP path frees W (the newest: released everywhere), makes

@@ -107,6 +107,11 @@ static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
 }
 
 tr_status tr_plan_make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan *p, tr_diags *d) {
+    return tr_plan_make_cached(c, gpu, NULL, p, d);
+}
+
+tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache,
+                              tr_plan *p, tr_diags *d) {
     memset(p, 0, sizeof *p);
     TR_TRY(unsupported(c, d));
     const tr_model_config *m = &c->model;
@@ -134,7 +139,7 @@ tr_status tr_plan_make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan *p, t
     p->n_ranks = roles(p->pp, which);
     tr_status st = TR_OK;
     for (int i = 0; i < p->n_ranks && st == TR_OK; i++)
-        st = tr_plan_rank_memory(c, &ms, gpu, &lay, which[i], &p->ranks[i], d);
+        st = tr_plan_rank_memory_cached(c, &ms, gpu, &lay, which[i], cache, &p->ranks[i], d);
     if (p->pp > 1) tr_pp_layout_free(&lay);
     TR_TRY(st);
     p->peak_total = 0;

@@ -102,6 +102,16 @@ typedef struct tr_plan {
  * (context parallelism, MoE) are a "plan.unsupported" diagnostic and TR_ERR_CONFIG. */
 tr_status tr_plan_make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan *out, tr_diags *d);
 
+/* A memo of the sizing calls' results for planning many layouts (the search): the same numbers,
+ * each sizing call made once per distinct input. */
+typedef struct tr_plan_cache tr_plan_cache;
+tr_status tr_plan_cache_create(tr_plan_cache **out);
+void tr_plan_cache_free(tr_plan_cache *c);
+void tr_plan_cache_stats(const tr_plan_cache *c, int64_t *hits, int64_t *misses);
+/* tr_plan_make through the memo (NULL: none). */
+tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache,
+                              tr_plan *out, tr_diags *d);
+
 /* Text report (breakdown per role, FLOPs, bytes per group, bubble, time, MFU) and JSON. */
 void tr_plan_print(FILE *out, const tr_config *c, const tr_plan *p);
 void tr_plan_print_json(FILE *out, const tr_plan *p);
@@ -126,7 +136,10 @@ typedef struct tr_plan_search {
     int n_best;
     tr_plan_rejection *why; /* rule ids (and "memory") with counts */
     int n_why;
-    double seconds;
+    double seconds;          /* the whole search */
+    double validate_seconds; /* copying, overriding, finalizing and validating the candidates */
+    double plan_seconds;     /* planning the valid ones (through one memo) */
+    int64_t memo_hits, memo_misses;
 } tr_plan_search;
 
 /* Enumerates TP, PP, VPP, CP, EP, ETP, micro batch, recomputation and distributed-optimizer

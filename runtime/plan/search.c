@@ -96,7 +96,7 @@ static void keep(tr_plan_search *s, const tr_plan_candidate *k, int top_k) {
 }
 
 static void try_one(const tr_config *base, tr_world w, const tr_plan_gpu *gpu, int top_k,
-                    tr_plan_candidate *k, tr_plan_search *s) {
+                    tr_plan_cache *cache, tr_plan_candidate *k, tr_plan_search *s) {
     tr_config c;
     tr_diags d;
     tr_diags_init(&d);
@@ -106,15 +106,20 @@ static void try_one(const tr_config *base, tr_world w, const tr_plan_gpu *gpu, i
         return;
     }
     tr_validate_opts vo = {.check_files = false};
+    double t0 = now_s();
     tr_status st = apply(&c, k, &d);
     if (st == TR_OK) st = tr_config_finalize(&c, &w, &d);
     if (st == TR_OK) st = tr_config_validate(&c, &vo, &d);
+    double t1 = now_s();
+    s->validate_seconds += t1 - t0;
     if (st == TR_OK && d.n_errors == 0) {
         s->valid++;
         k->dp = (int)c.derived.data_parallel_size;
         tr_diags pd;
         tr_diags_init(&pd);
-        if (tr_plan_make(&c, gpu, &k->plan, &pd) != TR_OK) {
+        tr_status ps = tr_plan_make_cached(&c, gpu, cache, &k->plan, &pd);
+        s->plan_seconds += now_s() - t1;
+        if (ps != TR_OK) {
             count_why(s, pd.n > 0 ? pd.items[0].id : "plan.failed");
         } else if (!k->plan.fits) {
             count_why(s, "memory");
@@ -146,6 +151,8 @@ tr_status tr_plan_search_layouts(const tr_config *base, tr_world w, const tr_pla
     if (top_k < 1) top_k = 1;
     s->best = calloc((size_t)top_k + 1, sizeof *s->best);
     if (!s->best) return TR_ERR_NOMEM;
+    tr_plan_cache *cache = NULL;
+    TR_TRY(tr_plan_cache_create(&cache));
     double t0 = now_s();
     for (int a = 0; a < N(tps); a++)
         for (int b = 0; b < N(cps); b++)
@@ -169,9 +176,11 @@ tr_status tr_plan_search_layouts(const tr_config *base, tr_world w, const tr_pla
                                                        .recompute = r,
                                                        .dist_opt = o == 0,
                                                        .sp = tp > 1};
-                                try_one(base, w, gpu, top_k, &k, s);
+                                try_one(base, w, gpu, top_k, cache, &k, s);
                             }
     s->seconds = now_s() - t0;
+    tr_plan_cache_stats(cache, &s->memo_hits, &s->memo_misses);
+    tr_plan_cache_free(cache);
     return TR_OK;
 }
 
@@ -184,8 +193,10 @@ void tr_plan_search_free(tr_plan_search *s) {
 void tr_plan_search_print(FILE *out, const tr_plan_search *s, bool json) {
     char ov[1024];
     if (json) {
-        fprintf(out, "{\"tried\":%d,\"valid\":%d,\"fit\":%d,\"seconds\":%.6g,\"rejected\":{",
-                s->tried, s->valid, s->fit, s->seconds);
+        fprintf(out,
+                "{\"tried\":%d,\"valid\":%d,\"fit\":%d,\"seconds\":%.6g,\"validate_seconds\":%.6g,"
+                "\"plan_seconds\":%.6g,\"rejected\":{",
+                s->tried, s->valid, s->fit, s->seconds, s->validate_seconds, s->plan_seconds);
         for (int i = 0; i < s->n_why; i++)
             fprintf(out, "%s\"%s\":%d", i ? "," : "", s->why[i].id, s->why[i].count);
         fprintf(out, "},\"top\":[");
@@ -199,8 +210,11 @@ void tr_plan_search_print(FILE *out, const tr_plan_search *s, bool json) {
         fprintf(out, "]}\n");
         return;
     }
-    fprintf(out, "search: %d layouts tried, %d valid, %d fit (%.3f s)\n", s->tried, s->valid,
-            s->fit, s->seconds);
+    fprintf(out,
+            "search: %d layouts tried, %d valid, %d fit (%.3f s: %.3f s resolving and validating, "
+            "%.3f s planning; memo %lld hits, %lld misses)\n",
+            s->tried, s->valid, s->fit, s->seconds, s->validate_seconds, s->plan_seconds,
+            (long long)s->memo_hits, (long long)s->memo_misses);
     for (int i = 0; i < s->n_why; i++)
         fprintf(out, "  rejected %6d  %s\n", s->why[i].count, s->why[i].id);
     for (int i = 0; i < s->n_best; i++) {

@@ -11,16 +11,20 @@ static double ring(int n) {
 
 static tr_status unsupported(const tr_config *c, tr_diags *d) {
     const tr_model_config *m = &c->model;
-    if (m->context_parallel_size > 1)
-        return tr_diag_add(d, TR_SEV_ERROR, "plan.unsupported", NULL, "model.context_parallel_size",
-                           "plan with context_parallel_size=1 (the runtime refuses CP today)",
-                           "the planner covers the axes the runtime runs; context parallelism "
-                           "is not one yet");
-    if (m->num_moe_experts != TR_NULL_INT && m->num_moe_experts > 0)
-        return tr_diag_add(d, TR_SEV_ERROR, "plan.unsupported", NULL, "model.num_moe_experts",
-                           "plan a dense model (the runtime refuses MoE layers today)",
-                           "the planner covers the axes the runtime runs; mixture-of-experts "
-                           "layers are not one yet");
+    if (m->context_parallel_size > 1) {
+        tr_diag_add(d, TR_SEV_ERROR, "plan.unsupported", NULL, "model.context_parallel_size",
+                    "plan with context_parallel_size=1 (the runtime refuses CP today)",
+                    "the planner covers the axes the runtime runs; context parallelism "
+                    "is not one yet");
+        return TR_ERR_CONFIG;
+    }
+    if (m->num_moe_experts != TR_NULL_INT && m->num_moe_experts > 0) {
+        tr_diag_add(d, TR_SEV_ERROR, "plan.unsupported", NULL, "model.num_moe_experts",
+                    "plan a dense model (the runtime refuses MoE layers today)",
+                    "the planner covers the axes the runtime runs; mixture-of-experts "
+                    "layers are not one yet");
+        return TR_ERR_CONFIG;
+    }
     return TR_OK;
 }
 

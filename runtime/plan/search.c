@@ -166,6 +166,8 @@ tr_status tr_plan_search_layouts(const tr_config *base, tr_world w, const tr_pla
                                     w.world_size % (tp * cp * pp))
                                     continue;
                                 if (pp == 1 && vpps[v] > 1) continue;
+                                /* one data-parallel rank: nothing to shard, the same layout */
+                                if (o == 0 && w.world_size / (tp * cp * pp) == 1) continue;
                                 tr_plan_candidate k = {.tp = tp,
                                                        .pp = pp,
                                                        .vpp = vpps[v],

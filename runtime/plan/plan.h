@@ -93,7 +93,9 @@ typedef struct tr_plan {
     bool fits;
     double model_flops; /* per step, forward + backward (6 N T + attention) */
     double hw_flops;    /* per step including recomputation */
-    double t_compute, t_bubble, t_optimizer, t_comm, step_s, mfu, bubble;
+    double t_compute, t_bubble, t_optimizer, t_comm, step_s, mfu;
+    double bubble;          /* simulated from every rank's action list (tr_pp_check) */
+    double bubble_expected; /* (p - 1) / (v m) */
     tr_plan_comm comm[4];
     int n_comm;
 } tr_plan;

@@ -49,38 +49,6 @@ static void add_comm(tr_plan *p, const char *g, int size, double bytes, double b
     k->seconds = bytes / (bw_gbs * 1e9 * eff) * (1.0 - hidden);
 }
 
-/* The bubble of the action lists: every rank's list simulated together with unit costs
- * (forward 1, backward 2; tr_pp_check), the idle time over the compute of the busiest rank. */
-static tr_status sim_bubble(const tr_config *c, tr_plan_cache *cache, tr_plan *p, tr_diags *d) {
-    p->bubble_expected = tr_pp_bubble_expected(p->pp, p->vpp, p->nmb);
-    p->bubble = 0.0;
-    if (p->pp <= 1) return TR_OK;
-    tr_pp_plan key;
-    memset(&key, 0, sizeof key);
-    TR_TRY(tr_pp_plan_from_config(c, &key, d));
-    if (tr_plan_cache_get(cache, TR_PLAN_MEMO_BUBBLE, &key, sizeof key, &p->bubble,
-                          sizeof p->bubble))
-        return TR_OK;
-    tr_pp_schedule *ranks = calloc((size_t)key.pp, sizeof *ranks);
-    if (!ranks) return TR_ERR_NOMEM;
-    tr_status st = TR_OK;
-    for (int r = 0; r < key.pp && st == TR_OK; r++)
-        st = tr_pp_schedule_build_plan(&key, r, &ranks[r]);
-    tr_pp_sim sim = {0};
-    if (st == TR_OK) st = tr_pp_check(ranks, key.pp, &sim, d);
-    if (st == TR_OK) {
-        tr_pp_bubble b;
-        tr_pp_bubble_from_sim(&sim, key.pp, key.vpp, key.num_microbatches, &b);
-        p->bubble = b.simulated;
-        tr_plan_cache_put(cache, TR_PLAN_MEMO_BUBBLE, &key, sizeof key, &p->bubble,
-                          sizeof p->bubble);
-    }
-    tr_pp_sim_free(&sim);
-    for (int r = 0; r < key.pp; r++) tr_pp_schedule_free(&ranks[r]);
-    free(ranks);
-    return st;
-}
-
 static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
     const tr_plan_gpu *g = p->gpu;
     double seq = ms->seq, tokens = (double)p->gbs * seq;
@@ -183,7 +151,32 @@ tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_pla
         if ((int64_t)p->ranks[i].device_total > p->peak_total)
             p->peak_total = (int64_t)p->ranks[i].device_total;
     p->fits = (double)p->peak_total <= gpu->mem_bytes;
-    TR_TRY(sim_bubble(c, cache, p, d));
+    p->bubble = tr_pp_bubble_expected(p->pp, p->vpp, p->nmb);
     step_time(c, &ms, p);
     return TR_OK;
+}
+
+/* The bubble of the action lists: every rank's list simulated together with unit costs
+ * (forward 1, backward 2; tr_pp_check), the idle time over the compute of the busiest rank. */
+tr_status tr_plan_sim_bubble(const tr_config *c, double *bubble, tr_diags *d) {
+    *bubble = 0.0;
+    if (c->model.pipeline_model_parallel_size <= 1) return TR_OK;
+    tr_pp_plan key;
+    TR_TRY(tr_pp_plan_from_config(c, &key, d));
+    tr_pp_schedule *ranks = calloc((size_t)key.pp, sizeof *ranks);
+    if (!ranks) return TR_ERR_NOMEM;
+    tr_status st = TR_OK;
+    for (int r = 0; r < key.pp && st == TR_OK; r++)
+        st = tr_pp_schedule_build_plan(&key, r, &ranks[r]);
+    tr_pp_sim sim = {0};
+    if (st == TR_OK) st = tr_pp_check(ranks, key.pp, &sim, d);
+    if (st == TR_OK) {
+        tr_pp_bubble b;
+        tr_pp_bubble_from_sim(&sim, key.pp, key.vpp, key.num_microbatches, &b);
+        *bubble = b.simulated;
+    }
+    tr_pp_sim_free(&sim);
+    for (int r = 0; r < key.pp; r++) tr_pp_schedule_free(&ranks[r]);
+    free(ranks);
+    return st;
 }

@@ -94,8 +94,7 @@ typedef struct tr_plan {
     double model_flops; /* per step, forward + backward (6 N T + attention) */
     double hw_flops;    /* per step including recomputation */
     double t_compute, t_bubble, t_optimizer, t_comm, step_s, mfu;
-    double bubble;          /* simulated from every rank's action list (tr_pp_check) */
-    double bubble_expected; /* (p - 1) / (v m) */
+    double bubble; /* (p - 1) / (v m) of the compute time */
     tr_plan_comm comm[4];
     int n_comm;
 } tr_plan;
@@ -113,6 +112,10 @@ void tr_plan_cache_stats(const tr_plan_cache *c, int64_t *hits, int64_t *misses)
 /* tr_plan_make through the memo (NULL: none). */
 tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache,
                               tr_plan *out, tr_diags *d);
+
+/* The bubble every rank's action list gives, simulated together with unit costs (tr_pp_check):
+ * the check the printed plan shows beside the formula the step time uses (0 without PP). */
+tr_status tr_plan_sim_bubble(const tr_config *c, double *bubble, tr_diags *d);
 
 /* Text report (breakdown per role, FLOPs, bytes per group, bubble, time, MFU) and JSON. */
 void tr_plan_print(FILE *out, const tr_config *c, const tr_plan *p);

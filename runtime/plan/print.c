@@ -78,10 +78,19 @@ void tr_plan_print(FILE *out, const tr_config *c, const tr_plan *p) {
         fprintf(out, "comm %-9s group of %d: %.4g bytes per step per rank (%s), %.4f s exposed\n",
                 p->comm[i].group, p->comm[i].size, p->comm[i].bytes,
                 p->comm[i].cross_node ? "network" : "NVLink", p->comm[i].seconds);
+    double sim = 0.0;
+    tr_diags d;
+    tr_diags_init(&d);
+    bool simulated = tr_plan_sim_bubble(c, &sim, &d) == TR_OK;
+    tr_diags_free(&d);
     fprintf(out,
-            "pipeline bubble %.4f of the compute time, simulated from every rank's action list "
-            "(the formula (p - 1) / (v m): %.4f)\n",
-            p->bubble, p->bubble_expected);
+            "pipeline bubble %.4f of the compute time ((p - 1) / (v m)); every rank's action list "
+            "simulated: ",
+            p->bubble);
+    if (simulated)
+        fprintf(out, "%.4f\n", sim);
+    else
+        fprintf(out, "not available\n");
     fprintf(out,
             "step time %.4f s predicted (compute %.4f, bubble %.4f, exposed comm %.4f, "
             "optimizer %.4f); MFU %.1f%%\n",

@@ -24,6 +24,11 @@ typedef enum opt_id {
     OPT_DIAG_FORMAT,
     OPT_VALIDATE_ALL,
     OPT_WORLD_SIZES,
+    OPT_PLAN,
+    OPT_GPU,
+    OPT_SEARCH_LAYOUTS,
+    OPT_TOP,
+    OPT_JSON,
     OPT_VERSION,
     OPT_HELP,
     OPT_CONVENIENCE /* sets config keys; see the key columns */
@@ -84,6 +89,14 @@ static const cli_opt OPTS[] = {
          "check every recipe (and YAML files given) for the --world-sizes"),
     FLAG(OPT_WORLD_SIZES, "--world-sizes", "--world_sizes", ARG_REQUIRED, "N,N,...",
          "world sizes for --validate-all"),
+    FLAG(OPT_PLAN, "--plan", NULL, ARG_NONE, NULL,
+         "per-rank memory, FLOPs, bytes per group, bubble, step time and MFU; no training (docs/plan.md)"),
+    FLAG(OPT_GPU, "--gpu", NULL, ARG_REQUIRED, "KIND",
+         "the device --plan and --search-layouts plan for: h100-80gb (default), h200-141gb, a100-80gb, b200, cpu"),
+    FLAG(OPT_SEARCH_LAYOUTS, "--search-layouts", "--search_layouts", ARG_NONE, NULL,
+         "enumerate TP, PP, VPP, CP, EP, micro batch, recomputation and distributed-optimizer layouts for --world-size; print the fastest that validate and fit"),
+    FLAG(OPT_TOP, "--top", NULL, ARG_REQUIRED, "K", "with --search-layouts: how many layouts to print (default 5)"),
+    FLAG(OPT_JSON, "--json", NULL, ARG_NONE, NULL, "with --plan or --search-layouts: one JSON document on stdout"),
     FLAG(OPT_VERSION, "--version", NULL, ARG_NONE, NULL, "print the version and exit"),
     FLAG(OPT_HELP, "-h", "--help", ARG_NONE, NULL, "this help"),
 
@@ -311,6 +324,19 @@ static tr_status apply_opt(const cli_opt *opt, const char *flag, const char *val
         return TR_OK;
     case OPT_EXPLAIN:
         return push_str(&cli->explain, &cli->n_explain, value);
+    case OPT_PLAN:
+        cli->plan = true;
+        return TR_OK;
+    case OPT_GPU:
+        cli->gpu = value;
+        return TR_OK;
+    case OPT_SEARCH_LAYOUTS:
+        cli->search_layouts = true;
+        return TR_OK;
+    case OPT_JSON:
+        cli->json = true;
+        return TR_OK;
+    case OPT_TOP:
     case OPT_WORLD_SIZE:
     case OPT_GPUS_PER_NODE: {
         int v;
@@ -319,7 +345,9 @@ static tr_status apply_opt(const cli_opt *opt, const char *flag, const char *val
                         "%s: '%s' is not a positive integer", flag, value);
             return TR_OK;
         }
-        if (opt->id == OPT_WORLD_SIZE)
+        if (opt->id == OPT_TOP)
+            cli->top = v;
+        else if (opt->id == OPT_WORLD_SIZE)
             cli->world_size = v;
         else
             cli->gpus_per_node = v;
@@ -476,9 +504,9 @@ void tr_cli_free(tr_cli *cli) {
 }
 
 bool tr_cli_is_inspection(const tr_cli *cli) {
-    return cli->dry_run || cli->print_config || cli->n_explain > 0 || cli->list_recipes ||
-           cli->describe_recipe || cli->help_config || cli->validate_all || cli->version ||
-           cli->help;
+    return cli->dry_run || cli->plan || cli->search_layouts || cli->print_config ||
+           cli->n_explain > 0 || cli->list_recipes || cli->describe_recipe || cli->help_config ||
+           cli->validate_all || cli->version || cli->help;
 }
 
 void tr_cli_usage(FILE *out) {

@@ -36,6 +36,9 @@ typedef struct tr_cli {
     const char **validate_files; /* positional *.yaml with --validate-all */
     int n_validate_files;
     tr_cli_diag_format diag_format;
+    bool plan, search_layouts, json; /* --plan, --search-layouts, --json (docs/plan.md) */
+    const char *gpu;                 /* --gpu KIND; NULL: h100-80gb */
+    int top;                         /* --top K; 0: 5 */
 } tr_cli;
 
 /* Parses argv (argv[0] is the program). Returns TR_OK with diagnostics in d when the command

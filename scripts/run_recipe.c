@@ -12,6 +12,7 @@
 #include "scripts/cli_args.h"
 #include "scripts/cli_catalog.h"
 #include "scripts/cli_launch.h"
+#include "scripts/cli_plan.h"
 #include "scripts/cli_report.h"
 #include "scripts/cli_resolve.h"
 
@@ -80,6 +81,15 @@ static tr_status dispatch(tr_cli *cli, int *argc, char ***argv, tr_diags *d, int
     if (cli->describe_recipe)
         return tr_cli_describe_recipe(stdout, cli->describe_recipe, cli->world_size ? &w : NULL, d);
     if (cli->validate_all) return tr_cli_validate_all(cli, d);
+    if ((cli->plan || cli->search_layouts) && cli->json && cli->diag_format == TR_CLI_DIAG_JSON) {
+        tr_diag_add(d, TR_SEV_ERROR, "cli.conflict", NULL, NULL,
+                    "drop one: both want stdout to themselves",
+                    "--json and --diagnostics-format json cannot be combined");
+        return TR_ERR_INVALID;
+    }
+    if (cli->search_layouts && (cli->recipe || cli->n_config_files))
+        return tr_cli_search_layouts(cli, d);
+    if (cli->plan && (cli->recipe || cli->n_config_files)) return tr_cli_plan(cli, d);
     if (!cli->recipe && cli->n_config_files == 0) {
         tr_diag_add(d, TR_SEV_ERROR, "cli.no_recipe", NULL, NULL,
                     "name one with --recipe NAME (run_recipe --list-recipes shows them) or give a "

@@ -96,6 +96,10 @@ tr_status tr_device_all_gather_host(tr_device *dev, tr_comm *c, int group, const
     return tr_device_to_host(dev, recv, out, total);
 }
 
+size_t tr_device_scratch_bytes(void) {
+    return TR_DEVICE_SCRATCH_BYTES;
+}
+
 size_t tr_device_peak(const tr_device *dev, tr_mem_kind kind) {
     return dev->be->peak(dev, kind);
 }

@@ -107,6 +107,10 @@ tr_status tr_device_all_reduce_host(tr_device *dev, tr_comm *c, int group, void 
 tr_status tr_device_all_gather_host(tr_device *dev, tr_comm *c, int group, const void *send,
                                     void *recv, size_t count, tr_comm_dtype t);
 
+/* The workspace bytes a non-host device keeps for itself from its opening (scalars staged for
+ * the host); for sizing (runtime/plan). */
+size_t tr_device_scratch_bytes(void);
+
 /* Peak bytes per memory kind so far (0 where the backend does not count). */
 size_t tr_device_peak(const tr_device *dev, tr_mem_kind kind);
 /* Logs one line per kind with its peak and the total (CUDA; nothing on cpu). */

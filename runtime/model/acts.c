@@ -230,16 +230,22 @@ static void carve_acts(tr_model *m, carver *c) {
     const tr_model_spec *s = &m->spec;
     int64_t bt = (int64_t)m->batch * s->seq, C = s->hidden;
     int64_t hd = (int64_t)s->heads * s->head_dim, gd = (int64_t)s->groups * s->head_dim;
+    /* A sizing pass of a shape (tr_model_act_sizes) has no slot or set records: the pointers go
+     * to a scratch record, the sizes are the same. */
+    tr_layer_acts scratch_layer = {0};
+    tr_slot_acts scratch_slot = {0};
     for (int r = 0; r < m->n_rc_sets; r++)
-        carve_layer(m, c, &m->rc_sets[r], NULL, TR_RC_ALL & ~set_groups(m, r));
+        carve_layer(m, c, m->rc_sets ? &m->rc_sets[r] : &scratch_layer, NULL,
+                    TR_RC_ALL & ~set_groups(m, r));
     for (int k = 0; k < m->n_parts; k++) {
         const tr_model_part *p = &m->parts[k];
         for (int slot = 0; slot < part_slots(p); slot++) {
-            tr_slot_acts *a = &m->slot_acts[m->slot_start[k] + slot];
+            tr_slot_acts *a = m->slot_acts ? &m->slot_acts[m->slot_start[k] + slot] : &scratch_slot;
             for (int i = 0; i < p->num_layers; i++) {
                 int at;
                 unsigned drop = tr_model_rc_dropped(m, k, p->first_layer + i, &at);
-                carve_layer(m, c, &a->layers[i], drop ? &m->rc_sets[at] : NULL, drop);
+                tr_layer_acts *la = a->layers ? &a->layers[i] : &scratch_layer;
+                carve_layer(m, c, la, drop && m->rc_sets ? &m->rc_sets[at] : NULL, drop);
             }
             if (p->has_loss) carve_head(m, c, a);
         }
@@ -332,6 +338,29 @@ tr_status tr_model_alloc_acts(tr_model *m) {
     if (st != TR_OK) return st;
     c = (carver){m->act_buf, 0};
     carve_acts(m, &c);
+    return TR_OK;
+}
+
+static int64_t n_slots_of(const tr_model *m) {
+    int64_t n = 0;
+    for (int k = 0; k < m->n_parts; k++) n += part_slots(&m->parts[k]);
+    return n;
+}
+
+tr_status tr_model_act_sizes(const tr_model *shape, tr_model_act_size *out) {
+    tr_model m = *shape;
+    m.slot_acts = NULL;
+    m.rc_sets = NULL;
+    m.n_rc_sets = tr_model_rc_sets(&m);
+    int defer = tr_model_defer_cap(&m);
+    if (defer < 0 || (defer && m.spec.tied && !m.has_tied_copy)) return TR_ERR_INVALID;
+    carver c = {0};
+    carve_acts(&m, &c);
+    int64_t bt = (int64_t)m.batch * m.spec.seq;
+    out->act_bytes = c.used * (int64_t)sizeof(float);
+    out->tok_bytes = 4 * n_slots_of(&m) * bt * (int64_t)sizeof(int32_t);
+    out->rc_sets = m.n_rc_sets;
+    out->defer_cap = defer;
     return TR_OK;
 }
 

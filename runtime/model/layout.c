@@ -362,11 +362,9 @@ tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_m
     return TR_OK;
 }
 
-static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *s, tr_tp_shard tp,
-                              const tr_ops *ops, int batch, const tr_model_part *parts,
-                              int n_parts) {
+tr_status tr_model_shape(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, int batch,
+                         const tr_model_part *parts, int n_parts) {
     memset(m, 0, sizeof *m);
-    m->dev = dev;
     TR_TRY(check_spec(s, tp, batch));
     TR_TRY(check_parts(s, parts, n_parts));
     m->full = *s;
@@ -374,12 +372,26 @@ static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *
     m->full.sequence_parallel = m->spec.sequence_parallel;
     m->tp = tp;
     m->tp_group = TR_GROUP_TP;
-    s = &m->spec;
-    m->ops = ops;
     m->batch = batch;
     m->training = 1;
-    m->qkv_dim = (s->heads + 2 * s->groups) * s->head_dim;
-    m->fc1_dim = s->swiglu ? 2 * s->ffn : s->ffn;
+    m->qkv_dim = (m->spec.heads + 2 * m->spec.groups) * m->spec.head_dim;
+    m->fc1_dim = m->spec.swiglu ? 2 * m->spec.ffn : m->spec.ffn;
+    m->parts = (tr_model_part *)parts;
+    m->n_parts = n_parts;
+    m->has_tied_copy =
+        s->tied && any_part(parts, n_parts, true) && !any_part(parts, n_parts, false);
+    return TR_OK;
+}
+
+static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *s, tr_tp_shard tp,
+                              const tr_ops *ops, int batch, const tr_model_part *parts,
+                              int n_parts) {
+    TR_TRY(tr_model_shape(m, s, tp, batch, parts, n_parts));
+    m->parts = NULL; /* borrowed by the shape; the model owns its copy */
+    m->has_tied_copy = false;
+    m->dev = dev;
+    s = &m->spec;
+    m->ops = ops;
     tr_status st = TR_ERR_NOMEM;
     m->parts = malloc((size_t)n_parts * sizeof *m->parts);
     if (!m->parts) goto fail;

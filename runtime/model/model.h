@@ -416,6 +416,26 @@ int tr_model_layer_slots(const tr_model *m, int layer);
 tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_model_part *parts,
                               int n_parts, tr_param_info **info, int *n_info, int64_t *numel);
 
+/* The sizing fields of a model that is never allocated (spec, full, tp, batch, qkv_dim,
+ * fc1_dim, parts, which it borrows; nothing to free): what tr_model_create_parts would make,
+ * for sizing (tr_model_act_sizes; runtime/plan). Checked as creation checks. */
+tr_status tr_model_shape(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, int batch,
+                         const tr_model_part *parts, int n_parts);
+
+/* The activation allocations of a model of that shape, from the pass that carves them. */
+typedef struct tr_model_act_size {
+    int64_t act_bytes; /* the activation arena: every slot, recompute sets, scratch */
+    int64_t tok_bytes; /* per slot ids, targets, document starts, position ids */
+    int rc_sets;       /* shared recompute sets */
+    int defer_cap;     /* deferred output-layer weight gradients held */
+} tr_model_act_size;
+tr_status tr_model_act_sizes(const tr_model *shape, tr_model_act_size *out);
+
+/* The buffers the first packed-sequence microbatch makes (tr_model_set_sequences with
+ * position ids): this rank's position rows, and each of the two gathered RoPE tables (0 without
+ * RoPE). */
+void tr_model_position_bytes(const tr_model *m, int64_t *local, int64_t *table);
+
 /* Moves every parameter i to offsets[i] of new flat buffers of numel floats (a data-parallel
  * gradient layout's offsets), keeping the values; the gradients restart at zero and elements
  * outside every parameter stay zero. */

@@ -31,6 +31,13 @@ tr_status tr_model_set_sequences(tr_model *m, const int32_t *doc_start, const in
     return TR_OK;
 }
 
+void tr_model_position_bytes(const tr_model *m, int64_t *local, int64_t *table) {
+    const tr_model_spec *s = &m->spec;
+    *local = (int64_t)tr_tp_local_rows(m) * (int64_t)sizeof *m->pos_local;
+    *table =
+        s->rope ? (int64_t)m->batch * s->seq * (s->rope_p.rot_dim / 2) * (int64_t)sizeof(float) : 0;
+}
+
 /* Points the model at a layout and gathers what the positions need. */
 static tr_status activate(tr_model *m, const int32_t *doc_start, const int32_t *pos_ids) {
     const tr_model_spec *s = &m->spec;
@@ -39,14 +46,17 @@ static tr_status activate(tr_model *m, const int32_t *doc_start, const int32_t *
     m->pos_ids = pos_ids;
     if (!pos_ids) return TR_OK;
     int half = s->rope_p.rot_dim / 2;
+    int64_t local_bytes, table_bytes;
+    tr_model_position_bytes(m, &local_bytes, &table_bytes);
     /* Device memory like every model buffer, made on the first packed microbatch. */
     if (!m->pos_local)
-        TR_TRY(tr_device_alloc(m->dev, TR_MEM_ACTIVATIONS, (size_t)lrows * sizeof *m->pos_local,
+        TR_TRY(tr_device_alloc(m->dev, TR_MEM_ACTIVATIONS, (size_t)local_bytes,
                                (void **)&m->pos_local));
     if (s->rope && !m->pos_cos) {
-        size_t bytes = (size_t)rows * (size_t)half * sizeof(float);
-        TR_TRY(tr_device_alloc(m->dev, TR_MEM_ACTIVATIONS, bytes, (void **)&m->pos_cos));
-        TR_TRY(tr_device_alloc(m->dev, TR_MEM_ACTIVATIONS, bytes, (void **)&m->pos_sin));
+        TR_TRY(
+            tr_device_alloc(m->dev, TR_MEM_ACTIVATIONS, (size_t)table_bytes, (void **)&m->pos_cos));
+        TR_TRY(
+            tr_device_alloc(m->dev, TR_MEM_ACTIVATIONS, (size_t)table_bytes, (void **)&m->pos_sin));
     }
     /* With sequence parallelism this rank holds chunk `tp.rank` of every sequence. */
     int first = s->sequence_parallel ? m->tp.rank * chunk : 0;

@@ -19,20 +19,12 @@ static double now_s(void) {
 }
 
 /* The most microbatches of each chunk forwarded but not yet backwarded at any point of the
- * list: the activation sets the chunk needs. */
-static void count_in_flight(tr_pp_exec *e) {
-    int live[64] = {0};
-    for (int i = 0; i < e->sched.n; i++) {
-        const tr_pp_action *a = &e->sched.actions[i];
-        if (a->chunk < 0 || a->chunk >= e->vpp || a->chunk >= 64) continue;
-        if (a->op == TR_PP_FWD && ++live[a->chunk] > e->parts[a->chunk].slots)
-            e->parts[a->chunk].slots = live[a->chunk];
-        if (a->op == TR_PP_BWD) live[a->chunk]--;
-    }
-    for (int ch = 0; ch < e->vpp; ch++) {
-        if (e->parts[ch].slots < 1) e->parts[ch].slots = 1;
-        if (e->parts[ch].slots > e->max_slots) e->max_slots = e->parts[ch].slots;
-    }
+ * list: the activation sets the chunk needs (counted as the planner counts them). */
+static tr_status count_in_flight(tr_pp_exec *e) {
+    int slots[64];
+    TR_TRY(tr_pp_slots_in_flight(&e->sched, e->vpp, slots, &e->max_slots));
+    for (int ch = 0; ch < e->vpp; ch++) e->parts[ch].slots = slots[ch];
+    return TR_OK;
 }
 
 tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr_diags *d) {
@@ -66,7 +58,7 @@ tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr
         e->parts[ch] =
             (tr_model_part){st->first_layer, st->num_layers, st->has_embedding, st->has_loss, 0};
     }
-    count_in_flight(e);
+    TR_TRY(count_in_flight(e));
     e->slot_mb = malloc((size_t)e->vpp * (size_t)e->max_slots * sizeof *e->slot_mb);
     if (!e->slot_mb) return TR_ERR_NOMEM;
     for (int i = 0; i < e->vpp * e->max_slots; i++) e->slot_mb[i] = -1;

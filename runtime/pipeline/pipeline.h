@@ -102,6 +102,19 @@ tr_status tr_pp_interleaved_table(int m, int vpp, int group_size, tr_pp_slot **o
 /* Warmup length of the interleaved schedule on pp_rank, capped at m * vpp. */
 int tr_pp_interleaved_warmup(int pp, int pp_rank, int vpp, int group_size, int m);
 
+/* ---- what a list keeps alive (in_flight.c) ---- */
+
+/* slots[ch] (ch < vpp <= 64): the most microbatches of chunk ch forwarded and not yet
+ * backwarded at any point of s (at least 1): the activation sets the executor gives it;
+ * *max_slots the largest. */
+tr_status tr_pp_slots_in_flight(const tr_pp_schedule *s, int vpp, int *slots, int *max_slots);
+/* The stage-transfer buffers the executor holds at once running s: fp32 activations (one
+ * message of [mbs, seq (/ TP under SP), hidden] floats each) and, with half-precision messages
+ * (half), packed ones; has_embedding / has_loss per local chunk. */
+tr_status tr_pp_transfer_buffers(const tr_pp_schedule *s, const bool *has_embedding,
+                                 const bool *has_loss, int vpp, bool half, int *fp32_peak,
+                                 int *half_peak);
+
 /* ---- static check ---- */
 
 /* Simulates all ranks together with unit costs (forward 1, backward 2, transfers 0). Checks

@@ -1,0 +1,113 @@
+/* The planner's memo (runtime/plan/plan.h): the results of the runtime's sizing calls, keyed by
+ * everything each call reads, so a search that plans thousands of layouts calls each one once
+ * per distinct input. An entry is a key (the bytes of the inputs) and a fixed-size value; the
+ * table is open addressing over a power of two, grown at half full. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/plan/plan_internal.h"
+
+typedef struct entry {
+    uint64_t hash;
+    int kind;
+    size_t key_len;
+    unsigned char *key;
+    unsigned char val[TR_PLAN_CACHE_VAL];
+} entry;
+
+struct tr_plan_cache {
+    entry *e;
+    size_t cap, n;
+    int64_t hits, misses;
+};
+
+tr_status tr_plan_cache_create(tr_plan_cache **out) {
+    tr_plan_cache *c = calloc(1, sizeof *c);
+    if (!c) return TR_ERR_NOMEM;
+    c->cap = 1024;
+    c->e = calloc(c->cap, sizeof *c->e);
+    if (!c->e) {
+        free(c);
+        return TR_ERR_NOMEM;
+    }
+    *out = c;
+    return TR_OK;
+}
+
+void tr_plan_cache_free(tr_plan_cache *c) {
+    if (!c) return;
+    for (size_t i = 0; i < c->cap; i++) free(c->e[i].key);
+    free(c->e);
+    free(c);
+}
+
+void tr_plan_cache_stats(const tr_plan_cache *c, int64_t *hits, int64_t *misses) {
+    *hits = c ? c->hits : 0;
+    *misses = c ? c->misses : 0;
+}
+
+/* A multiply-xorshift hash over the key's 8-byte words (the tail zero-padded) and its kind. */
+static uint64_t hash_of(int kind, const void *key, size_t n) {
+    const unsigned char *p = key;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ ((uint64_t)kind << 32) ^ n;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t w = 0;
+        memcpy(&w, p + i, n - i < 8 ? n - i : 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+    }
+    return h ? h : 1;
+}
+
+static entry *slot(tr_plan_cache *c, uint64_t h, int kind, const void *key, size_t n) {
+    for (size_t i = h & (c->cap - 1);; i = (i + 1) & (c->cap - 1)) {
+        entry *e = &c->e[i];
+        if (!e->hash) return e;
+        if (e->hash == h && e->kind == kind && e->key_len == n && !memcmp(e->key, key, n)) return e;
+    }
+}
+
+bool tr_plan_cache_get(tr_plan_cache *c, int kind, const void *key, size_t n, void *val,
+                       size_t val_len) {
+    if (!c || val_len > TR_PLAN_CACHE_VAL) return false;
+    entry *e = slot(c, hash_of(kind, key, n), kind, key, n);
+    if (!e->hash) {
+        c->misses++;
+        return false;
+    }
+    c->hits++;
+    memcpy(val, e->val, val_len);
+    return true;
+}
+
+static tr_status grow(tr_plan_cache *c) {
+    entry *old = c->e;
+    size_t cap = c->cap;
+    c->e = calloc(2 * cap, sizeof *c->e);
+    if (!c->e) {
+        c->e = old;
+        return TR_ERR_NOMEM;
+    }
+    c->cap = 2 * cap;
+    for (size_t i = 0; i < cap; i++)
+        if (old[i].hash) *slot(c, old[i].hash, old[i].kind, old[i].key, old[i].key_len) = old[i];
+    free(old);
+    return TR_OK;
+}
+
+void tr_plan_cache_put(tr_plan_cache *c, int kind, const void *key, size_t n, const void *val,
+                       size_t val_len) {
+    if (!c || val_len > TR_PLAN_CACHE_VAL) return;
+    if (2 * (c->n + 1) > c->cap && grow(c) != TR_OK) return;
+    uint64_t h = hash_of(kind, key, n);
+    entry *e = slot(c, h, kind, key, n);
+    if (e->hash) return;
+    e->key = malloc(n ? n : 1);
+    if (!e->key) return; /* a memo that cannot grow only loses speed */
+    memcpy(e->key, key, n);
+    e->hash = h;
+    e->kind = kind;
+    e->key_len = n;
+    memcpy(e->val, val, val_len);
+    c->n++;
+}

@@ -1,0 +1,340 @@
+/* Per-rank memory of a plan (runtime/plan/plan.h): each allocation the runtime makes, sized by
+ * the functions the runtime sizes it with, in the order the runtime makes it, rounded as its
+ * device rounds it. The order matters where buffers are replaced: the data-parallel path lays
+ * the parameters out again (tr_model_relayout), holding the model's first buffers and the new
+ * ones at once, and that is the peak the device sees. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/device/device.h"
+#include "runtime/distributed/ddp.h"
+#include "runtime/distributed/grad_buffer.h"
+#include "runtime/model/model.h"
+#include "runtime/optimizer/optimizer.h"
+#include "runtime/peft/lora.h"
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/plan/plan_internal.h"
+
+/* The alignment of the half-precision weight copy (runtime/model/wcopy.c), in elements. */
+enum { WCOPY_ALIGN = 128 };
+
+int64_t tr_plan_round(const tr_plan_gpu *g, int64_t bytes) {
+    int64_t a = g->alloc_align > 0 ? g->alloc_align : 1;
+    int64_t r = (bytes + a - 1) / a * a;
+    /* a zero-byte request still takes a page on cpu-strict (it maps one) */
+    return r > 0 ? r : a;
+}
+
+static bool ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && strcmp(s + n - t, tail) == 0;
+}
+
+/* The tensors the forward's GEMMs read as weights (runtime/model/wcopy.c marks them through the
+ * views: the four linear layers of every layer and the output weight, which is the word
+ * embedding on any stage holding it when tied). */
+static int64_t weight_copy_elems(const tr_model_spec *s, const tr_param_info *info, int n) {
+    if (!s->lowp || s->no_weight_copy) return 0;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const char *nm = info[i].name;
+        bool used = ends_with(nm, "linear_qkv.weight") || ends_with(nm, "linear_proj.weight") ||
+                    ends_with(nm, "linear_fc1.weight") || ends_with(nm, "linear_fc2.weight") ||
+                    (!s->tied && strcmp(nm, "output_layer.weight") == 0) ||
+                    (s->tied && strcmp(nm, "embedding.word_embeddings.weight") == 0);
+        if (used && !strstr(nm, ".adapter."))
+            total += (info[i].numel + WCOPY_ALIGN - 1) / WCOPY_ALIGN * WCOPY_ALIGN;
+    }
+    return total ? total : 1;
+}
+
+/* The data-parallel layout of runtime/train/dp.c for these parameters. */
+static tr_status grad_layout(const tr_config *c, const tr_model_spec *s, tr_tp_shard tp,
+                             const tr_param_info *info, int n, int dp, tr_grad_layout *L,
+                             tr_grad_owned *own, tr_diags *d) {
+    bool pipelined = c->model.pipeline_model_parallel_size > 1;
+    tr_grad_param *gp = calloc((size_t)n, sizeof *gp);
+    if (!gp) return TR_ERR_NOMEM;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(gp[i].name, info[i].name, sizeof info[i].name);
+        gp[i].numel = info[i].numel;
+        gp[i].no_weight_decay = info[i].no_decay;
+        gp[i].frozen = info[i].frozen;
+        gp[i].tp_replicated = tp.size > 1 && info[i].split_dim < 0;
+        gp[i].own_bucket =
+            pipelined && s->tied && strcmp(info[i].name, "embedding.word_embeddings.weight") == 0;
+        total += info[i].numel;
+    }
+    tr_grad_layout_options lo;
+    tr_ddp_options ddp;
+    tr_status st = tr_ddp_options_from_config(c, dp, total, &lo, &ddp, d);
+    if (st == TR_OK) st = tr_grad_layout_build(L, gp, n, &lo, d);
+    free(gp);
+    if (st == TR_OK) st = tr_grad_owned_build(own, L, 0);
+    return st;
+}
+
+/* What the schedule of pp_rank gives: its chunks' microbatches in flight and its transfer
+ * buffers. Keyed by what tr_pp_schedule_build reads (the schedule parameters, the message
+ * dtype, the rank) and which chunks hold the embedding and the loss. */
+typedef struct sched_key {
+    tr_pp_plan plan;
+    int32_t dtype;
+    int pp_rank, vpp;
+    unsigned char flags[64]; /* per chunk: 1 the embedding, 2 the loss (the first vpp count) */
+} sched_key;
+
+typedef struct sched_val {
+    int slots[64];
+    int fp32, half;
+} sched_val;
+
+static tr_status rank_parts(const tr_config *c, const tr_pp_layout *lay, int pp_rank,
+                            tr_plan_cache *cache, tr_model_part *parts, tr_plan_rank *r,
+                            tr_diags *d) {
+    sched_key k;
+    memset(&k, 0, sizeof k);
+    TR_TRY(tr_pp_plan_from_config(c, &k.plan, d));
+    k.dtype = tr_pp_message_dtype(c);
+    k.pp_rank = pp_rank;
+    k.vpp = lay->vpp;
+    bool emb[64], loss[64];
+    for (int ch = 0; ch < lay->vpp; ch++) {
+        const tr_pp_stage *sg = tr_pp_layout_stage(lay, pp_rank, ch);
+        emb[ch] = sg->has_embedding;
+        loss[ch] = sg->has_loss;
+        k.flags[ch] = (unsigned char)(emb[ch] | loss[ch] << 1);
+    }
+    sched_val v;
+    size_t klen = offsetof(sched_key, flags) + (size_t)lay->vpp;
+    if (!tr_plan_cache_get(cache, TR_PLAN_MEMO_SCHEDULE, &k, klen, &v, sizeof v)) {
+        memset(&v, 0, sizeof v);
+        tr_pp_schedule sch;
+        TR_TRY(tr_pp_schedule_build(c, pp_rank, &sch, d));
+        int max = 0;
+        tr_status st = tr_pp_slots_in_flight(&sch, lay->vpp, v.slots, &max);
+        if (st == TR_OK)
+            st = tr_pp_transfer_buffers(&sch, emb, loss, lay->vpp,
+                                        sch.message_dtype != TR_DTYPE_FP32, &v.fp32, &v.half);
+        tr_pp_schedule_free(&sch);
+        TR_TRY(st);
+        tr_plan_cache_put(cache, TR_PLAN_MEMO_SCHEDULE, &k, klen, &v, sizeof v);
+    }
+    for (int ch = 0; ch < lay->vpp; ch++) {
+        const tr_pp_stage *sg = tr_pp_layout_stage(lay, pp_rank, ch);
+        r->slots[ch] = v.slots[ch];
+        parts[ch] = (tr_model_part){sg->first_layer, sg->num_layers, sg->has_embedding,
+                                    sg->has_loss, v.slots[ch]};
+    }
+    r->p2p_fp32 = v.fp32;
+    r->p2p_half = v.half;
+    return TR_OK;
+}
+
+/* The parameter list and the data-parallel layout of a rank's parts: keyed by the spec, the TP
+ * size, the parts (slots aside) and what tr_ddp_options_from_config reads. */
+typedef struct param_key {
+    tr_model_spec ms;
+    int tp, dp, n_parts;
+    bool distributed, pipelined, sharded, overlap, pad;
+    int64_t num_buckets, bucket_size;
+    struct {
+        int first, num;
+        bool emb, loss;
+    } parts[64];
+} param_key;
+
+typedef struct param_val {
+    int64_t real, numel, wc, L, state, n_buckets;
+} param_val;
+
+static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_shard shard,
+                             const tr_model_part *parts, int n_parts, bool distributed, int dp,
+                             tr_plan_cache *cache, param_val *v, tr_diags *d) {
+    param_key k;
+    memset(&k, 0, sizeof k);
+    memcpy(&k.ms, ms, sizeof *ms);
+    k.tp = shard.size;
+    k.dp = dp;
+    k.n_parts = n_parts;
+    k.distributed = distributed;
+    k.pipelined = c->model.pipeline_model_parallel_size > 1;
+    k.sharded = c->ddp.use_distributed_optimizer || c->optimizer.use_distributed_optimizer;
+    k.overlap = c->ddp.overlap_grad_reduce;
+    k.pad = c->ddp.pad_buckets_for_high_nccl_busbw;
+    k.num_buckets = c->ddp.num_buckets;
+    k.bucket_size = c->ddp.bucket_size;
+    for (int i = 0; i < n_parts; i++) {
+        k.parts[i].first = parts[i].first_layer;
+        k.parts[i].num = parts[i].num_layers;
+        k.parts[i].emb = parts[i].has_embedding;
+        k.parts[i].loss = parts[i].has_loss;
+    }
+    size_t klen = offsetof(param_key, parts) + (size_t)n_parts * sizeof k.parts[0];
+    if (tr_plan_cache_get(cache, TR_PLAN_MEMO_PARAMS, &k, klen, v, sizeof *v)) return TR_OK;
+    tr_param_info *info = NULL;
+    int n_info = 0;
+    int64_t numel = 0;
+    TR_TRY(tr_model_param_list(ms, shard, parts, n_parts, &info, &n_info, &numel));
+    memset(v, 0, sizeof *v);
+    for (int i = 0; i < n_info; i++) v->real += info[i].numel;
+    v->numel = numel;
+    v->wc = weight_copy_elems(ms, info, n_info);
+    v->L = numel;
+    v->state = numel;
+    tr_status st = TR_OK;
+    if (distributed) {
+        tr_grad_layout lay_g = {0};
+        tr_grad_owned own = {0};
+        st = grad_layout(c, ms, shard, info, n_info, dp, &lay_g, &own, d);
+        if (st == TR_OK) {
+            v->L = lay_g.numel;
+            v->state = own.state_numel > 0 ? own.state_numel : 1;
+            v->n_buckets = lay_g.n_buckets;
+        }
+        tr_grad_owned_free(&own);
+        tr_grad_layout_free(&lay_g);
+    }
+    free(info);
+    TR_TRY(st);
+    tr_plan_cache_put(cache, TR_PLAN_MEMO_PARAMS, &k, klen, v, sizeof *v);
+    return TR_OK;
+}
+
+/* The activation arena of the parts (slots included) and of one slot per chunk. */
+typedef struct act_key {
+    tr_model_spec ms;
+    int tp, mbs, n_parts;
+    tr_model_part parts[64];
+} act_key;
+
+typedef struct act_val {
+    tr_model_act_size all, one;
+} act_val;
+
+static tr_status act_sizes(const tr_model_spec *ms, tr_tp_shard shard, int mbs,
+                           const tr_model_part *parts, int n_parts, tr_plan_cache *cache,
+                           act_val *v) {
+    act_key k;
+    memset(&k, 0, sizeof k);
+    memcpy(&k.ms, ms, sizeof *ms);
+    k.tp = shard.size;
+    k.mbs = mbs;
+    k.n_parts = n_parts;
+    for (int i = 0; i < n_parts; i++) {
+        k.parts[i].first_layer = parts[i].first_layer;
+        k.parts[i].num_layers = parts[i].num_layers;
+        k.parts[i].has_embedding = parts[i].has_embedding;
+        k.parts[i].has_loss = parts[i].has_loss;
+        k.parts[i].slots = parts[i].slots;
+    }
+    size_t klen = offsetof(act_key, parts) + (size_t)n_parts * sizeof k.parts[0];
+    if (tr_plan_cache_get(cache, TR_PLAN_MEMO_ACTS, &k, klen, v, sizeof *v)) return TR_OK;
+    tr_model shape;
+    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, parts, n_parts));
+    TR_TRY(tr_model_act_sizes(&shape, &v->all));
+    tr_model_part one[64];
+    for (int i = 0; i < n_parts; i++) one[i] = parts[i], one[i].slots = 1;
+    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, one, n_parts));
+    TR_TRY(tr_model_act_sizes(&shape, &v->one));
+    tr_plan_cache_put(cache, TR_PLAN_MEMO_ACTS, &k, klen, v, sizeof *v);
+    return TR_OK;
+}
+
+tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms,
+                                     const tr_plan_gpu *g, const tr_pp_layout *lay, int pp_rank,
+                                     tr_plan_cache *cache, tr_plan_rank *r, tr_diags *d) {
+    int tp = (int)c->model.tensor_model_parallel_size, dp = (int)c->derived.data_parallel_size;
+    int pp = (int)c->model.pipeline_model_parallel_size, mbs = (int)c->train.micro_batch_size;
+    int nmb = (int)c->derived.num_microbatches;
+    bool distributed = dp > 1 || tp > 1 || pp > 1;
+    tr_tp_shard shard = {0, tp};
+    tr_model_part parts[64];
+    memset(r, 0, sizeof *r);
+    r->pp_rank = pp_rank;
+    r->vpp = 1;
+    if (pp > 1) {
+        r->vpp = lay->vpp;
+        if (r->vpp < 1 || r->vpp > 64) return TR_ERR_INVALID;
+        TR_TRY(rank_parts(c, lay, pp_rank, cache, parts, r, d));
+    } else {
+        parts[0] = (tr_model_part){0, ms->num_layers, true, true, 1};
+        r->slots[0] = 1;
+    }
+    for (int k = 0; k < r->vpp; k++) {
+        r->first |= parts[k].has_embedding;
+        r->last |= parts[k].has_loss;
+        r->layers += parts[k].num_layers;
+    }
+    param_val pv;
+    TR_TRY(param_sizes(c, ms, shard, parts, r->vpp, distributed, dp, cache, &pv, d));
+    r->n_params = pv.real;
+    r->n_buckets = pv.n_buckets;
+    int64_t A = pv.numel * 4, W = pv.wc * 2, L = pv.L * 4, state = pv.state;
+    r->params = A;
+    r->param_copy = W;
+    r->grads = L;
+    r->ddp_padding = L - pv.real * 4;
+    r->relayout = distributed ? 2 * A : 0;
+    tr_optimizer_spec os;
+    TR_TRY(tr_optimizer_spec_from_config(c, &os, d));
+    int states = distributed || !os.sgd ? 2 : 1;
+    r->optimizer = states * state * 4;
+    act_val av;
+    TR_TRY(act_sizes(ms, shard, mbs, parts, r->vpp, cache, &av));
+    tr_model_act_size as = av.all;
+    r->act_arena = as.act_bytes;
+    r->tokens = as.tok_bytes;
+    int64_t msg = (int64_t)mbs * ms->seq * ms->hidden / (ms->sequence_parallel && tp > 1 ? tp : 1);
+    r->p2p = (int64_t)r->p2p_fp32 * msg * 4 + (int64_t)r->p2p_half * msg * 2;
+    r->workspace = (pp > 1 ? 2 : 1) * (int64_t)(nmb > 0 ? nmb : 1) * 4;
+    /* one slot's share: the arena of one more microbatch in flight on every chunk */
+    int slots = 0;
+    for (int k = 0; k < r->vpp; k++) slots += r->slots[k];
+    r->act_per_slot =
+        slots > r->vpp ? (as.act_bytes - av.one.act_bytes) / (slots - r->vpp) : av.one.act_bytes;
+    tr_model shape;
+    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, parts, r->vpp));
+    /* peaks per kind in allocation order, rounded */
+    int64_t rA = tr_plan_round(g, A), rW = W ? tr_plan_round(g, W) : 0, rL = tr_plan_round(g, L);
+    /* model: params A, copy W; the DDP path frees W (the newest: released everywhere), makes
+     * the new params L and grads, frees the old ones and makes W again. On a device that
+     * releases only the newest allocation the old params stay counted. */
+    int64_t pk = rA + rW;
+    if (distributed && g->stack_release) {
+        pk = rA + rL + rW;
+    } else if (distributed) {
+        if (rA + rL > pk) pk = rA + rL;
+        if (rL + rW > pk) pk = rL + rW;
+    }
+    r->peak[TR_MEM_PARAMS] = pk;
+    r->peak[TR_MEM_GRADS] = distributed ? rA + rL : rA;
+    r->peak[TR_MEM_OPTIMIZER] = states * tr_plan_round(g, state * 4);
+    /* fine-tuning data brings document starts and position ids: the model gathers positions */
+    int64_t pos_local = 0, pos_table = 0;
+    if (c->dataset.type == TR_DS_SFT) tr_model_position_bytes(&shape, &pos_local, &pos_table);
+    r->tokens += pos_local + 2 * pos_table;
+    r->peak[TR_MEM_ACTIVATIONS] = (pos_local ? tr_plan_round(g, pos_local) : 0) +
+                                  (pos_table ? 2 * tr_plan_round(g, pos_table) : 0) +
+                                  tr_plan_round(g, as.tok_bytes) + tr_plan_round(g, as.act_bytes) +
+                                  r->p2p_fp32 * tr_plan_round(g, msg * 4) +
+                                  r->p2p_half * tr_plan_round(g, msg * 2);
+    r->peak[TR_MEM_WORKSPACE] = (pp > 1 ? 2 : 1) * tr_plan_round(g, (nmb > 0 ? nmb : 1) * 4);
+    /* the device's own scratch, and the overflow flag of a step that rounds or unscales the
+     * gradients (runtime/train/precision.c: half precision without grad_reduce_in_fp32, or
+     * fp16 loss scaling) */
+    r->peak[TR_MEM_WORKSPACE] += tr_plan_round(g, (int64_t)tr_device_scratch_bytes());
+    if ((ms->lowp && !c->ddp.grad_reduce_in_fp32) || ms->lowp == TR_LOWP_F16)
+        r->peak[TR_MEM_WORKSPACE] += tr_plan_round(g, 4);
+    r->total = 0;
+    for (int k = 0; k < TR_MEM_KIND_COUNT; k++) r->total += r->peak[k];
+    r->device_total = (double)r->total + g->reserved_bytes;
+    return TR_OK;
+}
+
+tr_status tr_plan_model_spec(const tr_config *c, tr_model_spec *ms, tr_diags *d) {
+    TR_TRY(tr_model_spec_from_config(c, ms, d));
+    return tr_lora_spec_from_config(c, ms, d);
+}

@@ -1,0 +1,74 @@
+/* See scripts/cli_plan.h. */
+#include "scripts/cli_plan.h"
+
+#include <string.h>
+
+#include "runtime/plan/plan.h"
+#include "scripts/cli_resolve.h"
+
+static const tr_plan_gpu *gpu_of(const tr_cli *cli, tr_diags *d) {
+    const char *name = cli->gpu ? cli->gpu : "h100-80gb";
+    const tr_plan_gpu *g = tr_plan_gpu_find(name);
+    if (!g)
+        tr_diag_add(d, TR_SEV_ERROR, "cli.bad_value", NULL, NULL,
+                    "use one of h100-80gb, h200-141gb, a100-80gb, b200, cpu",
+                    "--gpu: unknown device '%s'", name);
+    return g;
+}
+
+/* The world of the plan: --world-size, with the device's node size unless --gpus-per-node. */
+static tr_world world_of(const tr_cli *cli, const tr_plan_gpu *g) {
+    tr_world w = tr_cli_default_world(cli);
+    if (!cli->gpus_per_node)
+        w.gpus_per_node = w.world_size < g->gpus_per_node ? w.world_size : g->gpus_per_node;
+    return w;
+}
+
+tr_status tr_cli_plan(const tr_cli *cli, tr_diags *d) {
+    const tr_plan_gpu *g = gpu_of(cli, d);
+    if (!g) return TR_ERR_INVALID;
+    tr_config c;
+    tr_status s = tr_cli_resolve(cli, world_of(cli, g), false, false, &c, d);
+    tr_plan p;
+    if (s == TR_OK && d->n_errors == 0) s = tr_plan_make(&c, g, &p, d);
+    if (s == TR_OK && d->n_errors == 0) {
+        if (cli->json)
+            tr_plan_print_json(stdout, &p);
+        else
+            tr_plan_print(stdout, &c, &p);
+    }
+    if (s == TR_OK && d->n_errors) s = TR_ERR_CONFIG;
+    tr_config_free(&c);
+    return s;
+}
+
+tr_status tr_cli_search_layouts(const tr_cli *cli, tr_diags *d) {
+    const tr_plan_gpu *g = gpu_of(cli, d);
+    if (!g) return TR_ERR_INVALID;
+    tr_resolve_opts o;
+    memset(&o, 0, sizeof o);
+    o.recipe = cli->recipe;
+    o.config_files = cli->config_files;
+    o.n_config_files = cli->n_config_files;
+    o.overrides = (const char *const *)cli->overrides;
+    o.override_argi = cli->override_argi;
+    o.n_overrides = cli->n_overrides;
+    o.world = world_of(cli, g);
+    tr_config base;
+    memset(&base, 0, sizeof base);
+    tr_status s = tr_resolve_inputs(&o, &base, d);
+    tr_plan_search sr = {0};
+    if (s == TR_OK && d->n_errors == 0)
+        s = tr_plan_search_layouts(&base, o.world, g, cli->top > 0 ? cli->top : 5, &sr, d);
+    if (s == TR_OK && d->n_errors == 0) {
+        if (!cli->json)
+            printf("search for %s on %d x %s (%d per node)\n",
+                   base.recipe_name ? base.recipe_name : "(config)", o.world.world_size, g->name,
+                   o.world.gpus_per_node);
+        tr_plan_search_print(stdout, &sr, cli->json);
+    }
+    tr_plan_search_free(&sr);
+    if (s == TR_OK && d->n_errors) s = TR_ERR_CONFIG;
+    tr_config_free(&base);
+    return s;
+}

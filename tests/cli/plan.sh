@@ -1,0 +1,97 @@
+# run_recipe --plan and --search-layouts on the project brief's examples (docs/plan.md):
+#  - llama3_70b without parallelism and at TP 4 x PP 4 x DP 4 (64 GPUs), fp16: the assumptions are
+#    printed, the model-parallel split of the static memory is 1/16 of the unsharded one, the
+#    runtime's numbers are printed next to the brief's 608 GB and 38 GB, and the brief's own
+#    convention (8 bytes per parameter before activations) applied to the planned parameter
+#    counts lands within 10% below them;
+#  - Megatron-LM's theoretical_memory_usage for llama3_70b (its parameter count of the most
+#    loaded shard, the fp32 gradient bytes and the Adam state sharded by the distributed
+#    optimizer, written out below from that formula) within 5% of the plan's;
+#  - --search-layouts for llama3_70b at 64 x H100: Megatron-Bridge's recipe layout (TP 4, PP 4,
+#    VPP 5, CP 2) needs context parallelism, which the runtime refuses (runtime.context_parallel,
+#    counted); its top 5 keep Bridge's TP 4 and VPP 5 with CP folded into PP or DP.
+. "$(dirname "$0")/lib.sh"
+
+R70="--recipe llama3_70b_pretrain model.context_parallel_size=1 mixed_precision.preset=fp16_mixed comm_overlap.tp_comm_overlap=false model.tp_comm_overlap=false"
+rr $R70 --plan --world-size 1 model.tensor_model_parallel_size=1 model.pipeline_model_parallel_size=1 \
+    model.virtual_pipeline_model_parallel_size=null model.sequence_parallel=false
+expect_rc 0 "70b unsharded plan"
+expect_in "$TMP/out" "assumptions: fp32 master parameters" "assumptions printed"
+cp "$TMP/out" "$TMP/one.txt"
+rr $R70 --plan --world-size 1 --json model.tensor_model_parallel_size=1 \
+    model.pipeline_model_parallel_size=1 model.virtual_pipeline_model_parallel_size=null \
+    model.sequence_parallel=false
+cp "$TMP/out" "$TMP/one.json"
+rr $R70 --plan --world-size 64 --json model.virtual_pipeline_model_parallel_size=null \
+    ddp.use_distributed_optimizer=false optimizer.use_distributed_optimizer=false \
+    ddp.overlap_param_gather=false optimizer.overlap_param_gather=false comm_overlap.overlap_param_gather=false
+expect_rc 0 "70b TP4 PP4 DP4 plan"
+cp "$TMP/out" "$TMP/64.json"
+rr $R70 --plan --world-size 64 --json model.virtual_pipeline_model_parallel_size=null
+expect_rc 0 "70b TP4 PP4 DP4 distributed optimizer plan"
+cp "$TMP/out" "$TMP/64d.json"
+python3 - "$TMP" <<'PY' || exit 1
+import json, sys
+t = sys.argv[1]
+one, p64, p64d = (json.load(open(f"{t}/{n}.json")) for n in ("one", "64", "64d"))
+G = 1e9
+def static(r):
+    return r["params"] + r["param_copy"] + r["grads"] + r["optimizer"]
+u = one["ranks"][0]
+card = max(p64["ranks"], key=lambda r: r["total"])
+print(f"70B unsharded: static {static(u)/G:.0f} GB ({static(u)/u['n_params']:.1f} B/param), "
+      f"with activations {u['total']/G:.0f} GB; brief: 608 GB (it implies {608e9/u['n_params']:.1f} B/param)")
+print(f"70B TP4 x PP4 x DP4: largest card static {static(card)/G:.1f} GB, total {card['total']/G:.1f} GB; "
+      f"brief: 38 GB = 608 / 16")
+ratio = static(u) / (16 * static(card))
+if not 0.90 < ratio < 1.10:
+    sys.exit(f"FAIL: unsharded static / 16 cards = {ratio:.3f}, expected about 1")
+# The brief's convention, which its numbers imply: fp16 weights (2 B), fp16 gradients (2 B) and
+# 4 B of optimizer state per parameter, the rest (about 7%) activations; the same parameter counts
+# the plan sizes the runtime's buffers with give its 608 GB and 38 GB within 10%.
+brief_one = 8 * u["n_params"]
+brief_card = 8 * max(r["n_params"] for r in p64["ranks"])
+print(f"brief convention (2 + 2 + 4 B/param, activations left out): unsharded {brief_one/G:.0f} GB "
+      f"(brief 608 GB), per card at TP4 x PP4 x DP4 {brief_card/G:.1f} GB (brief 38 GB)")
+for what, ours, theirs in (("unsharded", brief_one, 608e9), ("per card", brief_card, 38e9)):
+    if not 0.90 < ours / theirs < 1.0:
+        sys.exit(f"FAIL: brief convention {what}: {ours/G:.1f} GB against {theirs/G:.0f} GB")
+# Megatron-LM's theoretical_memory_usage for llama3_70b (untied, SwiGLU, RMSNorm, GQA)
+L, h, ffn, heads, groups, kv = 80, 8192, 28672, 64, 8, 128
+V = 32256  # padded at TP 4 (NullTokenizer 32000 -> multiple of 128 * 4)
+attn = 2 * h * h * ((1 + groups / heads) * (kv * heads / h))
+layer = 2 * h * (ffn * 1.5 + 1) + attn
+block = layer * L + h
+tp, pp, dp = 4, 4, 4
+shard = (block / pp + h * V) / tp
+first = next(r for r in p64["ranks"] if r["pp_rank"] == 0)
+def close(what, ours, theirs):
+    err = abs(ours - theirs) / theirs
+    print(f"{what}: plan {ours:.4g}, Megatron {theirs:.4g} ({100*err:.2f}%)")
+    if err > 0.05:
+        sys.exit(f"FAIL: {what} differs by more than 5%")
+close("parameters of the most loaded shard", first["n_params"], shard)
+close("fp32 gradient bytes", first["grads"], 4 * shard)
+close("Adam m+v bytes, not sharded", first["optimizer"], 8 * shard)
+firstd = next(r for r in p64d["ranks"] if r["pp_rank"] == 0)
+close("Adam m+v bytes, distributed optimizer over DP 4", firstd["optimizer"], 8 * shard / dp)
+PY
+
+rr --recipe llama3_70b_pretrain --search-layouts --world-size 64 --gpu h100-80gb --top 5 --json
+expect_rc 0 "search"
+python3 - "$TMP/out" <<'PY' || exit 1
+import json, sys
+s = json.load(open(sys.argv[1]))
+if s["tried"] < 1000 or s["valid"] == 0 or len(s["top"]) != 5:
+    sys.exit(f"FAIL: search tried {s['tried']}, valid {s['valid']}, top {len(s['top'])}")
+if s["rejected"].get("runtime.context_parallel", 0) == 0 or s["rejected"].get("memory", 0) == 0:
+    sys.exit(f"FAIL: rejections {s['rejected']}")
+steps = [k["plan"]["step_s"] for k in s["top"]]
+if steps != sorted(steps) or not all(k["plan"]["fits"] for k in s["top"]):
+    sys.exit("FAIL: the top layouts are not sorted by step time or do not fit")
+bridge = [k for k in s["top"] if k["plan"]["tp"] == 4 and k["plan"]["vpp"] == 5]
+if not bridge:
+    sys.exit("FAIL: no layout with Bridge's TP 4 and VPP 5 in the top 5")
+print("search ok:", s["tried"], "tried;", bridge[0]["overrides"])
+PY
+echo "cli_plan: ok"

@@ -1,0 +1,93 @@
+# The planner's bytes per rank against the runtime's: for tiny dense layouts (TP, SP, PP, VPP,
+# DP, the distributed optimizer, recomputation, mixed precision, SFT packing, LoRA) `run_recipe --plan --gpu
+# cpu --json` (the cpu-strict device's page-rounded allocations) is compared with the peaks per
+# memory kind the cpu-strict device measured on every rank of a one-iteration run of the same
+# layout; each kind must agree within 3% (docs/plan.md). The planner's numbers come from the
+# runtime's sizing calls, so a drift in either shows here.
+. "$(dirname "$0")/lib.sh"
+
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+flags="--allow-run-as-root --oversubscribe"
+n=0
+
+# layout NP ARGS...: plan and measure one layout.
+layout() {
+    local np=$1
+    shift
+    n=$((n + 1))
+    "$RR" "$@" --plan --gpu cpu --world-size "$np" --json >"$TMP/plan.json" 2>"$TMP/err"
+    rc=$?
+    expect_rc 0 "plan $*"
+    TRESTLE_DEVICE=cpu-strict "$MPIEXEC" $flags -np "$np" -x TRESTLE_DEVICE "$RR" "$@" \
+        train.train_iters=1 logger.log_interval=1 logger.output_dir="$TMP/o$n" \
+        validation.eval_interval=null >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    expect_rc 0 "train $*"
+    python3 - "$TMP/plan.json" "$TMP/out" "$TMP/err" "$np" "$*" <<'PY' || exit 1
+import json, re, sys
+plan = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read() + open(sys.argv[3]).read()
+np_, what = int(sys.argv[4]), sys.argv[5]
+meas = {}
+for m in re.finditer(r"\[rank (\d+)\] info: device memory (\w+) +peak [0-9.]+ MiB, (\d+) bytes", text):
+    meas.setdefault(int(m.group(1)), {})[m.group(2)] = int(m.group(3))
+if np_ == 1 and not meas:
+    for m in re.finditer(r"device memory (\w+) +peak [0-9.]+ MiB, (\d+) bytes", text):
+        meas.setdefault(0, {})[m.group(1)] = int(m.group(2))
+if len(meas) != np_:
+    sys.exit(f"FAIL: {what}: peaks of {len(meas)} ranks logged, expected {np_}")
+roles = {r["pp_rank"]: r["peak"] for r in plan["ranks"]}
+per_pp = np_ // plan["pp"]
+worst = 0.0
+for rank, kinds in sorted(meas.items()):
+    pp_rank = rank // per_pp
+    if pp_rank not in roles:
+        continue  # a middle stage like the planned one
+    for kind, got in kinds.items():
+        want = roles[pp_rank][kind]
+        err = abs(want - got) / max(got, 1)
+        worst = max(worst, err)
+        if err > 0.03:
+            sys.exit(f"FAIL: {what}: rank {rank} {kind}: planned {want}, measured {got} ({100*err:.1f}%)")
+print(f"ok {what}: {np_} ranks, worst {100*worst:.2f}%")
+PY
+}
+
+T="--recipe llama_tiny_pretrain"
+G="--recipe gpt_tiny_pretrain"
+layout 1 $T
+layout 1 $G
+layout 1 $T mixed_precision.preset=bf16_mixed
+layout 1 $T model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1
+layout 1 $T model.recompute_granularity=selective
+layout 2 $T -tp 2
+layout 2 $G -tp 2 model.sequence_parallel=true train.micro_batch_size=2
+layout 2 $T -tp 2 model.sequence_parallel=true mixed_precision.preset=bf16_mixed
+layout 2 $T -pp 2
+layout 2 $G -pp 2
+layout 2 $T -pp 2 mixed_precision.preset=bf16_mixed
+layout 2 $T -pp 2 model.recompute_granularity=full model.recompute_method=block model.recompute_num_layers=1
+layout 2 $T
+layout 2 $T ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
+layout 2 $T ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true ddp.overlap_grad_reduce=true ddp.overlap_param_gather=true
+layout 2 $G ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true mixed_precision.preset=bf16_mixed
+layout 4 $T -tp 2 -pp 2
+layout 4 $T -tp 2 -pp 2 model.sequence_parallel=true
+layout 4 $T -pp 2 ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
+layout 4 $T -tp 2 ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
+layout 4 $T -pp 4 model.num_layers=8 -vp 2 train.global_batch_size=8
+layout 2 $T -pp 2 model.num_layers=4 -vp 2 train.global_batch_size=8 model.recompute_granularity=selective
+# Fine-tuning: packed sequences (the position buffers) and LoRA's adapters over a frozen base
+# loaded from a checkpoint.
+rr --recipe llama_tiny_pretrain train.train_iters=1 checkpoint.save="$TMP/pt" \
+    checkpoint.save_interval=1 validation.eval_iters=0 logger.output_dir="$TMP/pt_o"
+expect_rc 0 "base checkpoint"
+S="--recipe llama_tiny_sft dataset.dataset_root=$SRC/data/sft_tiny checkpoint.pretrained_checkpoint=$TMP/pt"
+L="--recipe llama_tiny_lora dataset.dataset_root=$SRC/data/sft_tiny checkpoint.pretrained_checkpoint=$TMP/pt"
+layout 1 $S
+layout 2 $S -pp 2
+layout 1 $L
+layout 2 $L -tp 2
+layout 2 $L ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
+[ "$n" -ge 20 ] || fail "only $n layouts"
+echo "cli_plan_memory: $n layouts within 3%"

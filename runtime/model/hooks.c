@@ -9,27 +9,30 @@
 tr_status tr_model_relayout(tr_model *m, const int64_t *offsets, int64_t numel) {
     for (int i = 0; i < m->n_info; i++)
         if (offsets[i] < 0 || offsets[i] + m->info[i].numel > numel) return TR_ERR_INVALID;
-    size_t bytes = (size_t)numel * sizeof(float);
-    float *params = NULL, *grads = NULL;
-    /* The weight copy is the newest parameter allocation: freed first so the device arena takes
-     * it back, and laid out again below (its versions restart: every tensor is re-cast). */
-    tr_model_wcopy_free(m);
-    tr_status st = tr_device_alloc(m->dev, TR_MEM_PARAMS, bytes, (void **)&params);
-    if (st == TR_OK) st = tr_device_alloc(m->dev, TR_MEM_GRADS, bytes, (void **)&grads);
-    for (int i = 0; i < m->n_info && st == TR_OK; i++)
-        st = tr_device_copy(m->dev, params + offsets[i], m->params + m->info[i].offset,
-                            (size_t)m->info[i].numel * sizeof(float));
+    /* The parameters wait in host memory while the device buffers are replaced: a device arena
+     * releases only its newest allocation, so the old buffers go back (weight copy, gradients,
+     * parameters: newest first) before the new ones are made, and the device never holds both. */
+    size_t old_bytes = (size_t)m->n_params * sizeof(float);
+    float *staged = malloc(old_bytes ? old_bytes : 1);
+    if (!staged) return TR_ERR_NOMEM;
+    tr_status st = tr_device_to_host(m->dev, staged, m->params, old_bytes);
     if (st != TR_OK) {
-        tr_device_free(m->dev, TR_MEM_GRADS, grads);
-        tr_device_free(m->dev, TR_MEM_PARAMS, params);
+        free(staged);
         return st;
     }
-    for (int i = 0; i < m->n_info; i++) m->info[i].offset = offsets[i];
-    /* Newest first, so a device arena gets the old buffers back when it can. */
+    tr_model_wcopy_free(m);
     tr_device_free(m->dev, TR_MEM_GRADS, m->grads);
     tr_device_free(m->dev, TR_MEM_PARAMS, m->params);
-    m->params = params;
-    m->grads = grads;
+    m->params = m->grads = NULL;
+    size_t bytes = (size_t)numel * sizeof(float);
+    st = tr_device_alloc(m->dev, TR_MEM_PARAMS, bytes, (void **)&m->params);
+    if (st == TR_OK) st = tr_device_alloc(m->dev, TR_MEM_GRADS, bytes, (void **)&m->grads);
+    for (int i = 0; i < m->n_info && st == TR_OK; i++)
+        st = tr_device_to_device(m->dev, m->params + offsets[i], staged + m->info[i].offset,
+                                 (size_t)m->info[i].numel * sizeof(float));
+    free(staged);
+    if (st != TR_OK) return st; /* the model is unusable: the caller destroys it */
+    for (int i = 0; i < m->n_info; i++) m->info[i].offset = offsets[i];
     m->n_params = numel;
     free(m->p.layers);
     free(m->g.layers);

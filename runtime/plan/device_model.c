@@ -39,15 +39,14 @@ const double TR_PLAN_DP_HIDDEN = 0.85;
 const double TR_PLAN_PP_HIDDEN = 0.90;
 
 static const tr_plan_gpu gpus[] = {
-    /* name, memory, bf16, fp32, HBM, NVLink, net, per node, allocation, stack release,
-     * reserved */
-    {"h100-80gb", 79.6 * GIB, 989.0, 67.0, 3350.0, 450.0, 50.0, 8, 256, true, 3.0 * GIB},
-    {"h200-141gb", 139.8 * GIB, 989.0, 67.0, 4800.0, 450.0, 50.0, 8, 256, true, 3.0 * GIB},
-    {"a100-80gb", 79.2 * GIB, 312.0, 19.5, 2039.0, 300.0, 25.0, 8, 256, true, 2.5 * GIB},
-    {"b200", 178.0 * GIB, 2250.0, 80.0, 8000.0, 900.0, 50.0, 8, 256, true, 3.5 * GIB},
+    /* name, memory, bf16, fp32, HBM, NVLink, net, per node, allocation, reserved */
+    {"h100-80gb", 79.6 * GIB, 989.0, 67.0, 3350.0, 450.0, 50.0, 8, 256, 3.0 * GIB},
+    {"h200-141gb", 139.8 * GIB, 989.0, 67.0, 4800.0, 450.0, 50.0, 8, 256, 3.0 * GIB},
+    {"a100-80gb", 79.2 * GIB, 312.0, 19.5, 2039.0, 300.0, 25.0, 8, 256, 2.5 * GIB},
+    {"b200", 178.0 * GIB, 2250.0, 80.0, 8000.0, 900.0, 50.0, 8, 256, 3.5 * GIB},
     /* The cpu-strict device: every buffer its own mapping of whole 4 KiB pages (the planner's
      * oracle in CI); rates of one modern server core, for scale only. */
-    {"cpu", 64.0 * GIB, 0.2, 0.1, 20.0, 5.0, 1.0, 1, 4096, false, 0.0},
+    {"cpu", 64.0 * GIB, 0.2, 0.1, 20.0, 5.0, 1.0, 1, 4096, 0.0},
 };
 
 const tr_plan_gpu *tr_plan_gpu_find(const char *name) {

@@ -1,8 +1,8 @@
 /* Per-rank memory of a plan (runtime/plan/plan.h): each allocation the runtime makes, sized by
  * the functions the runtime sizes it with, in the order the runtime makes it, rounded as its
  * device rounds it. The order matters where buffers are replaced: the data-parallel path lays
- * the parameters out again (tr_model_relayout), holding the model's first buffers and the new
- * ones at once, and that is the peak the device sees. */
+ * the parameters out again (tr_model_relayout), through host memory, so the device holds the
+ * larger of the two layouts, never both. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,7 +277,6 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
     r->param_copy = W;
     r->grads = L;
     r->ddp_padding = L - pv.real * 4;
-    r->relayout = distributed ? 2 * A : 0;
     tr_optimizer_spec os;
     TR_TRY(tr_optimizer_spec_from_config(c, &os, d));
     int states = distributed || !os.sgd ? 2 : 1;
@@ -299,18 +298,13 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
     TR_TRY(tr_model_shape(&shape, ms, shard, mbs, parts, r->vpp));
     /* peaks per kind in allocation order, rounded */
     int64_t rA = tr_plan_round(g, A), rW = W ? tr_plan_round(g, W) : 0, rL = tr_plan_round(g, L);
-    /* model: params A, copy W; the DDP path frees W (the newest: released everywhere), makes
-     * the new params L and grads, frees the old ones and makes W again. On a device that
-     * releases only the newest allocation the old params stay counted. */
+    /* model: params A, copy W; the DDP path stages the params on the host, frees W, the grads
+     * and the params (newest first, so an arena takes each back), then makes L-sized params
+     * and grads and W again */
     int64_t pk = rA + rW;
-    if (distributed && g->stack_release) {
-        pk = rA + rL + rW;
-    } else if (distributed) {
-        if (rA + rL > pk) pk = rA + rL;
-        if (rL + rW > pk) pk = rL + rW;
-    }
+    if (distributed && rL + rW > pk) pk = rL + rW;
     r->peak[TR_MEM_PARAMS] = pk;
-    r->peak[TR_MEM_GRADS] = distributed ? rA + rL : rA;
+    r->peak[TR_MEM_GRADS] = distributed && rL > rA ? rL : rA;
     r->peak[TR_MEM_OPTIMIZER] = states * tr_plan_round(g, state * 4);
     /* fine-tuning data brings document starts and position ids: the model gathers positions */
     int64_t pos_local = 0, pos_table = 0;

@@ -6,10 +6,10 @@
  * data-parallel gradient layout and shards (tr_grad_layout_build, tr_grad_owned_build), the
  * pipeline's action list (tr_pp_slots_in_flight, tr_pp_transfer_buffers). Each allocation the
  * runtime makes is one entry, rounded as the device rounds it, and the peaks per memory kind are
- * those of the runtime's order of allocation (the gradient relayout of the data-parallel path
- * holds both copies for a moment). Time comes from a small device model with named constants
- * (runtime/plan/device_model.c). Dense axes only: context parallelism and MoE are refused by the
- * runtime today, and the planner refuses them too (plan.unsupported). */
+ * those of the runtime's order of allocation (the data-parallel relayout stages the parameters
+ * on the host, so the device holds one layout at a time). Time comes from a small device model with
+ * named constants (runtime/plan/device_model.c). Dense axes only: context parallelism and MoE are
+ * refused by the runtime today, and the planner refuses them too (plan.unsupported). */
 #ifndef TR_RUNTIME_PLAN_H
 #define TR_RUNTIME_PLAN_H
 
@@ -25,18 +25,14 @@
 /* A device the plan is made for: peak rates and bandwidths (documented in device_model.c). */
 typedef struct tr_plan_gpu {
     const char *name;
-    double mem_bytes;    /* usable device memory */
-    double tflops_bf16;  /* dense tensor-core peak, bf16/fp16 */
-    double tflops_fp32;  /* fp32 GEMM peak the runtime's fp32 path gets (TF32 off) */
-    double hbm_gbs;      /* HBM bandwidth, GB/s */
-    double nvlink_gbs;   /* per GPU, one direction, GB/s */
-    double net_gbs;      /* per GPU across nodes, one direction, GB/s */
-    int gpus_per_node;   /* NVLink domain */
-    int64_t alloc_align; /* allocation granularity of the runtime's device (arena / page) */
-    /* The device releases only the newest allocation of a kind (the CUDA arenas: a freed buffer
-     * below the top stays counted until the device closes); else every free returns memory
-     * (cpu-strict's mappings). */
-    bool stack_release;
+    double mem_bytes;      /* usable device memory */
+    double tflops_bf16;    /* dense tensor-core peak, bf16/fp16 */
+    double tflops_fp32;    /* fp32 GEMM peak the runtime's fp32 path gets (TF32 off) */
+    double hbm_gbs;        /* HBM bandwidth, GB/s */
+    double nvlink_gbs;     /* per GPU, one direction, GB/s */
+    double net_gbs;        /* per GPU across nodes, one direction, GB/s */
+    int gpus_per_node;     /* NVLink domain */
+    int64_t alloc_align;   /* allocation granularity of the runtime's device (arena / page) */
     double reserved_bytes; /* context, communicator and library workspaces outside the arenas */
 } tr_plan_gpu;
 
@@ -57,7 +53,6 @@ typedef struct tr_plan_rank {
     int64_t param_copy;   /* the half-precision weight copy (mixed precision) */
     int64_t grads;        /* gradients, fp32 in the runtime (grad_reduce_in_fp32 or not) */
     int64_t ddp_padding;  /* bucket and shard padding of the data-parallel layout */
-    int64_t relayout;     /* the model's own buffers, held while the DDP layout is made */
     int64_t optimizer;    /* Adam m and v (or SGD momentum), sharded by the dist. optimizer */
     int64_t act_per_slot; /* one microbatch's activations (the arena's per-slot part) */
     int64_t act_arena;    /* every slot + recompute sets + scratch */

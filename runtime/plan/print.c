@@ -45,12 +45,6 @@ void tr_plan_print(FILE *out, const tr_config *c, const tr_plan *p) {
                 "  gradients (fp32)         %10.3f GiB  (DDP buffer, %" PRId64
                 " buckets, %.3f GiB padding)\n",
                 gib(r->grads), r->n_buckets, gib(r->ddp_padding));
-        fprintf(out,
-                "  relayout                 %10.3f GiB  (the model's first parameters and "
-                "gradients: %s)\n",
-                gib(r->relayout),
-                p->gpu->stack_release ? "freed below the arena's top, so they stay counted"
-                                      : "held while the DDP layout is made");
         fprintf(out, "  optimizer state          %10.3f GiB  (%s)\n", gib(r->optimizer),
                 p->dist_opt && p->dp > 1 ? "sharded over DP" : "not sharded");
         fprintf(out, "  activations / microbatch %10.3f GiB\n", gib(r->act_per_slot));

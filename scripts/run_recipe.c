@@ -6,12 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/cpu/blas_env.h"
 #include "overrides/overrides.h"
 #include "runtime/pipeline/pipeline.h"
 #include "scripts/cli_args.h"
 #include "scripts/cli_catalog.h"
-#include "scripts/cli_launch.h"
+#include "scripts/cli_module.h"
 #include "scripts/cli_report.h"
 #include "scripts/cli_resolve.h"
 
@@ -94,10 +93,9 @@ static tr_status dispatch(tr_cli *cli, int *argc, char ***argv, tr_diags *d, int
         return TR_ERR_INVALID;
     }
     if (!tr_cli_is_inspection(cli)) {
-        /* Only a run that computes pays for loading OpenBLAS with its best kernels; inspection
-         * stays a single fast process. */
-        tr_cpu_blas_reexec_if_slow(*argv);
-        *code = tr_cli_launch(cli, argc, argv);
+        /* Only a launch loads the runtime (MPI, OpenBLAS, CUDA): inspection stays a small
+         * process that maps none of them. */
+        *code = tr_cli_launch_module(cli, argc, argv);
         return TR_OK;
     }
     return inspect(cli, d);

@@ -449,7 +449,9 @@ static void probe_members(mpi_impl *m, int g, mpi_req *r, double grace, ask_list
  * this group (it finished its part). The questions were all received then, so their sends
  * complete; the probe's state is dropped so that a later timeout asks afresh. */
 static bool all_members_here(mpi_impl *m, int g, mpi_req *r, ask_listener *l) {
-    probe_members(m, g, r, TR_COMM_STOP_GRACE_S, l);
+    /* Members in a wait answer within milliseconds; a launcher that follows its SIGTERM with
+     * a SIGKILL a second later (mpirun) leaves little more than that. */
+    probe_members(m, g, r, 0.25, l);
     int p = m->size[g], me = m->rank[g];
     bool here = r->answers && r->probe && m->ctl[g] != MPI_COMM_NULL;
     for (int j = 0; here && j < p; j++) here = j == me || r->answers[j][0] >= r->seq;
@@ -478,7 +480,7 @@ static tr_status report_collective_timeout(tr_comm *c, tr_comm_request *req, mpi
     mpi_impl *m = impl_of(c);
     int g = req->group, p = m->size[g], me = m->rank[g];
     double grace = stopped ? 0.2 : c->timeout_s * 0.25;
-    grace = grace < 0.2 ? 0.2 : grace > 5.0 ? 5.0 : grace;
+    grace = grace < 0.2 ? 0.2 : grace > 1.0 ? 1.0 : grace; /* members in a wait answer in ms */
     char why[96];
     if (!r->answers) probe_members(m, g, r, grace, l); /* else a stop signal's probe answered */
     char members[512] = "", silent[512] = "", same[512] = "", other[1024] = "";

@@ -59,7 +59,8 @@ static tr_status microbatch_index(const trainer *t, int64_t consumed, int mb, in
  * TRESTLE_TEST_STALL_ITER=i in the environment, world rank r stops itself with SIGSTOP after the
  * forward of its first microbatch of iteration i, so its peers see a process that is alive (the
  * launcher notices nothing) but never answers, and must end through the communication timeout.
- * It prints its pid first so the test can kill it by pid. */
+ * It prints its pid first so the test can kill it by pid, and the time, so the test can measure
+ * from the fault. */
 static void test_stall_hook(const trainer *t, int64_t iteration, int mb) {
     const char *rank_s = getenv("TRESTLE_TEST_STALL_RANK");
     const char *iter_s = getenv("TRESTLE_TEST_STALL_ITER");

@@ -1,8 +1,8 @@
 # A stuck or dead peer under mpirun (label "mpi"): one rank stops itself with SIGSTOP (or dies
-# with SIGKILL) mid-iteration
-# through the test hook in runtime/train/step.c; the others must end through the communication
-# timeout with a comm.timeout error naming the operation, the group and the peer, and mpirun must
-# fail.
+# with SIGKILL) mid-iteration through the test hook in runtime/train/step.c, under PP2 and under
+# TP2 x DP2; every other rank must end (through the 10 s communication timeout, or through the
+# SIGTERM mpirun sends after a death) with a comm.timeout error naming the operation, the group
+# and the peer, within 15 s of the fault, and mpirun must fail.
 #   tests/pp/stuck_peer.sh RUN_RECIPE MPIEXEC
 add_test(NAME mpi_stuck_peer
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/pp/stuck_peer.sh $<TARGET_FILE:run_recipe>

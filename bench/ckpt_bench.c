@@ -2,8 +2,9 @@
  * (the disk's sequential speed, measured in this run), saved as a sharded checkpoint by R ranks
  * in parallel (threads standing in for processes; fsync and commit included), loaded back cold
  * (page cache dropped with posix_fadvise) under the same layout and resharded to one rank, and
- * verified. Each step runs --repeat times, interleaved, and the median is reported, because
- * shared disks drift between runs.
+ * verified; `dd` (conv=fsync for the write, a cold read back) runs on the same bytes' size as the
+ * peer everyone knows. Each step runs --repeat times, interleaved; every round is printed and the
+ * median is compared, because shared disks drift between runs.
  *   bench_ckpt [--mb N] [--ranks R] [--repeat K] [--dir D] */
 #include <fcntl.h>
 #include <pthread.h>
@@ -17,7 +18,7 @@
 #include "runtime/checkpoint/ckpt.h"
 #include "runtime/checkpoint/reader.h"
 
-enum { N_TENSORS = 16, COLS = 4096, MAX_REPEAT = 15, STEPS = 6 };
+enum { N_TENSORS = 16, COLS = 4096, MAX_REPEAT = 15, STEPS = 8 };
 
 typedef struct bench {
     int ranks;
@@ -76,6 +77,24 @@ static double raw_read(bench *b) {
     double t = now_s() - t0;
     unlink(raw);
     return t;
+}
+
+/* The same number of bytes through dd: written with conv=fsync, then read back cold. */
+static double dd_step(bench *b, bool write) {
+    char path[4200], cmd[8600];
+    snprintf(path, sizeof path, "%s/dd.bin", b->root);
+    size_t mib = (b->total + (1u << 20) - 1) >> 20;
+    if (write)
+        snprintf(cmd, sizeof cmd, "dd if=/dev/zero of='%s' bs=1M count=%zu conv=fsync status=none",
+                 path, mib);
+    else
+        snprintf(cmd, sizeof cmd, "dd if='%s' of=/dev/null bs=1M status=none", path);
+    if (!write) drop_cache(path);
+    double t0 = now_s();
+    int rc = system(cmd);
+    double t = now_s() - t0;
+    if (!write) unlink(path);
+    return rc == 0 ? t : -1;
 }
 
 static void register_rank(const bench *b, int r, tr_ckpt_tensor *t) {
@@ -240,6 +259,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     double MB = (double)b.total / 1e6;
+    char cpu[256] = "unknown";
+    FILE *ci = fopen("/proc/cpuinfo", "r");
+    while (ci && fgets(cpu, sizeof cpu, ci) && strncmp(cpu, "model name", 10) != 0) {
+    }
+    if (ci) fclose(ci);
+    cpu[strcspn(cpu, "\n")] = '\0';
+    printf("cpu: %s\n", strchr(cpu, ':') ? strchr(cpu, ':') + 2 : cpu);
     printf("bench_ckpt: %.1f MB in %d tensors of [%lld, %d] f32, %d ranks, median of %d, dir %s\n",
            MB, N_TENSORS, (long long)b.rows, COLS, ranks, repeat, b.root);
     double t[STEPS][MAX_REPEAT];
@@ -258,17 +284,27 @@ int main(int argc, char **argv) {
         t[2][k] = raw_read(&b);
         ok = t[1][k] > 0 && ckpt_reads(&b, k + 1, &t[3][k], &t[4][k], &t[5][k], &d);
         tr_ckpt_retain(b.root, 1, 0, &d);
+        t[6][k] = dd_step(&b, true);
+        t[7][k] = dd_step(&b, false);
+        ok = ok && t[6][k] > 0 && t[7][k] > 0;
+        printf("round %d MB/s: write %.0f, save %.0f, read %.0f, load %.0f, resharded %.0f, verify "
+               "%.0f, dd write %.0f, dd read %.0f\n",
+               k + 1, MB / t[0][k], MB / t[1][k], MB / t[2][k], MB / t[3][k], MB / t[4][k],
+               MB / t[5][k], MB / t[6][k], MB / t[7][k]);
+        fflush(stdout);
     }
     if (!ok) tr_diags_print_text(&d, stderr, false);
     double m[STEPS];
     for (int s = 0; s < STEPS; s++) m[s] = ok ? median(t[s], repeat) : 1;
     const char *label[STEPS] = {"disk: write + fsync (1 file)",  "checkpoint save (fsync, commit)",
                                 "disk: cold read (1 file)",      "checkpoint load, same layout",
-                                "checkpoint load, resharded->1", "verify (all checksums)"};
-    int ref[STEPS] = {0, 0, 2, 2, 2, 2};
-    printf("%-34s %10s %8s\n", "step", "MB/s", "vs disk");
+                                "checkpoint load, resharded->1", "verify (all checksums)",
+                                "dd bs=1M conv=fsync (write)",   "dd bs=1M (cold read)"};
+    int ref[STEPS] = {0, 0, 2, 2, 2, 2, 0, 2}, dd_ref[STEPS] = {6, 6, 7, 7, 7, 7, 6, 7};
+    printf("%-34s %10s %8s %8s\n", "step (median)", "MB/s", "vs disk", "vs dd");
     for (int s = 0; ok && s < STEPS; s++)
-        printf("%-34s %10.0f %8.2f\n", label[s], MB / m[s], m[ref[s]] / m[s]);
+        printf("%-34s %10.0f %8.2f %8.2f\n", label[s], MB / m[s], m[ref[s]] / m[s],
+               m[dd_ref[s]] / m[s]);
     for (int i = 0; i < ranks * N_TENSORS; i++) free(b.local[i]);
     free(b.local);
     free(b.data);

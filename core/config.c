@@ -1,6 +1,7 @@
 /* ConfigContainer lifecycle and typed access through the field table. */
 #include "core/config.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,24 @@ static tr_status tag_error(tr_diags *d, const tr_field *f, const tr_value *v, co
     return TR_ERR_INVALID;
 }
 
+/* A quoted scalar is a string (YAML's core schema): "4" is not the integer 4. Only a tag says
+ * otherwise (!!int "4"). Returns false after reporting. */
+static bool unquoted_or_tagged(tr_diags *d, const tr_field *f, const tr_value *v,
+                               const tr_origin *o, const char *expected) {
+    if (v->kind != TR_VALUE_SCALAR || !v->quoted || v->tag != 0) return true;
+    tr_diag_add(d, TR_SEV_ERROR, "override.type", o, f->path,
+                "drop the quotes: a quoted value is a string",
+                "%s expects %s, got the string \"%s\"", f->path, expected, v->text);
+    return false;
+}
+
+/* Integers are decimal. A leading zero is refused rather than read: YAML 1.1 reads 010 as octal
+ * 8, YAML 1.2 and Python's int() as 10 (or refuse it), and the author meant one of them. */
+static bool leading_zero(const char *s) {
+    if (*s == '+' || *s == '-') s++;
+    return s[0] == '0' && isdigit((unsigned char)s[1]);
+}
+
 /* Parse one scalar element for a numeric or string type into out (no storage change). */
 static tr_status parse_int_elem(const tr_field *f, const tr_value *v, const tr_origin *o,
                                 tr_diags *d, int64_t *out) {
@@ -208,6 +227,15 @@ static tr_status parse_int_elem(const tr_field *f, const tr_value *v, const tr_o
     snprintf(expected, sizeof expected, "an integer%s%s", f->range && *f->range ? " in " : "",
              f->range && *f->range ? f->range : "");
     if (!tag_allows(v, "i")) return tag_error(d, f, v, o, expected);
+    if (!unquoted_or_tagged(d, f, v, o, expected)) return TR_ERR_INVALID;
+    if (v->kind == TR_VALUE_SCALAR && leading_zero(v->text)) {
+        tr_diag_add(d, TR_SEV_ERROR, "override.type", o, f->path,
+                    "write the number without the leading zero (integers are decimal)",
+                    "%s: %s has a leading zero, which YAML 1.1 reads as octal and YAML 1.2 as "
+                    "decimal; it is refused rather than guessed",
+                    f->path, v->text);
+        return TR_ERR_INVALID;
+    }
     if (v->kind != TR_VALUE_SCALAR || !tr_parse_int(v->text, out)) {
         double x;
         if (v->kind == TR_VALUE_SCALAR && tr_parse_float(v->text, &x) && x == floor(x) &&
@@ -253,6 +281,7 @@ tr_status tr_config_set(tr_config *c, const tr_field *f, const tr_value *v, cons
         }
         bool b;
         if (!tag_allows(v, "b")) return tag_error(d, f, v, o, "a bool (true or false)");
+        if (!unquoted_or_tagged(d, f, v, o, "a bool (true or false)")) return TR_ERR_INVALID;
         if (!tr_parse_bool(v->text, &b)) return type_error(d, f, v, o, "a bool (true or false)");
         if (f->type == TR_T_BOOL)
             *(bool *)p = b;
@@ -279,6 +308,7 @@ tr_status tr_config_set(tr_config *c, const tr_field *f, const tr_value *v, cons
         }
         double x;
         if (!tag_allows(v, "if")) return tag_error(d, f, v, o, "a number");
+        if (!unquoted_or_tagged(d, f, v, o, "a number")) return TR_ERR_INVALID;
         if (!tr_parse_float(v->text, &x)) return type_error(d, f, v, o, "a number");
         char why[96];
         if (!tr_range_check(f->range, x, why, sizeof why)) return range_error(d, f, v, o, why);

@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "kernels/cpu/blas_env.h"
 #include "runtime/comm/comm.h"
 #include "runtime/device/device.h"
 #include "runtime/parallel/launch.h"
 #include "runtime/parallel/config.h"
 #include "runtime/parallel/state.h"
 #include "runtime/train/train.h"
+#include "scripts/cli_module.h"
 #include "scripts/cli_resolve.h"
 
 /* See docs/cli.md: 4 = the loss became NaN/Inf; 128 + N = stopped cleanly by signal N. */
@@ -193,4 +195,12 @@ int tr_cli_launch(const tr_cli *cli, int *argc, char ***argv) {
     tr_diags_free(&d);
     MPI_Finalize();
     return code;
+}
+
+/* The module's entry (scripts/cli_module.h). Only a run that computes pays for loading OpenBLAS
+ * with its best kernels; the re-execution comes back here with the variable set. */
+int tr_cli_launch_entry(const tr_cli *cli, int *argc, char ***argv);
+int tr_cli_launch_entry(const tr_cli *cli, int *argc, char ***argv) {
+    tr_cpu_blas_reexec_if_slow(*argv);
+    return tr_cli_launch(cli, argc, argv);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "runtime/plan/plan.h"
+#include "scripts/cli_module.h"
 #include "scripts/cli_resolve.h"
 
 static const tr_plan_gpu *gpu_of(const tr_cli *cli, tr_diags *d) {
@@ -71,4 +72,10 @@ tr_status tr_cli_search_layouts(const tr_cli *cli, tr_diags *d) {
     if (s == TR_OK && d->n_errors) s = TR_ERR_CONFIG;
     tr_config_free(&base);
     return s;
+}
+
+/* The module's entry for the planner (scripts/cli_module.h). */
+tr_status tr_cli_plan_entry(const tr_cli *cli, tr_diags *d);
+tr_status tr_cli_plan_entry(const tr_cli *cli, tr_diags *d) {
+    return cli->search_layouts ? tr_cli_search_layouts(cli, d) : tr_cli_plan(cli, d);
 }

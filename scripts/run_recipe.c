@@ -6,13 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/cpu/blas_env.h"
 #include "overrides/overrides.h"
 #include "runtime/pipeline/pipeline.h"
 #include "scripts/cli_args.h"
 #include "scripts/cli_catalog.h"
-#include "scripts/cli_launch.h"
-#include "scripts/cli_plan.h"
+#include "scripts/cli_module.h"
 #include "scripts/cli_report.h"
 #include "scripts/cli_resolve.h"
 
@@ -87,9 +85,8 @@ static tr_status dispatch(tr_cli *cli, int *argc, char ***argv, tr_diags *d, int
                     "--json and --diagnostics-format json cannot be combined");
         return TR_ERR_INVALID;
     }
-    if (cli->search_layouts && (cli->recipe || cli->n_config_files))
-        return tr_cli_search_layouts(cli, d);
-    if (cli->plan && (cli->recipe || cli->n_config_files)) return tr_cli_plan(cli, d);
+    if ((cli->search_layouts || cli->plan) && (cli->recipe || cli->n_config_files))
+        return tr_cli_plan_module(cli, d);
     if (!cli->recipe && cli->n_config_files == 0) {
         tr_diag_add(d, TR_SEV_ERROR, "cli.no_recipe", NULL, NULL,
                     "name one with --recipe NAME (run_recipe --list-recipes shows them) or give a "
@@ -104,10 +101,9 @@ static tr_status dispatch(tr_cli *cli, int *argc, char ***argv, tr_diags *d, int
         return TR_ERR_INVALID;
     }
     if (!tr_cli_is_inspection(cli)) {
-        /* Only a run that computes pays for loading OpenBLAS with its best kernels; inspection
-         * stays a single fast process. */
-        tr_cpu_blas_reexec_if_slow(*argv);
-        *code = tr_cli_launch(cli, argc, argv);
+        /* Only a launch loads the runtime (MPI, OpenBLAS, CUDA): inspection stays a small
+         * process that maps none of them. */
+        *code = tr_cli_launch_module(cli, argc, argv);
         return TR_OK;
     }
     return inspect(cli, d);

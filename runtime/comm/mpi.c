@@ -445,6 +445,26 @@ static void probe_members(mpi_impl *m, int g, mpi_req *r, double grace, ask_list
     }
 }
 
+/* True when every other member answered: it waits in this call, or already in a later one on
+ * this group (it finished its part). The questions were all received then, so their sends
+ * complete; the probe's state is dropped so that a later timeout asks afresh. */
+static bool all_members_here(mpi_impl *m, int g, mpi_req *r, ask_listener *l) {
+    /* Members in a wait answer within milliseconds; a launcher that follows its SIGTERM with
+     * a SIGKILL a second later (mpirun) leaves little more than that. */
+    probe_members(m, g, r, 0.25, l);
+    int p = m->size[g], me = m->rank[g];
+    bool here = r->answers && r->probe && m->ctl[g] != MPI_COMM_NULL;
+    for (int j = 0; here && j < p; j++) here = j == me || r->answers[j][0] >= r->seq;
+    if (!here) return false;
+    for (int j = 0; j < p; j++)
+        if (r->probe[j] != MPI_REQUEST_NULL) MPI_Wait(&r->probe[j], MPI_STATUS_IGNORE);
+    free(r->answers);
+    free(r->probe);
+    r->answers = NULL;
+    r->probe = NULL;
+    return true;
+}
+
 /* How a wait ended, for the diagnostic: the timeout, or the stop signal it gave way to. */
 static const char *why_ended(const tr_comm *c, bool stopped, char *buf, size_t cap) {
     if (stopped)
@@ -460,9 +480,9 @@ static tr_status report_collective_timeout(tr_comm *c, tr_comm_request *req, mpi
     mpi_impl *m = impl_of(c);
     int g = req->group, p = m->size[g], me = m->rank[g];
     double grace = stopped ? 0.2 : c->timeout_s * 0.25;
-    grace = grace < 0.2 ? 0.2 : grace > 5.0 ? 5.0 : grace;
+    grace = grace < 0.2 ? 0.2 : grace > 1.0 ? 1.0 : grace; /* members in a wait answer in ms */
     char why[96];
-    probe_members(m, g, r, grace, l);
+    if (!r->answers) probe_members(m, g, r, grace, l); /* else a stop signal's probe answered */
     char members[512] = "", silent[512] = "", same[512] = "", other[1024] = "";
     for (int j = 0; j < p; j++) {
         append_rank(members, sizeof members, ",", m->members[g][j]);
@@ -527,6 +547,7 @@ static tr_status mpi_wait(tr_comm *c, tr_comm_request *req) {
     mpi_req *r = req->impl;
     int g = req->group, spins = 0;
     double t0 = now_s(), deadline = t0 + c->timeout_s, stop_seen = -1;
+    bool stop_cleared = false;
     ask_listener l = {MPI_REQUEST_NULL, {0, 0}};
     if (r->collective) listen_post(m, g, &l);
     tr_status st = TR_OK;
@@ -538,6 +559,17 @@ static tr_status mpi_wait(tr_comm *c, tr_comm_request *req) {
         double t = now_s();
         if (stop_seen < 0 && tr_comm_stop_requested()) stop_seen = t;
         bool stopped = stop_seen >= 0 && t - stop_seen >= TR_COMM_STOP_GRACE_S;
+        /* A collective whose members all answer from a wait of this group is slow, not stuck:
+         * after a stop signal it may finish (and the run save, like Megatron's exit-signal
+         * handling), bounded by the timeout as ever. Asked once; a member silent for the grace
+         * (stopped, dead, or computing outside any wait on this group) ends the wait now. */
+        if (stopped && !stop_cleared && r->collective && t < deadline) {
+            stop_cleared = true;
+            if (all_members_here(m, g, r, &l)) continue;
+            stopped = true;
+        } else if (stop_cleared) {
+            stopped = false;
+        }
         if (t >= deadline || stopped) {
             st = r->collective ? report_collective_timeout(c, req, r, t - t0, &l, stopped)
                                : report_p2p_timeout(c, req, r, t - t0, stopped);

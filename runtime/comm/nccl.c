@@ -9,10 +9,16 @@
 #ifdef TRESTLE_HAVE_NCCL
 #include <nccl.h>
 
+enum { NCCL_MAX_NAMED_PEERS = 8 };
+
 typedef struct nccl_req {
     cudaEvent_t done;
     void *tmp; /* in-place all-to-all copy, freed on the group's stream after use */
     bool finished;
+    /* For the timeout diagnostic: the p2p peers (group ranks) and their direction. */
+    int n_peers;
+    int peers[NCCL_MAX_NAMED_PEERS];
+    bool sends[NCCL_MAX_NAMED_PEERS];
 } nccl_req;
 
 typedef struct nccl_impl {
@@ -208,6 +214,16 @@ static tr_status nccl_start_into(tr_comm *c, const tr_comm_call *call, nccl_req 
 static tr_status nccl_start(tr_comm *c, const tr_comm_call *call, tr_comm_request *req) {
     nccl_req *r = calloc(1, sizeof *r);
     if (!r) return TR_ERR_NOMEM;
+    if (call->kind == TR_COMM_SEND || call->kind == TR_COMM_RECV) {
+        r->n_peers = 1;
+        r->peers[0] = call->peer;
+        r->sends[0] = call->kind == TR_COMM_SEND;
+    }
+    for (int i = 0; call->kind == TR_COMM_P2P_BATCH && i < call->n_p2p; i++)
+        if (r->n_peers < NCCL_MAX_NAMED_PEERS) {
+            r->peers[r->n_peers] = call->p2p[i].peer;
+            r->sends[r->n_peers++] = call->p2p[i].is_send;
+        }
     tr_status st = nccl_start_into(c, call, r);
     if (st != TR_OK) {
         if (r->done) cudaEventDestroy(r->done);
@@ -241,23 +257,60 @@ static tr_status nccl_test(tr_comm *c, tr_comm_request *req, bool *done) {
     return nccl_poll(c, req, done);
 }
 
+/* Who the wait depended on, in world ranks: the p2p peers, else every other group member. NCCL
+ * cannot say which of them never arrived, so all are named. */
+static void describe_peers(const tr_comm *c, const tr_comm_request *req, const nccl_req *r,
+                           char *buf, size_t cap) {
+    int g = req->group, p = nccl_group_size(c, g), me = nccl_group_rank(c, g);
+    size_t len = 0;
+    buf[0] = '\0';
+    int n = r->n_peers ? r->n_peers : p;
+    for (int i = 0; i < n && len + 1 < cap; i++) {
+        int peer = r->n_peers ? r->peers[i] : i;
+        if (!r->n_peers && peer == me) continue;
+        const char *dir = !r->n_peers ? "" : r->sends[i] ? "send to " : "recv from ";
+        int w = snprintf(buf + len, cap - len, "%s%sworld rank %d (group rank %d)", len ? ", " : "",
+                         dir, nccl_world_rank_of(c, g, peer), peer);
+        if (w < 0) break;
+        len += (size_t)w < cap - len ? (size_t)w : cap - len - 1;
+    }
+    if (!buf[0]) snprintf(buf, cap, "none");
+}
+
+/* Bounded like the MPI waits (runtime/comm/mpi.c): by c->timeout_s, and by the stop flag a
+ * grace period after SIGTERM/SIGINT. NCCL cannot be asked which members are in the call, so
+ * after a stop signal a collective still running after the grace is given up even if every
+ * member is in it (docs/comm.md). The communicator is aborted at destroy either way. */
 static tr_status nccl_wait(tr_comm *c, tr_comm_request *req) {
     int spins = 0;
+    double stop_seen = -1;
     for (;;) {
         bool done = false;
         TR_TRY(nccl_poll(c, req, &done));
         if (done) return TR_OK;
-        double waited = tr_comm_now_s() - req->started_s;
-        if (waited > c->timeout_s) {
+        double t = tr_comm_now_s(), waited = t - req->started_s;
+        if (stop_seen < 0 && tr_comm_stop_requested()) stop_seen = t;
+        bool stopped = stop_seen >= 0 && t - stop_seen >= TR_COMM_STOP_GRACE_S;
+        if (waited > c->timeout_s || stopped) {
             nccl_impl *m = nccl_of(c);
             int g = req->group;
             m->timed_out[m->alias[g] >= 0 ? m->alias[g] : g] = true;
+            char why[96], peers[640];
+            if (stopped)
+                snprintf(why, sizeof why,
+                         "was given up %.0f s after a stop signal (SIGTERM/SIGINT)",
+                         TR_COMM_STOP_GRACE_S);
+            else
+                snprintf(why, sizeof why, "did not complete within %.1f s", c->timeout_s);
+            describe_peers(c, req, req->impl, peers, sizeof peers);
             return tr_diag_add(
-                c->diags, TR_SEV_ERROR, "comm.timeout", NULL, "dist.distributed_timeout_minutes",
+                c->diags, TR_SEV_ERROR, "comm.timeout", NULL,
+                "dist.distributed_timeout_minutes,dist.distributed_timeout_seconds",
                 "a peer never reached this call: look for a rank stuck in compute or dead; raise "
                 "dist.distributed_timeout_minutes only if the work is really that slow",
-                "%s on group %s (NCCL) did not complete within %.1f s",
-                tr_comm_kind_name(req->kind), tr_comm_group_name(req->group), waited);
+                "%s on group %s (NCCL) %s on world rank %d (waited %.1f s); it waited for %s",
+                tr_comm_kind_name(req->kind), tr_comm_group_name(g), why,
+                nccl_world_rank_of(c, g, nccl_group_rank(c, g)), waited, peers);
         }
         tr_comm_nap(&spins);
     }

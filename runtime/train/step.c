@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/data/datasets/sampler.h"
@@ -57,17 +59,24 @@ static tr_status microbatch_index(const trainer *t, int64_t consumed, int mb, in
  * TRESTLE_TEST_STALL_ITER=i in the environment, world rank r stops itself with SIGSTOP after the
  * forward of its first microbatch of iteration i, so its peers see a process that is alive (the
  * launcher notices nothing) but never answers, and must end through the communication timeout.
- * It prints its pid first so the test can kill it by pid. */
+ * It prints its pid first so the test can kill it by pid, and the time, so the test can measure
+ * from the fault. */
 static void test_stall_hook(const trainer *t, int64_t iteration, int mb) {
     const char *rank_s = getenv("TRESTLE_TEST_STALL_RANK");
     const char *iter_s = getenv("TRESTLE_TEST_STALL_ITER");
     if (!rank_s || !iter_s || !t->o->comm || mb != 0) return;
     if (atoll(iter_s) != iteration) return;
     if (atoi(rank_s) != tr_comm_group_rank(t->o->comm, TR_COMM_WORLD)) return;
-    fprintf(stderr, "test hook: rank %s stalls (pid %ld) in iteration %lld\n", rank_s,
-            (long)getpid(), (long long)iteration);
+    /* TRESTLE_TEST_STALL_SIGNAL=KILL: the rank dies instead (kill -9), and the launcher sees it. */
+    const char *sig_s = getenv("TRESTLE_TEST_STALL_SIGNAL");
+    bool kill_it = sig_s && !strcmp(sig_s, "KILL");
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    fprintf(stderr, "test hook: rank %s %s (pid %ld) in iteration %lld at %lld.%03ld\n", rank_s,
+            kill_it ? "dies" : "stalls", (long)getpid(), (long long)iteration,
+            (long long)now.tv_sec, now.tv_nsec / 1000000);
     fflush(stderr);
-    raise(SIGSTOP);
+    raise(kill_it ? SIGKILL : SIGSTOP);
 }
 
 /* Forward and backward of this rank's microbatches, gradients accumulated (and, with a comm,

@@ -2,10 +2,10 @@
 # trestle_ckpt tool's command-line behaviour.
 add_executable(ckpt_kill ${CMAKE_SOURCE_DIR}/tests/ckpt/ckpt_kill.c)
 target_link_libraries(ckpt_kill PRIVATE trestle_runtime)
-add_test(NAME ckpt_kill COMMAND ckpt_kill 60 20261129)
+add_test(NAME ckpt_kill COMMAND ckpt_kill 60 20261129 1 30)
 set_tests_properties(ckpt_kill PROPERTIES LABELS "ckpt" TIMEOUT 120)
 # The same with the ranks split over two processes killed together (rank 0's commits).
-add_test(NAME ckpt_kill_2proc COMMAND ckpt_kill 30 20261201 2)
+add_test(NAME ckpt_kill_2proc COMMAND ckpt_kill 30 20261201 2 30)
 set_tests_properties(ckpt_kill_2proc PROPERTIES LABELS "ckpt" TIMEOUT 120)
 
 add_test(NAME ckpt_tool

@@ -38,3 +38,10 @@ tr_comm_stall_test(timeout_p2p 2 stall-p2p "p2p_batch on group world"
 # the 60 s timeout, with the same diagnostic (stall.sh fails past 12 s).
 tr_comm_stall_test(sigterm_during_wait 4 stall-sigterm "all_reduce #2 on group world"
                    "did not answer: 3;" "given up 1 s after a stop signal")
+# ...but a healthy collective every member waits in, slower than that second, still finishes
+# after the stop signal, so the run can save (before: comm.timeout after 1 s).
+add_test(NAME mpi_comm_slow_collective_after_sigterm
+         COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4
+                 $<TARGET_FILE:comm_check> slow-sigterm)
+set_tests_properties(mpi_comm_slow_collective_after_sigterm PROPERTIES LABELS "mpi" TIMEOUT 120
+                     RUN_SERIAL TRUE ENVIRONMENT "${TR_COMM_TEST_ENV}")

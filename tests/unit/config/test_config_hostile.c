@@ -86,6 +86,31 @@ static void test_integers_are_decimal(void) {
     accepted(false, "train.train_iters=1e6"); /* an exact integer written as a float */
 }
 
+/* 010 is octal 8 in YAML 1.1 and 10 in YAML 1.2: refused, naming the key, not guessed. */
+static void test_leading_zero_is_refused(void) {
+    refused(false, "model.num_layers=010", "model.num_layers", "leading zero");
+    refused(true, "model:\n  num_layers: 010\n", "model.num_layers", "leading zero");
+    refused(false, "train.train_iters=-01", "leading zero", NULL);
+    refused(false, "model.window_size=[4,08]", "leading zero", NULL);
+    accepted(false, "model.num_layers=10");
+    accepted(false, "train.train_iters=100");
+    accepted(false, "model.window_size=[0,-1]");
+    accepted(false, "optimizer.lr=0.001"); /* floats: a zero before the point is decimal */
+}
+
+/* A quoted scalar is a string: "4" for an integer, "1e-3" for a float or "true" for a bool is
+ * refused in YAML and in an override unless a tag says the type. */
+static void test_quoted_numbers_are_strings(void) {
+    refused(true, "model:\n  num_layers: \"4\"\n", "model.num_layers", "the string \"4\"");
+    refused(true, "model:\n  num_layers: '4'\n", "model.num_layers", NULL);
+    refused(false, "model.num_layers=\"4\"", "model.num_layers", "the string \"4\"");
+    refused(true, "optimizer:\n  lr: \"1e-3\"\n", "optimizer.lr", "string");
+    refused(true, "model:\n  add_bias_linear: \"true\"\n", "model.add_bias_linear", "string");
+    accepted(true, "model:\n  num_layers: !!int \"4\"\n");
+    accepted(true, "model:\n  num_layers: 4\n");
+    accepted(false, "model.num_layers=4");
+}
+
 static void test_yaml_tags_are_honoured(void) {
     refused(true, "model:\n  num_layers: !!str 4\n", "!!str", "model.num_layers");
     refused(true, "model:\n  num_layers: !!float 4\n", "!!float", NULL);
@@ -128,4 +153,5 @@ static void test_yaml_with_many_keys_is_linear(void) {
 TR_TEST_MAIN(TR_TEST(test_yaml_with_many_keys_is_linear),
              TR_TEST(test_nan_is_refused_with_a_reason),
              TR_TEST(test_infinity_only_where_the_range_names_it),
+             TR_TEST(test_leading_zero_is_refused), TR_TEST(test_quoted_numbers_are_strings),
              TR_TEST(test_integers_are_decimal), TR_TEST(test_yaml_tags_are_honoured))

@@ -1,23 +1,27 @@
 /* Training-step throughput of the CPU runtime next to PyTorch eager on the same model, batch and
- * machine: tokens/s and achieved GFLOP/s (6 * params * tokens + causal attention), for GPT-2
- * 124M at B=4 T=64, a ~30M Llama-style model, and llama_tiny. A step is what the training loop
- * does: zero grads, forward, backward, grad norm, clip, AdamW.
+ * machine, and next to the sgemm ceiling of the same step (bench/sgemm_ceiling.h): tokens/s and
+ * achieved GFLOP/s (6 * params * tokens + causal attention), for GPT-2 124M at B=4 T=64, a ~30M
+ * Llama-style model, and llama_tiny. A step is what the training loop does: zero grads,
+ * forward, backward, grad norm, clip, AdamW.
  *
- *   bench_train_cpu [--steps N] [--rounds R] [--peak GFLOPS] [--python PY] [--no-torch]
- *                   [--only NAME]
+ *   bench_train_cpu [--steps N] [--rounds R] [--python PY] [--no-torch] [--only NAME]
  *
- * Each round times Trestle then PyTorch; the best round of each is reported, so a busy machine
- * (other jobs stealing the cores for a while) hurts both sides alike.
+ * Each round times Trestle, the ceiling and PyTorch back to back and prints all three; the
+ * summary gives min / median / max over the rounds and the ratios within each round, which a
+ * busy machine (other jobs taking the cores for a while) disturbs far less than the absolutes.
  * The PyTorch side runs bench/train_cpu.py (which installs torch into a cache venv if needed).
  * On VMs whose CPU model OpenBLAS does not recognise the bench re-executes itself with
  * OPENBLAS_CORETYPE set (docs/kernels.md). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bench/sgemm_ceiling.h"
 #include "kernels/cpu/blas_env.h"
+#include "kernels/cpu/threadpool.h"
 #include "runtime/model/model.h"
 #include "runtime/optimizer/optimizer.h"
 
@@ -135,31 +139,80 @@ static int run_c(const bench_case *bc, int steps, double *tok_s, double *gflops,
     return 1;
 }
 
-static int run_torch(const char *py, const bench_case *bc, int steps, double *tok_s) {
+static int run_torch(const char *py, const bench_case *bc, int steps, int threads, double *ms) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s/bench/train_cpu.py --model %s --batch %d --seq %d --steps %d",
-             py, TRESTLE_SOURCE_DIR, bc->name, bc->batch, bc->spec.seq, steps);
+    snprintf(cmd, sizeof cmd,
+             "%s %s/bench/train_cpu.py --model %s --batch %d --seq %d --steps %d --threads %d", py,
+             TRESTLE_SOURCE_DIR, bc->name, bc->batch, bc->spec.seq, steps, threads);
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
     char line[512];
     int ok = 0;
+    double tok_s = 0.0;
     while (fgets(line, sizeof line, p))
-        if (sscanf(line, "RESULT tokens_per_s=%lf", tok_s) == 1) ok = 1;
+        if (sscanf(line, "RESULT tokens_per_s=%lf", &tok_s) == 1 && tok_s > 0) ok = 1;
+    *ms = ok ? 1e3 * bc->batch * bc->spec.seq / tok_s : 0.0;
     return pclose(p) == 0 && ok;
 }
 
+static double load1(void) {
+    double l = -1.0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1.0;
+        fclose(f);
+    }
+    return l;
+}
+
+static void print_machine(void) {
+    char line[256] = "unknown", *model = line;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "model name", 10)) break;
+        fclose(f);
+        char *colon = strchr(line, ':');
+        model = colon ? colon + 2 : line;
+        model[strcspn(model, "\n")] = 0;
+    }
+    __builtin_cpu_init();
+    printf("CPU: %s; ISA:%s%s%s%s; %d CPUs available, %d threads; OpenBLAS core %s\n", model,
+           __builtin_cpu_supports("avx512f") ? " avx512f" : "",
+           __builtin_cpu_supports("avx2") ? " avx2" : "",
+           __builtin_cpu_supports("fma") ? " fma" : "",
+           __builtin_cpu_supports("avx512f") || __builtin_cpu_supports("avx2") ? "" : " sse only",
+           tr_cpu_available_cpus(), tr_cpu_num_threads(), tr_cpu_blas_core());
+    time_t t = time(NULL);
+    char when[64];
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&t));
+    printf("date %s, load average %.2f at start\n", when, load1());
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* min / median / max of n values (sorted in place) and the spread (max - min) / median. */
+static void stats(const char *what, double *v, int n, const char *unit) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    printf("  %-28s min %9.2f  median %9.2f  max %9.2f %-8s spread %5.1f%%\n", what, v[0], med,
+           v[n - 1], unit, med > 0 ? 100.0 * (v[n - 1] - v[0]) / med : 0.0);
+}
+
+#define MAX_ROUNDS 64
+
 int main(int argc, char **argv) {
     tr_cpu_blas_reexec_if_slow(argv); /* before any thread: picks OpenBLAS's AVX kernels */
-    int steps = 10, torch = 1, rounds = 2;
-    double peak = 190.0;
+    int steps = 5, torch = 1, rounds = 3;
     const char *py = "python3", *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc)
             steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
             rounds = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--peak") && i + 1 < argc)
-            peak = atof(argv[++i]);
         else if (!strcmp(argv[i], "--python") && i + 1 < argc)
             py = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
@@ -168,7 +221,7 @@ int main(int argc, char **argv) {
             torch = 0;
         else {
             fprintf(stderr,
-                    "usage: %s [--steps N] [--peak GFLOPS] [--python PY] [--no-torch] "
+                    "usage: %s [--steps N] [--rounds R] [--python PY] [--no-torch] "
                     "[--only gpt2_124m|llama_30m|llama_tiny]\n",
                     argv[0]);
             return 2;
@@ -176,49 +229,67 @@ int main(int argc, char **argv) {
     }
     if (steps < 1) steps = 1;
     if (rounds < 1) rounds = 1;
+    if (rounds > MAX_ROUNDS) rounds = MAX_ROUNDS;
     const bench_case cases[] = {
         {"gpt2_124m", gpt2_124m(), 4},
         {"llama_30m", llama(8, 512, 8, 4, 1408, 16384), 4},
         {"llama_tiny", llama(2, 64, 4, 2, 192, 256), 8},
     };
-    printf("OpenBLAS core: %s\n", tr_cpu_blas_core());
-    printf("%-11s %6s %9s | %11s %9s %7s | %11s %7s\n", "model", "B x T", "params", "trestle tok/s",
-           "GFLOP/s", "%peak", "torch tok/s", "ratio");
+    print_machine();
+    int nt = tr_cpu_num_threads();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bench_case *bc = &cases[i];
         if (only && strcmp(only, bc->name) != 0) continue;
-        double tps = 0, gf = 0, ttps = 0;
+        int rows = bc->batch * bc->spec.seq;
+        double ms[MAX_ROUNDS], gf[MAX_ROUNDS], ceil[MAX_ROUNDS], frac[MAX_ROUNDS];
+        double tms[MAX_ROUNDS], ratio[MAX_ROUNDS], blas[MAX_ROUNDS];
+        int nt_ok = 0;
         int64_t np = 0;
-        phases ph = {0};
-        int have_torch = 0;
+        printf("\n%s  B x T %dx%d  (%d steps a round after 2 warm-up steps)\n", bc->name, bc->batch,
+               bc->spec.seq, steps);
         for (int r = 0; r < rounds; r++) {
-            double t1, g1, tt1;
-            phases p1;
-            if (!run_c(bc, steps, &t1, &g1, &np, &p1)) {
+            double tok_s;
+            phases ph;
+            if (!run_c(bc, steps, &tok_s, &gf[r], &np, &ph)) {
                 fprintf(stderr, "%s: model setup failed\n", bc->name);
                 return 1;
             }
-            if (t1 > tps) {
-                tps = t1;
-                gf = g1;
-                ph = p1;
+            ms[r] = 1e3 * rows / tok_s;
+            tr_bench_ceiling c;
+            if (!tr_bench_sgemm_ceiling(&bc->spec, rows, nt, 2, &c)) {
+                fprintf(stderr, "%s: ceiling buffers failed\n", bc->name);
+                return 1;
             }
-            if (torch && run_torch(py, bc, steps, &tt1)) {
-                have_torch = 1;
-                if (tt1 > ttps) ttps = tt1;
+            ceil[r] = c.mix_gflops;
+            blas[r] = c.blas_gflops;
+            frac[r] = 100.0 * gf[r] / c.mix_gflops;
+            printf("  round %d: trestle %8.1f ms/step %7.1f GFLOP/s (fwd %.0f + bwd %.0f + "
+                   "norm/clip/AdamW %.0f ms) | sgemm ceiling %6.1f GFLOP/s (OpenBLAS threads "
+                   "%.1f, best shape %.1f; %.1f GFLOP of GEMMs) -> %5.1f%% of it",
+                   r + 1, ms[r], gf[r], 1e3 * ph.fwd, 1e3 * ph.bwd, 1e3 * ph.opt, c.mix_gflops,
+                   c.blas_gflops, c.best_gflops, c.gemm_gflop, frac[r]);
+            double t_ms;
+            if (torch && run_torch(py, bc, steps, nt, &t_ms)) {
+                tms[nt_ok] = t_ms;
+                ratio[nt_ok] = t_ms / ms[r];
+                printf(" | torch %8.1f ms/step, torch/trestle %.2fx", t_ms, ratio[nt_ok]);
+                nt_ok++;
+            } else if (torch) {
+                printf(" | torch failed");
             }
+            printf(" | load %.2f\n", load1());
+            fflush(stdout);
         }
-        char bt[32];
-        snprintf(bt, sizeof bt, "%dx%d", bc->batch, bc->spec.seq);
-        printf("%-11s %6s %8.1fM | %13.0f %9.1f %6.1f%% | ", bc->name, bt, np / 1e6, tps, gf,
-               100.0 * gf / peak);
-        if (have_torch)
-            printf("%11.0f %6.2fx\n", ttps, tps / ttps);
-        else
-            printf("%11s %7s\n", "n/a", "");
-        printf("%-11s   trestle step %.1f ms = forward %.1f + backward %.1f + norm/clip/AdamW "
-               "%.1f\n",
-               "", 1e3 * (ph.fwd + ph.bwd + ph.opt), 1e3 * ph.fwd, 1e3 * ph.bwd, 1e3 * ph.opt);
+        printf("  %s: %.1fM params, %d rounds\n", bc->name, np / 1e6, rounds);
+        stats("trestle ms/step", ms, rounds, "ms");
+        stats("trestle GFLOP/s", gf, rounds, "GFLOP/s");
+        stats("sgemm ceiling (step mix)", ceil, rounds, "GFLOP/s");
+        stats("sgemm, OpenBLAS threads", blas, rounds, "GFLOP/s");
+        stats("trestle % of same-round ceil.", frac, rounds, "%");
+        if (nt_ok) {
+            stats("torch ms/step", tms, nt_ok, "ms");
+            stats("torch/trestle, same round", ratio, nt_ok, "x");
+        }
         fflush(stdout);
     }
     return 0;

@@ -110,9 +110,10 @@ def main():
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--seq", type=int, required=True)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     a = ap.parse_args()
     torch.manual_seed(0)
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(a.threads)
     layers, c, heads, groups, ffn, vocab, llama = MODELS[a.model]
     model = Model(layers, c, heads, groups, ffn, vocab, llama, a.seq)
     decay = [p for p in model.parameters() if p.ndim > 1]

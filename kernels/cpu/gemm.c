@@ -1,8 +1,65 @@
 /* GEMM and bias: the linear layer's three products all map onto one row-major sgemm. */
 #include <cblas.h>
+#include <pthread.h>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/threadpool.h"
+
+/* OpenBLAS runs single-threaded and the pool splits the product into column (or row) panels of
+ * C: one set of threads for every op, and idle ones sleep instead of spinning in OpenBLAS's
+ * server loop or its inter-thread waits, which crawl when another process shares the cores.
+ * Each element of C is still one sgemm's dot product over the whole k, with the same k blocking
+ * and, with panel edges at multiples of TR_GEMM_PANEL (a multiple of every register tile), the
+ * same micro-kernel path: the result is bitwise that of a single call, whatever the thread
+ * count (test_cpu_threads). */
+#define TR_GEMM_PANEL 64
+/* Least m*n*k of a panel: above OpenBLAS's small-matrix and "direct" sgemm cut-offs (at most
+ * 28*512*512), so a panel takes the same packed path as the whole product would. */
+#define TR_GEMM_PANEL_MIN_WORK (1LL << 23)
+
+typedef struct gemm_ctx {
+    CBLAS_TRANSPOSE ta, tb;
+    int m, n, k, lda, ldb, ldc, split_n;
+    int64_t blocks, parts; /* the split side's TR_GEMM_PANEL-wide blocks, grouped in panels */
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+} gemm_ctx;
+
+/* Start of panel p of g->parts over the split side: block edges, the last panel ends at lim. */
+static int panel_edge(const gemm_ctx *g, int64_t p) {
+    int lim = g->split_n ? g->n : g->m;
+    if (p >= g->parts) return lim;
+    return (int)(p * g->blocks / g->parts * TR_GEMM_PANEL);
+}
+
+static void gemm_panels(void *vctx, int64_t p0, int64_t p1) {
+    const gemm_ctx *g = vctx;
+    int s = panel_edge(g, p0), e = panel_edge(g, p1);
+    if (s >= e) return;
+    if (g->split_n) {
+        const float *b = g->tb == CblasTrans ? g->b + (int64_t)s * g->ldb : g->b + s;
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, g->m, e - s, g->k, g->alpha, g->a, g->lda, b,
+                    g->ldb, g->beta, g->c + s, g->ldc);
+    } else {
+        const float *a = g->ta == CblasTrans ? g->a + s : g->a + (int64_t)s * g->lda;
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, e - s, g->n, g->k, g->alpha, a, g->lda, g->b,
+                    g->ldb, g->beta, g->c + (int64_t)s * g->ldc, g->ldc);
+    }
+}
+
+static int narrowest_panel(const gemm_ctx *g) {
+    int w = panel_edge(g, 1) - panel_edge(g, 0);
+    for (int64_t p = 1; p < g->parts; p++) {
+        int wp = panel_edge(g, p + 1) - panel_edge(g, p);
+        if (wp < w) w = wp;
+    }
+    return w;
+}
+
+static void blas_single_thread(void) {
+    openblas_set_num_threads(1);
+}
 
 tr_status tr_cpu_gemm(tr_transpose ta, tr_transpose tb, int m, int n, int k, float alpha,
                       const float *a, int lda, const float *b, int ldb, float beta, float *c,
@@ -19,9 +76,35 @@ tr_status tr_cpu_gemm(tr_transpose ta, tr_transpose tb, int m, int n, int k, flo
                 c[(int64_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(int64_t)i * ldc + j];
         return TR_OK;
     }
-    cblas_sgemm(CblasRowMajor, ta == TR_TRANS ? CblasTrans : CblasNoTrans,
-                tb == TR_TRANS ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
-                ldc);
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, blas_single_thread);
+    /* Split the side whose operand is larger, so the operand every panel re-reads is the
+     * smaller one (panels over n all read A, panels over m all read B). */
+    gemm_ctx g = {.ta = ta == TR_TRANS ? CblasTrans : CblasNoTrans,
+                  .tb = tb == TR_TRANS ? CblasTrans : CblasNoTrans,
+                  .m = m,
+                  .n = n,
+                  .k = k,
+                  .lda = lda,
+                  .ldb = ldb,
+                  .ldc = ldc,
+                  .split_n = n >= m,
+                  .alpha = alpha,
+                  .beta = beta,
+                  .a = a,
+                  .b = b,
+                  .c = c};
+    int lim = g.split_n ? n : m;
+    int64_t other = g.split_n ? m : n;
+    g.blocks = (lim + TR_GEMM_PANEL - 1) / TR_GEMM_PANEL;
+    /* About two panels per thread: enough to rebalance when a thread is slow to start, few
+     * enough that the shared operand is not packed many times over. */
+    g.parts = 2 * (int64_t)tr_cpu_num_threads();
+    if (g.parts > g.blocks) g.parts = g.blocks;
+    while (g.parts >= 2 && (int64_t)narrowest_panel(&g) * other * k < TR_GEMM_PANEL_MIN_WORK)
+        g.parts--;
+    if (g.parts < 2) g.parts = 1;
+    tr_cpu_parallel_for(g.parts, 1, gemm_panels, &g);
     return TR_OK;
 }
 

@@ -90,7 +90,7 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
         int64_t nmb = c->derived.num_microbatches, limit = m->wgrad_deferral_limit;
         s->defer_wgrad = (int)(limit > 0 && limit < nmb ? limit : nmb);
     }
-    return TR_OK;
+    return tr_moe_spec_from_config(c, &s->moe);
 }
 
 /* More TP ranks than query groups: each group's key and value heads are copied to the

@@ -35,6 +35,17 @@ static void json_num(FILE *f, const char *key, double v) {
         fprintf(f, ",\"%s\":null", key);
 }
 
+void tr_train_log_moe(tr_train_log *l, double lb, double z) {
+    if (isfinite(lb)) {
+        l->moe_lb += lb;
+        l->n_lb++;
+    }
+    if (isfinite(z)) {
+        l->moe_z += z;
+        l->n_z++;
+    }
+}
+
 bool tr_train_log_due(const tr_train_log *l, int64_t it, int64_t iters, bool stopping) {
     return it % l->interval == 0 || it == iters || stopping;
 }
@@ -63,8 +74,11 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
                 "rate: %.6E | lm loss: %.6E |",
                 (long long)it, (long long)iters, (long long)consumed, ms, tps, tflops, lr, avg);
         if (isfinite(l->loss_scale)) fprintf(l->out, " loss scale: %.1f |", l->loss_scale);
-        fprintf(l->out, " grad norm: %.3f | number of skipped iterations: %3d |\n", grad_norm,
+        fprintf(l->out, " grad norm: %.3f | number of skipped iterations: %3d |", grad_norm,
                 l->skipped_total);
+        if (l->n_lb) fprintf(l->out, " load_balancing_loss: %.6E |", l->moe_lb / l->n_lb);
+        if (l->n_z) fprintf(l->out, " z_loss: %.6E |", l->moe_z / l->n_z);
+        fprintf(l->out, "\n");
         if (isfinite(params_norm)) fprintf(l->out, "   params norm: %.3f\n", params_norm);
         fflush(l->out);
     }
@@ -76,14 +90,16 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
         json_num(l->metrics, "grad_norm", grad_norm);
         if (isfinite(l->loss_scale)) json_num(l->metrics, "loss_scale", l->loss_scale);
         if (isfinite(params_norm)) json_num(l->metrics, "params_norm", params_norm);
+        if (l->n_lb) json_num(l->metrics, "load_balancing_loss", l->moe_lb / l->n_lb);
+        if (l->n_z) json_num(l->metrics, "z_loss", l->moe_z / l->n_z);
         json_num(l->metrics, "ms_per_iter", ms);
         json_num(l->metrics, "tokens_per_s", tps);
         json_num(l->metrics, "tflops_per_device", tflops);
         fprintf(l->metrics, ",\"skipped_iterations\":%d}\n", l->skipped_total);
         fflush(l->metrics);
     }
-    l->n = l->n_loss = 0;
-    l->loss = l->seconds = l->flops = l->tokens = 0.0;
+    l->n = l->n_loss = l->n_lb = l->n_z = 0;
+    l->loss = l->seconds = l->flops = l->tokens = l->moe_lb = l->moe_z = 0.0;
 }
 
 void tr_train_log_eval(tr_train_log *l, const char *split, int64_t it, double loss) {

@@ -114,7 +114,7 @@ static tr_status loop(trainer *t, tr_train_result *r) {
     }
     for (int64_t it = from->iteration + 1; it <= iters; it++) {
         double t0 = now_s();
-        step_out so = {0};
+        step_out so = {.moe_lb = NAN, .moe_z = NAN};
         if (in_list(&c->train.iterations_to_skip, it)) {
             so.loss = NAN;
             so.skipped = true;
@@ -143,6 +143,7 @@ static tr_status loop(trainer *t, tr_train_result *r) {
             else
                 TR_TRY(tr_grad_norm_on(t->dev, t->model.params, t->model.n_params, &pnorm));
         }
+        tr_train_log_moe(&t->log, so.moe_lb, so.moe_z);
         tr_train_log_iteration(&t->log, it, iters, stopping, consumed, so.loss, so.lr, so.grad_norm,
                                pnorm, so.skipped, seconds, flops_per_iter, (double)t->gbs * t->seq);
         TR_TRY(log_bubble(t, it, tr_train_log_due(&t->log, it, iters, stopping)));

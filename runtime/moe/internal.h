@@ -49,6 +49,9 @@ struct tr_moe_layer {
     double *ga_counts; /* [E] global aux loss: the aux routing counts of the step's microbatches */
     int ga_steps;
     double *aux_N, *aux_P; /* [B, E] the aux loss's counts and score sums */
+    /* seconds spent since creation (tr_moe_timing): routing (router GEMMs, scores, top-k, drops,
+     * losses), permutation (gather, combine and their backward), routed experts, shared expert */
+    double t_route, t_perm, t_experts, t_shared;
 };
 
 /* Routing of one microbatch into state st: logits from st->x (jittered), the chosen experts and

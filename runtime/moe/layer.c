@@ -5,8 +5,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/moe/internal.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 int tr_moe_param_count(const tr_moe_spec *s) {
     int n = 1 + (s->expert_bias ? 1 : 0) + 2 * s->experts;
@@ -227,9 +234,12 @@ tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bo
     if (slot < 0 || slot >= L->d.slots || !L->p.router) return TR_ERR_INVALID;
     tr_moe_state *st = &L->st[slot];
     int T = L->T, h = L->d.hidden, k = L->k;
+    double t0 = now();
     memcpy(st->x, x, (size_t)T * h * sizeof(float));
     double lb, z;
     TR_TRY(tr_moe_route(L, st, training, seed, round, &lb, &z));
+    double t1 = now();
+    L->t_route += t1 - t0;
     if (training) {
         L->lb_sum += lb;
         L->z_sum += z;
@@ -244,7 +254,9 @@ tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bo
         else
             memcpy(dst, st->x + (int64_t)(a / k) * h, (size_t)h * sizeof(float));
     }
+    double t2 = now();
     TR_TRY(tr_moe_experts_fwd(L, st));
+    double t3 = now();
     /* unpermute: each token sums its experts' outputs weighted by their probabilities */
     for (int t = 0; t < T; t++) {
         float *yt = y + (int64_t)t * h;
@@ -257,7 +269,12 @@ tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bo
             for (int c = 0; c < h; c++) yt[c] += p * ye[c];
         }
     }
-    return tr_moe_shared_fwd(L, st, y);
+    double t4 = now();
+    tr_status s = tr_moe_shared_fwd(L, st, y);
+    L->t_perm += (t2 - t1) + (t4 - t3);
+    L->t_experts += t3 - t2;
+    L->t_shared += now() - t4;
+    return s;
 }
 
 tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_out,
@@ -266,6 +283,7 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
     if (slot < 0 || slot >= L->d.slots) return TR_ERR_INVALID;
     const tr_moe_state *st = &L->st[slot];
     int T = L->T, h = L->d.hidden, k = L->k, E = L->E;
+    double t0 = now();
     /* the combine: d prob = <dy, expert output>, d expert output = prob dy */
     for (int r = 0; r < st->off[E]; r++) {
         int a = st->row_a[r];
@@ -286,7 +304,9 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
         }
         L->d_prob[a] = (float)dot;
     }
+    double t1 = now();
     TR_TRY(tr_moe_experts_bwd(L, st));
+    double t2 = now();
     for (int t = 0; t < T; t++) {
         float *d = dx + (int64_t)t * h;
         memset(d, 0, (size_t)h * sizeof(float));
@@ -297,7 +317,9 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
             for (int c = 0; c < h; c++) d[c] += g[c];
         }
     }
+    double t3 = now();
     TR_TRY(tr_moe_shared_bwd(L, st, dy, dx));
+    double t4 = now();
     TR_TRY(tr_moe_route_bwd(L, st, loss_scale));
     /* the router: dW += dlogits^T xr, dx += (dlogits W) * noise */
     const float *xr = st->x;
@@ -317,6 +339,11 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
         for (int64_t i = 0; i < (int64_t)T * h; i++) dx[i] += L->d_x[i] * st->noise[i];
     }
     memcpy(dx_out, dx, (size_t)T * h * sizeof(float));
+    double t5 = now();
+    L->t_perm += (t1 - t0) + (t3 - t2);
+    L->t_experts += t2 - t1;
+    L->t_shared += t4 - t3;
+    L->t_route += t5 - t4;
     return TR_OK;
 }
 
@@ -326,6 +353,14 @@ void tr_moe_take_stats(tr_moe_layer *L, double *lb, double *z, int *n) {
     *n = L->n_stats;
     L->lb_sum = L->z_sum = 0.0;
     L->n_stats = 0;
+}
+
+void tr_moe_timing(const tr_moe_layer *L, double *route, double *perm, double *experts,
+                   double *shared) {
+    *route = L->t_route;
+    *perm = L->t_perm;
+    *experts = L->t_experts;
+    *shared = L->t_shared;
 }
 
 double *tr_moe_step_counts(tr_moe_layer *L) {

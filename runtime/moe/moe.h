@@ -99,6 +99,11 @@ void tr_moe_take_stats(tr_moe_layer *L, double *lb, double *z, int *n);
  * update; a caller with data parallelism sums them over its group first. */
 double *tr_moe_step_counts(tr_moe_layer *L);
 int tr_moe_experts(const tr_moe_layer *L);
+/* Seconds the layer spent since its creation in routing (router GEMMs, scores, top-k, drops,
+ * balancing losses), permutation (gathering tokens by expert, the weighted combine, both
+ * backwards), the routed experts and the shared expert (forward and backward each). */
+void tr_moe_timing(const tr_moe_layer *L, double *route, double *perm, double *experts,
+                   double *shared);
 /* The end of an optimizer step: expert bias += rate * sign(mean - count) from the counts, which
  * then restart, as do the global aux loss's running counts. */
 tr_status tr_moe_step_end(tr_moe_layer *L);

@@ -163,7 +163,7 @@ static void test_moe_tiny_bf16_capacity_trains(void) {
     trains("moe_tiny_pretrain", "model.calculate_per_token_loss=true", false);
 }
 
-TR_TEST_MAIN(TR_TEST(test_one_expert_is_dense_fp32),
-             TR_TEST(test_one_expert_is_dense_bf16), TR_TEST(test_moe_tiny_trains),
-             TR_TEST(test_mixtral_tiny_trains), TR_TEST(test_qwen3_moe_tiny_trains),
-             TR_TEST(test_deepseek_tiny_trains), TR_TEST(test_moe_tiny_bf16_capacity_trains))
+TR_TEST_MAIN(TR_TEST(test_one_expert_is_dense_fp32), TR_TEST(test_one_expert_is_dense_bf16),
+             TR_TEST(test_moe_tiny_trains), TR_TEST(test_mixtral_tiny_trains),
+             TR_TEST(test_qwen3_moe_tiny_trains), TR_TEST(test_deepseek_tiny_trains),
+             TR_TEST(test_moe_tiny_bf16_capacity_trains))

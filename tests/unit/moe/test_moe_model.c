@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "recipes/resolve.h"
+#include "runtime/device/device.h"
 #include "runtime/model/model.h"
 #include "runtime/train/train.h"
 #include "tests/unit/harness.h"
@@ -163,7 +164,28 @@ static void test_moe_tiny_bf16_capacity_trains(void) {
     trains("moe_tiny_pretrain", "model.calculate_per_token_loss=true", false);
 }
 
-TR_TEST_MAIN(TR_TEST(test_one_expert_is_dense_fp32), TR_TEST(test_one_expert_is_dense_bf16),
-             TR_TEST(test_moe_tiny_trains), TR_TEST(test_mixtral_tiny_trains),
-             TR_TEST(test_qwen3_moe_tiny_trains), TR_TEST(test_deepseek_tiny_trains),
-             TR_TEST(test_moe_tiny_bf16_capacity_trains))
+/* The MoE layer's buffers are host memory: a device the host cannot read is refused at launch
+ * by name (a launch input, like the communicator), not a silent failure. */
+static void test_device_refused(void) {
+    tr_diags d;
+    tr_diags_init(&d);
+    tr_device *dev = NULL;
+    CHECK_INT_EQ(tr_device_open(TR_DEVICE_CPU_STRICT, 0, 1, &d, &dev), TR_OK);
+    const char *ov[] = {"train.train_iters=1"};
+    tr_resolve_opts o = {
+        .recipe = "moe_tiny_pretrain", .overrides = ov, .n_overrides = 1, .world = {1, 1}};
+    tr_config c;
+    CHECK_INT_EQ(tr_resolve(&o, &c, &d), TR_OK);
+    tr_train_opts to = {.device = dev};
+    tr_train_result r;
+    CHECK(tr_train_run(&c, &to, &r, &d) != TR_OK);
+    CHECK(tr_diags_find(&d, "runtime.moe_device") != NULL);
+    tr_config_free(&c);
+    tr_device_close(dev);
+    tr_diags_free(&d);
+}
+
+TR_TEST_MAIN(TR_TEST(test_device_refused), TR_TEST(test_one_expert_is_dense_fp32),
+             TR_TEST(test_one_expert_is_dense_bf16), TR_TEST(test_moe_tiny_trains),
+             TR_TEST(test_mixtral_tiny_trains), TR_TEST(test_qwen3_moe_tiny_trains),
+             TR_TEST(test_deepseek_tiny_trains), TR_TEST(test_moe_tiny_bf16_capacity_trains))

@@ -162,6 +162,8 @@
       "Shared-expert overlap uses the alltoall or flex dispatcher.")                               \
     X(tr_check_moe_bias_needs_etp1, "moe.bias_needs_etp1", E, false,                               \
       "MoE layers with biases use ETP 1.")                                                         \
+    X(tr_check_moe_tp_needs_sp, "moe.tp_needs_sp", E, false,                                       \
+      "MoE layers with TP > 1 use sequence parallelism (Megatron's MoELayer raises otherwise).")   \
     X(tr_check_moe_fields_without_experts, "moe.fields_without_experts", E, false,                 \
       "moe_ffn_hidden_size is only set on MoE models.")                                            \
     X(tr_check_moe_layer_freq, "moe.layer_freq", E, false,                                         \

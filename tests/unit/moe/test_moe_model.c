@@ -185,7 +185,22 @@ static void test_device_refused(void) {
     tr_diags_free(&d);
 }
 
-TR_TEST_MAIN(TR_TEST(test_device_refused), TR_TEST(test_one_expert_is_dense_fp32),
-             TR_TEST(test_one_expert_is_dense_bf16), TR_TEST(test_moe_tiny_trains),
-             TR_TEST(test_mixtral_tiny_trains), TR_TEST(test_qwen3_moe_tiny_trains),
-             TR_TEST(test_deepseek_tiny_trains), TR_TEST(test_moe_tiny_bf16_capacity_trains))
+/* Throughput counts what runs: an MoE layer's router and top-k experts in place of the MLP. */
+static void test_flops(void) {
+    tr_model_spec d = tr_test_llama_spec(SEQ), m = d;
+    m.moe = (tr_moe_spec){.experts = 4, .topk = 2, .ffn = d.ffn / 2, .topk_scale = 1.0f};
+    m.moe.layers[0] = 2;
+    /* layer 1: the same MLP width in use (2 x ffn / 2) plus the router's 2 C E per token */
+    double router = 2.0 * SEQ * d.hidden * 4;
+    CHECK_CLOSE(tr_model_flops_per_seq(&m), tr_model_flops_per_seq(&d) + router, 1e-12, 0.0);
+    m.moe.shared_ffn = 8;
+    double shared = 2.0 * SEQ * 3.0 * d.hidden * 8;
+    CHECK_CLOSE(tr_model_flops_per_seq(&m), tr_model_flops_per_seq(&d) + router + shared, 1e-12,
+                0.0);
+}
+
+TR_TEST_MAIN(TR_TEST(test_flops), TR_TEST(test_device_refused),
+             TR_TEST(test_one_expert_is_dense_fp32), TR_TEST(test_one_expert_is_dense_bf16),
+             TR_TEST(test_moe_tiny_trains), TR_TEST(test_mixtral_tiny_trains),
+             TR_TEST(test_qwen3_moe_tiny_trains), TR_TEST(test_deepseek_tiny_trains),
+             TR_TEST(test_moe_tiny_bf16_capacity_trains))

@@ -370,6 +370,17 @@ void tr_model_moe_stats(tr_model *m, double *lb, double *z, int *n) {
     }
 }
 
+void tr_model_moe_tokens(tr_model *m, double *out) {
+    int E = m->spec.moe.experts;
+    for (int i = 0; i < m->spec.num_layers; i++) {
+        double *row = out + (size_t)i * E;
+        if (m->moe && m->moe[i])
+            tr_moe_take_tokens(m->moe[i], row);
+        else
+            memset(row, 0, (size_t)E * sizeof *row);
+    }
+}
+
 tr_status tr_model_moe_step_end(tr_model *m, tr_status (*reduce)(void *ctx, double *v, int n),
                                 void *ctx) {
     for (int i = 0; m->moe && i < m->spec.num_layers; i++) {

@@ -47,6 +47,7 @@ struct tr_moe_layer {
     int n_stats;
     double *counts;    /* [E] routed tokens since the step began (expert bias) */
     double *ga_counts; /* [E] global aux loss: the aux routing counts of the step's microbatches */
+    double *seen;      /* [E] tokens routed to each expert since tr_moe_take_tokens (logging) */
     int ga_steps;
     double *aux_N, *aux_P; /* [B, E] the aux loss's counts and score sums */
     /* seconds spent since creation (tr_moe_timing): routing (router GEMMs, scores, top-k, drops,

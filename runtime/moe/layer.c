@@ -200,7 +200,7 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     L->ibuf = calloc((size_t)(ints_per_state(L) * L->d.slots), sizeof(int32_t));
     L->st = calloc((size_t)L->d.slots, sizeof *L->st);
     L->p.fc1 = calloc((size_t)L->E * 4, sizeof(float *));
-    L->counts = calloc((size_t)L->E * 2, sizeof(double));
+    L->counts = calloc((size_t)L->E * 3, sizeof(double));
     L->aux_N = calloc((size_t)L->d.batch * L->E * 2, sizeof(double));
     if (!L->buf || !L->ibuf || !L->st || !L->p.fc1 || !L->counts || !L->aux_N) {
         tr_moe_free(L);
@@ -210,6 +210,7 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     L->g.fc1 = L->p.fc1 + 2 * L->E;
     L->g.fc2 = L->p.fc1 + 3 * L->E;
     L->ga_counts = L->counts + L->E;
+    L->seen = L->counts + 2 * L->E;
     L->aux_P = L->aux_N + (size_t)L->d.batch * L->E;
     for (int i = 0; i < L->d.slots; i++)
         layout_state(L, L->buf + per * i, &L->st[i], L->ibuf + ints_per_state(L) * i);
@@ -369,6 +370,11 @@ double *tr_moe_step_counts(tr_moe_layer *L) {
 
 int tr_moe_experts(const tr_moe_layer *L) {
     return L->E;
+}
+
+void tr_moe_take_tokens(tr_moe_layer *L, double *out) {
+    memcpy(out, L->seen, (size_t)L->E * sizeof(double));
+    memset(L->seen, 0, (size_t)L->E * sizeof(double));
 }
 
 tr_status tr_moe_step_end(tr_moe_layer *L) {

@@ -99,6 +99,9 @@ void tr_moe_take_stats(tr_moe_layer *L, double *lb, double *z, int *n);
  * update; a caller with data parallelism sums them over its group first. */
 double *tr_moe_step_counts(tr_moe_layer *L);
 int tr_moe_experts(const tr_moe_layer *L);
+/* Tokens routed to each expert (after drops) by the training forwards since the last call, into
+ * out [experts]; then zeroed (the log's tokens per expert). */
+void tr_moe_take_tokens(tr_moe_layer *L, double *out);
 /* Seconds the layer spent since its creation in routing (router GEMMs, scores, top-k, drops,
  * balancing losses), permutation (gathering tokens by expert, the weighted combine, both
  * backwards), the routed experts and the shared expert (forward and backward each). */

@@ -227,8 +227,11 @@ tr_status tr_moe_route(tr_moe_layer *L, tr_moe_state *st, bool training, uint64_
     st->training = training;
     *lb = *z = 0.0;
     if (!training) return TR_OK;
-    if (L->s.expert_bias)
-        for (int e = 0; e < E; e++) L->counts[e] += st->off[e + 1] - st->off[e];
+    for (int e = 0; e < E; e++) {
+        double n = st->off[e + 1] - st->off[e];
+        L->seen[e] += n;
+        if (L->s.expert_bias) L->counts[e] += n;
+    }
     if (aux_on(L)) *lb = aux_loss(L, st);
     if (L->s.z_coeff > 0.0f) {
         double sum = 0.0;

@@ -373,7 +373,8 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
  * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
  * sum (one double); with MoE layers, the step's balancing-loss statistics (three doubles) and,
- * with the expert bias, the token count per expert of the rank's MoE layers (a double each). On
+ * with the expert bias, the token count per expert of the rank's MoE layers (a double each), and
+ * per logged iteration the tokens per expert of every layer. On
  * PP (> 1) the point-to-point messages of r/tp (SP) or r rows of width h,
  * 4 bytes an element with pipeline_dtype fp32, 2 with bf16/fp16 (Megatron's pipeline_dtype): per
  * microbatch and virtual stage s this rank holds, the output sent on unless s is the last and its
@@ -420,7 +421,14 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
             acts_in += ch * pp + pp_rank > 0;
         }
     }
-    int64_t moe_bytes = m->num_moe_experts != TR_NULL_INT ? iters * (24 + 8 * run->expert_bias) : 0;
+    /* and, per logged iteration (every log_interval and the last), the tokens per expert of every
+     * layer (a double each) */
+    int64_t li = c->logger.log_interval > 0 ? c->logger.log_interval : 1;
+    int64_t logged = iters / li + (iters % li != 0);
+    int64_t moe_bytes =
+        m->num_moe_experts != TR_NULL_INT
+            ? iters * (24 + 8 * run->expert_bias) + logged * 8 * m->num_layers * m->num_moe_experts
+            : 0;
     int64_t msg = r / (sp ? tp : 1) * h * (m->pipeline_dtype == TR_DTYPE_FP32 ? 4 : 2);
     int64_t eval_mbs = evals * v->eval_iters * (eval_split ? eval_nmb / dp : eval_nmb);
     /* Gradients travel against the activations: a stage sends one per activation received. */

@@ -117,7 +117,7 @@ static int count_lines(const char *path, const char *needle) {
     return n;
 }
 
-static void trains(const char *recipe, const char *extra, bool z) {
+static void trains(const char *recipe, const char *extra, bool z, const char *mean) {
     char metrics[] = "/tmp/trestle_moe_metrics_XXXXXX";
     int fd = mkstemp(metrics);
     CHECK(fd >= 0);
@@ -140,28 +140,32 @@ static void trains(const char *recipe, const char *extra, bool z) {
     CHECK(r.last_loss < r.first_loss - 1.0);
     CHECK_INT_EQ(count_lines(metrics, "\"load_balancing_loss\":1."), 4);
     CHECK_INT_EQ(count_lines(metrics, "\"z_loss\":"), z ? 4 : 0);
+    /* tokens per expert over each interval of 10 iterations: 10 x 4 x 64 tokens x top-2 spread
+     * over the experts (dropless), per MoE layer */
+    CHECK_INT_EQ(count_lines(metrics, "\"moe_tokens_per_expert\":[{\"layer\":"), 4);
+    if (mean) CHECK_INT_EQ(count_lines(metrics, mean), 4);
     remove(metrics);
     tr_config_free(&c);
     tr_diags_free(&d);
 }
 
 static void test_moe_tiny_trains(void) {
-    trains("moe_tiny_pretrain", NULL, false);
+    trains("moe_tiny_pretrain", NULL, false, "\"mean\":1280,");
 }
 static void test_mixtral_tiny_trains(void) {
-    trains("mixtral_tiny_pretrain", NULL, false);
+    trains("mixtral_tiny_pretrain", NULL, false, "\"mean\":640,");
 }
 static void test_qwen3_moe_tiny_trains(void) {
-    trains("qwen3_moe_tiny_pretrain", NULL, true);
+    trains("qwen3_moe_tiny_pretrain", NULL, true, "\"mean\":640,");
 }
 static void test_deepseek_tiny_trains(void) {
-    trains("deepseek_tiny_pretrain", NULL, false);
+    trains("deepseek_tiny_pretrain", NULL, false, "\"mean\":640,");
 }
 /* bf16 with a capacity factor, and the per-token loss */
 static void test_moe_tiny_bf16_capacity_trains(void) {
-    trains("moe_tiny_pretrain", "mixed_precision.preset=bf16_mixed", false);
-    trains("mixtral_tiny_pretrain", "model.moe_expert_capacity_factor=1.0", false);
-    trains("moe_tiny_pretrain", "model.calculate_per_token_loss=true", false);
+    trains("moe_tiny_pretrain", "mixed_precision.preset=bf16_mixed", false, NULL);
+    trains("mixtral_tiny_pretrain", "model.moe_expert_capacity_factor=1.0", false, NULL);
+    trains("moe_tiny_pretrain", "model.calculate_per_token_loss=true", false, NULL);
 }
 
 /* The MoE layer's buffers are host memory: a device the host cannot read is refused at launch

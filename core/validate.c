@@ -162,6 +162,8 @@
       "Shared-expert overlap uses the alltoall or flex dispatcher.")                               \
     X(tr_check_moe_bias_needs_etp1, "moe.bias_needs_etp1", E, false,                               \
       "MoE layers with biases use ETP 1.")                                                         \
+    X(tr_check_moe_tp_needs_sp, "moe.tp_needs_sp", E, false,                                       \
+      "MoE layers with TP > 1 use sequence parallelism (Megatron's MoELayer raises otherwise).")   \
     X(tr_check_moe_fields_without_experts, "moe.fields_without_experts", E, false,                 \
       "moe_ffn_hidden_size is only set on MoE models.")                                            \
     X(tr_check_moe_layer_freq, "moe.layer_freq", E, false,                                         \
@@ -234,7 +236,19 @@
     X(tr_check_runtime_expert_parallel, "runtime.expert_parallel", E, false,                       \
       "Expert parallelism (EP > 1) waits for the runtime to implement it.")                        \
     X(tr_check_runtime_moe_layers, "runtime.moe_layers", E, false,                                 \
-      "The model is dense: the runtime has no mixture-of-experts layers yet.")                     \
+      "An MoE model has at most 1024 experts and 256 layers.")                                     \
+    X(tr_check_runtime_moe_tp, "runtime.moe_tp", E, false,                                         \
+      "MoE layers run without tensor parallelism (not built yet).")                                \
+    X(tr_check_runtime_moe_recompute, "runtime.moe_recompute", E, false,                           \
+      "MoE models train without activation recomputation (not built yet).")                        \
+    X(tr_check_runtime_moe_peft, "runtime.moe_peft", E, false,                                     \
+      "MoE models train without PEFT adapters (not built yet).")                                   \
+    X(tr_check_runtime_moe_bias, "runtime.moe_bias", E, false,                                     \
+      "MoE models have no linear-layer biases (not built yet).")                                   \
+    X(tr_check_runtime_moe_router, "runtime.moe_router", E, false,                                 \
+      "The router balances without sinkhorn and computes in fp32 or the model's dtype.")           \
+    X(tr_check_runtime_moe_global_aux_dp, "runtime.moe_global_aux_dp", E, false,                   \
+      "global_aux_loss runs without data parallelism (its forward reduction is not built yet).")   \
     X(tr_check_runtime_dropout_below_one, "runtime.dropout_below_one", E, false,                   \
       "Every dropout probability is below 1.")                                                     \
     X(tr_check_runtime_rotary_interleaved, "runtime.rotary_interleaved", E, false,                 \

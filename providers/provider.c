@@ -35,6 +35,15 @@ static const tr_provider providers[] = {
      tr_provide_llama_tiny},
     {"moe_tiny", "Trestle test model: Llama layers with 4 experts top-2, byte vocabulary",
      tr_provide_moe_tiny},
+    {"mixtral_tiny", "Trestle test model: Mixtral-like MoE, 8 experts top-2, byte vocabulary",
+     tr_provide_mixtral_tiny},
+    {"qwen3_moe_tiny",
+     "Trestle test model: Qwen3-MoE-like (QK layernorm, 8 experts top-2), byte vocabulary",
+     tr_provide_qwen3_moe_tiny},
+    {"deepseek_tiny",
+     "Trestle test model: DeepSeek-like routing (dense first layer, sigmoid, expert bias, "
+     "groups, shared expert), standard attention",
+     tr_provide_deepseek_tiny},
 };
 
 const tr_provider *tr_provider_list(int *n) {

@@ -52,5 +52,8 @@ tr_status tr_provide_deepseek_v3(tr_config *c);
 tr_status tr_provide_gpt_tiny(tr_config *c);
 tr_status tr_provide_llama_tiny(tr_config *c);
 tr_status tr_provide_moe_tiny(tr_config *c);
+tr_status tr_provide_mixtral_tiny(tr_config *c);
+tr_status tr_provide_qwen3_moe_tiny(tr_config *c);
+tr_status tr_provide_deepseek_tiny(tr_config *c);
 
 #endif

@@ -48,3 +48,55 @@ tr_status tr_provide_moe_tiny(tr_config *c) {
     m->moe_aux_loss_coeff = 1e-2;
     return TR_OK;
 }
+
+/* Mixtral's MoE at tiny size: 8 experts top-2, softmax over the selected logits, aux loss. */
+tr_status tr_provide_mixtral_tiny(tr_config *c) {
+    tr_model_config *m = &c->model;
+    llama_tiny_layers(m);
+    m->num_moe_experts = 8;
+    m->moe_router_topk = 2;
+    m->moe_ffn_hidden_size = 64;
+    m->moe_router_load_balancing_type = TR_MOELB_AUX_LOSS;
+    m->moe_aux_loss_coeff = 2e-2;
+    return TR_OK;
+}
+
+/* Qwen3-MoE's layer at tiny size: QK layernorm, 8 experts top-2 (the top-k probabilities
+ * renormalised: a softmax over the selected logits), no shared expert, aux loss and z-loss. */
+tr_status tr_provide_qwen3_moe_tiny(tr_config *c) {
+    tr_model_config *m = &c->model;
+    llama_tiny_layers(m);
+    m->qk_layernorm = true;
+    m->kv_channels = 16;
+    m->num_moe_experts = 8;
+    m->moe_router_topk = 2;
+    m->moe_ffn_hidden_size = 32;
+    m->moe_router_load_balancing_type = TR_MOELB_AUX_LOSS;
+    m->moe_aux_loss_coeff = 1e-3;
+    m->moe_z_loss_coeff = 1e-3;
+    return TR_OK;
+}
+
+/* DeepSeek-V3's routing at tiny size, with standard attention: a dense first layer, sigmoid
+ * scores with the aux-loss-free expert bias, group-limited top-k (4 groups, 2 picked), scaled
+ * probabilities, a shared expert, the sequence aux loss, an fp32 router. */
+tr_status tr_provide_deepseek_tiny(tr_config *c) {
+    tr_model_config *m = &c->model;
+    llama_tiny_layers(m);
+    m->num_layers = 3;
+    m->num_moe_experts = 8;
+    m->moe_router_topk = 2;
+    m->moe_ffn_hidden_size = 32;
+    m->moe_shared_expert_intermediate_size = 64;
+    m->moe_router_score_function = TR_SCORE_SIGMOID;
+    m->moe_router_enable_expert_bias = true;
+    m->moe_router_bias_update_rate = 1e-3;
+    m->moe_router_num_groups = 4;
+    m->moe_router_group_topk = 2;
+    m->moe_router_topk_scaling_factor = 2.5;
+    m->moe_router_load_balancing_type = TR_MOELB_SEQ_AUX_LOSS;
+    m->moe_aux_loss_coeff = 1e-4;
+    m->moe_router_dtype = TR_RDTYPE_FP32;
+    static const int64_t freq[] = {0, 1, 1};
+    return tr_config_set_intlist(c, TR_FID_model_moe_layer_freq, freq, 3);
+}

@@ -100,5 +100,8 @@ TR_RECIPE_FN(llama_tiny_pretrain);
 TR_RECIPE_FN(llama_tiny_sft);
 TR_RECIPE_FN(llama_tiny_lora);
 TR_RECIPE_FN(moe_tiny_pretrain);
+TR_RECIPE_FN(mixtral_tiny_pretrain);
+TR_RECIPE_FN(qwen3_moe_tiny_pretrain);
+TR_RECIPE_FN(deepseek_tiny_pretrain);
 
 #endif

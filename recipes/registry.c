@@ -97,6 +97,11 @@ static const tr_recipe recipes[] = {
     ROW(llama_tiny_sft, "2-layer Llama fine-tuning on JSONL, seconds on a CPU", SFT, 1),
     ROW(llama_tiny_lora, "2-layer Llama LoRA on JSONL, seconds on a CPU", LORA, 1),
     ROW(moe_tiny_pretrain, "2-layer Llama with 4 experts top-2 on bytes", PRE, 1),
+    ROW(mixtral_tiny_pretrain, "2-layer Mixtral-like MoE, 8 experts top-2, on bytes", PRE, 1),
+    ROW(qwen3_moe_tiny_pretrain, "2-layer Qwen3-MoE-like (QK norm, 8 experts top-2) on bytes", PRE,
+        1),
+    ROW(deepseek_tiny_pretrain, "3-layer DeepSeek-like routing, dense first layer, on bytes", PRE,
+        1),
 };
 
 const tr_recipe *tr_recipe_list(int *n) {

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Plots a Trestle metrics file (metrics.jsonl, written by every training run) to a PNG:
-training and validation loss, learning rate, and throughput against the iteration.
+training and validation loss, learning rate, and throughput against the iteration; for an MoE
+run also the balancing losses and, per MoE layer, the min / mean / max tokens per expert over each
+log interval.
 
     apt-get install python3-matplotlib   # scripts/setup.sh does this (or: pip install matplotlib)
     python3 scripts/plot_metrics.py outputs/llama_tiny_pretrain/metrics.jsonl [-o out.png]
@@ -58,7 +60,8 @@ def main():
         sys.exit(f"{args.metrics}: no training records")
     out = args.output or os.path.join(os.path.dirname(os.path.abspath(args.metrics)),
                                       "metrics.png")
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    moe = any("moe_tokens_per_expert" in r for r in train)
+    fig, ax = plt.subplots(1, 5 if moe else 3, figsize=(25 if moe else 15, 4))
     ax[0].plot(*series(train, "loss"), label="train")
     if evals:
         ax[0].plot(*series(evals, "loss"), "o-", label="validation")
@@ -69,6 +72,22 @@ def main():
     ax[1].ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
     ax[2].plot(*series(train, "tokens_per_s"))
     ax[2].set(title="throughput", xlabel="iteration", ylabel="tokens/s")
+    if moe:
+        for key, name in (("load_balancing_loss", "load_balancing_loss"), ("z_loss", "z_loss")):
+            if any(r.get(key) is not None for r in train):
+                ax[3].plot(*series(train, key), label=name)
+        ax[3].set(title="MoE balancing (divided by their coefficients)", xlabel="iteration")
+        ax[3].legend()
+        layers = sorted({e["layer"] for r in train for e in r.get("moe_tokens_per_expert", [])})
+        for layer in layers:
+            pts = [(r["iteration"], e) for r in train for e in r.get("moe_tokens_per_expert", [])
+                   if e["layer"] == layer]
+            it = [p[0] for p in pts]
+            line, = ax[4].plot(it, [p[1]["mean"] for p in pts], label=f"layer {layer}")
+            ax[4].fill_between(it, [p[1]["min"] for p in pts], [p[1]["max"] for p in pts],
+                               color=line.get_color(), alpha=0.2)
+        ax[4].set(title="tokens per expert (min / mean / max)", xlabel="iteration")
+        ax[4].legend()
     for a in ax:
         a.grid(alpha=0.3)
     fig.tight_layout()

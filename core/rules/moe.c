@@ -108,6 +108,16 @@ TR_RULE_FN(tr_check_moe_bias_needs_etp1) {
             "biased MoE layers need model.expert_tensor_parallel_size 1 (it is %lld)", tr_ll(etp));
 }
 
+/* Megatron's MoELayer refuses to train with TP > 1 and without sequence parallelism. */
+TR_RULE_FN(tr_check_moe_tp_needs_sp) {
+    int64_t tp = c->model.tensor_model_parallel_size;
+    if (!tr_is_moe(c) || tp <= 1 || c->model.sequence_parallel) return;
+    TR_FAIL("model.sequence_parallel,model.tensor_model_parallel_size,model.num_moe_experts",
+            "set model.sequence_parallel=true",
+            "MoE layers with model.tensor_model_parallel_size %lld need model.sequence_parallel",
+            tr_ll(tp));
+}
+
 TR_RULE_FN(tr_check_moe_fields_without_experts) {
     if (tr_is_moe(c)) return;
     if (tr_is_set(c->model.moe_ffn_hidden_size) &&

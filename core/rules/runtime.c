@@ -35,10 +35,68 @@ TR_RULE_FN(tr_check_runtime_expert_parallel) {
                c->model.expert_model_parallel_size, "expert parallelism");
 }
 
+/* The MoE layer runs on one expert rank (runtime/moe/): what it does not build yet is refused
+ * by name, one rule each. */
+static bool moe(const tr_config *c) {
+    return c->model.num_moe_experts != TR_NULL_INT;
+}
+
 TR_RULE_FN(tr_check_runtime_moe_layers) {
-    if (c->model.num_moe_experts == TR_NULL_INT) return;
-    TR_FAIL("model.num_moe_experts", "train a dense model (a MoE runtime is a separate issue)",
-            NOT_YET, "mixture-of-experts layers");
+    const tr_model_config *m = &c->model;
+    if (!moe(c) || (m->num_moe_experts <= 1024 && m->num_layers <= 256)) return;
+    TR_FAIL("model.num_moe_experts,model.num_layers", "use at most 1024 experts and 256 layers",
+            NOT_YET, "MoE models with more than 1024 experts or 256 layers");
+}
+
+TR_RULE_FN(tr_check_runtime_moe_tp) {
+    if (!moe(c) || c->model.tensor_model_parallel_size <= 1) return;
+    TR_FAIL("model.tensor_model_parallel_size,model.num_moe_experts",
+            "set model.tensor_model_parallel_size=1 (use data or pipeline parallelism)", NOT_YET,
+            "MoE layers with tensor parallelism");
+}
+
+TR_RULE_FN(tr_check_runtime_moe_recompute) {
+    int g = c->model.recompute_granularity;
+    if (!moe(c) || (g != TR_RECG_FULL && g != TR_RECG_SELECTIVE)) return;
+    TR_FAIL("model.recompute_granularity,model.num_moe_experts",
+            "set model.recompute_granularity=null", NOT_YET,
+            "activation recomputation in MoE models");
+}
+
+TR_RULE_FN(tr_check_runtime_moe_peft) {
+    if (!moe(c) || c->peft.scheme < 0) return;
+    TR_FAIL("peft.scheme,model.num_moe_experts", "set peft.scheme=null (full fine-tuning)", NOT_YET,
+            "PEFT adapters on MoE models");
+}
+
+TR_RULE_FN(tr_check_runtime_moe_bias) {
+    if (!moe(c) || !c->model.add_bias_linear) return;
+    TR_FAIL("model.add_bias_linear,model.num_moe_experts", "set model.add_bias_linear=false",
+            NOT_YET, "linear-layer biases in MoE models");
+}
+
+TR_RULE_FN(tr_check_runtime_moe_router) {
+    const tr_model_config *m = &c->model;
+    if (!moe(c)) return;
+    if (m->moe_router_load_balancing_type == TR_MOELB_SINKHORN)
+        TR_FAIL("model.moe_router_load_balancing_type",
+                "use aux_loss, seq_aux_loss, global_aux_loss or none", NOT_YET,
+                "sinkhorn load balancing");
+    if (m->moe_router_dtype == TR_RDTYPE_FP64)
+        TR_FAIL("model.moe_router_dtype", "set model.moe_router_dtype=fp32", NOT_YET,
+                "an fp64 router");
+}
+
+/* global_aux_loss reduces its token counts over TP x DP x CP inside the forward. */
+TR_RULE_FN(tr_check_runtime_moe_global_aux_dp) {
+    if (!moe(c) || c->model.moe_router_load_balancing_type != TR_MOELB_GLOBAL_AUX_LOSS ||
+        c->derived.data_parallel_size <= 1)
+        return;
+    char what[128];
+    TR_FAIL("model.moe_router_load_balancing_type",
+            "use aux_loss or seq_aux_loss with data parallelism", NOT_YET,
+            TR_FMT(what, "global_aux_loss over %lld data-parallel ranks",
+                   (long long)c->derived.data_parallel_size));
 }
 
 /* p = 1 drops everything (the 1/(1-p) scale is undefined); the dropout ops refuse it, so a

@@ -153,6 +153,42 @@ static tr_status apply_gpt2(tr_config *c, reader *r) {
     return tr_config_set_str(c, TR_FID_model_hf_model_id, r->file);
 }
 
+/* The MoE layers (Megatron-Bridge's Mixtral and Qwen3-MoE bridges): experts, top-k, the expert
+ * width, the aux loss coefficient; the probabilities renormalised over the top k are Megatron's
+ * softmax over the selected logits (Qwen3-MoE's norm_topk_prob false: the softmax over all,
+ * pre-softmax); Qwen3-MoE's dense layers (mlp_only_layers, decoder_sparse_step) as
+ * moe_layer_freq. */
+static tr_status apply_moe(tr_config *c, reader *r, bool qwen3_moe, int64_t layers) {
+    tr_model_config *m = &c->model;
+    const int64_t big = (int64_t)1 << 31;
+    const tr_json *ne = tr_json_get(r->root, "num_experts");
+    m->num_moe_experts = get_int(
+        r, ne && ne->type != TR_JSON_NULL ? "num_experts" : "num_local_experts", 1, 1024, -1);
+    m->moe_router_topk = get_int(r, "num_experts_per_tok", 1, m->num_moe_experts, -1);
+    m->moe_ffn_hidden_size =
+        qwen3_moe ? get_int(r, "moe_intermediate_size", 1, big, -1) : m->ffn_hidden_size;
+    m->moe_router_pre_softmax = qwen3_moe && !get_bool(r, "norm_topk_prob", false);
+    m->moe_router_load_balancing_type = TR_MOELB_AUX_LOSS;
+    m->moe_aux_loss_coeff = get_num(r, r->root, "router_aux_loss_coef", 0.001);
+    const tr_json *jit = tr_json_get(r->root, "router_jitter_noise");
+    if (jit && jit->type == TR_JSON_NUMBER && jit->number != 0.0)
+        fail(r, "router_jitter_noise", "Trestle maps Mixtral without router jitter", "is not 0");
+    if (r->bad) return TR_ERR_CONFIG;
+    if (!qwen3_moe) return TR_OK;
+    int64_t step = get_int(r, "decoder_sparse_step", 1, big, 1);
+    const tr_json *dense = tr_json_get(r->root, "mlp_only_layers");
+    int64_t freq[256];
+    if (layers > 256) return TR_OK; /* refused as runtime.moe_layers */
+    for (int64_t i = 0; i < layers; i++) {
+        freq[i] = (i + 1) % step == 0;
+        for (size_t j = 0; dense && dense->type == TR_JSON_ARRAY && j < dense->n; j++) {
+            int64_t v;
+            if (tr_json_int(&dense->items[j], 0, big, &v) && v == i) freq[i] = 0;
+        }
+    }
+    return tr_config_set_intlist(c, TR_FID_model_moe_layer_freq, freq, (int)layers);
+}
+
 static tr_status apply(tr_config *c, reader *r) {
     const tr_json *arch = tr_json_get(r->root, "architectures");
     const char *name =
@@ -160,12 +196,15 @@ static tr_status apply(tr_config *c, reader *r) {
             ? arch->items[0].str
             : NULL;
     if (name && strcmp(name, "GPT2LMHeadModel") == 0) return apply_gpt2(c, r);
-    bool qwen3 = name && strcmp(name, "Qwen3ForCausalLM") == 0;
-    if (!name || (!qwen3 && strcmp(name, "LlamaForCausalLM") != 0)) {
+    bool mixtral = name && strcmp(name, "MixtralForCausalLM") == 0;
+    bool qwen3_moe = name && strcmp(name, "Qwen3MoeForCausalLM") == 0;
+    bool qwen3 = name && (strcmp(name, "Qwen3ForCausalLM") == 0 || qwen3_moe);
+    if (!name || (!qwen3 && !mixtral && strcmp(name, "LlamaForCausalLM") != 0)) {
         tr_origin o = tr_origin_make(TR_ORIGIN_FILE, r->file);
         return tr_diag_add(r->d, TR_SEV_ERROR, "hf.architecture", &o, NULL,
                            "Trestle imports LlamaForCausalLM (Llama 2, 3, 3.1, 3.2), "
-                           "Qwen3ForCausalLM (dense) and GPT2LMHeadModel so far",
+                           "Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM and "
+                           "GPT2LMHeadModel so far",
                            "%s: architecture %s is not one Trestle maps", r->file,
                            name ? name : "(none given)");
     }
@@ -192,7 +231,8 @@ static tr_status apply(tr_config *c, reader *r) {
     x.rope_theta = m->rotary_base;
     apply_dtype(r, m);
     if (r->bad) return TR_ERR_CONFIG;
-    return tr_provider_set_hf_dims(c, &x);
+    TR_TRY(tr_provider_set_hf_dims(c, &x));
+    return mixtral || qwen3_moe ? apply_moe(c, r, qwen3_moe, x.layers) : TR_OK;
 }
 
 tr_status tr_hf_config_apply(tr_config *c, const char *dir, bool keep_schedule, tr_diags *d) {

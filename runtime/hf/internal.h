@@ -9,7 +9,8 @@ typedef struct tr_hf_shape {
     int64_t hidden, heads, groups, head_dim, ffn, vocab, layers, seq;
     int64_t hf_vocab; /* the checkpoint's rows: vocab without Trestle's padding */
     bool tied;
-    bool qk_norm; /* Qwen3's per-head q_norm / k_norm */
+    bool qk_norm;    /* Qwen3's per-head q_norm / k_norm */
+    tr_moe_spec moe; /* MixtralForCausalLM, Qwen3MoeForCausalLM: which layers, how many experts */
 } tr_hf_shape;
 
 /* The HF tensors (up to three) one Trestle tensor is made of, and how (the architecture's own
@@ -33,6 +34,15 @@ typedef struct tr_hf_arch {
 } tr_hf_arch;
 
 extern const tr_hf_arch tr_hf_arch_llama, tr_hf_arch_qwen3, tr_hf_arch_gpt2;
+extern const tr_hf_arch tr_hf_arch_mixtral, tr_hf_arch_qwen3_moe;
+
+/* The Llama map (llama.c) the MoE architectures extend: its known tensors (with Qwen3's q/k
+ * norms when qwen3), sources and locations; its source kinds stay below 32. */
+bool tr_hf_llama_known(const char *hf_name, const tr_hf_shape *k, bool qwen3);
+tr_status tr_hf_llama_source(const char *name, const tr_hf_shape *k, const tr_hf_weights *w,
+                             tr_hf_source *s, tr_diags *d);
+int tr_hf_llama_locate(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c,
+                       int64_t *at);
 
 /* The shapes of a model's (unsharded) spec. */
 tr_hf_shape tr_hf_shape_of(const tr_model_spec *f);

@@ -150,6 +150,20 @@ static bool known(const char *n, const tr_hf_shape *k, bool qwen3) {
             strcmp(n + used, "self_attn.k_norm.weight") == 0);
 }
 
+bool tr_hf_llama_known(const char *n, const tr_hf_shape *k, bool qwen3) {
+    return known(n, k, qwen3);
+}
+
+tr_status tr_hf_llama_source(const char *name, const tr_hf_shape *k, const tr_hf_weights *w,
+                             tr_hf_source *s, tr_diags *d) {
+    return llama_source(name, k, w, s, d);
+}
+
+int tr_hf_llama_locate(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c,
+                       int64_t *at) {
+    return llama_locate(s, k, r, c, at);
+}
+
 static bool llama_known(const char *n, const tr_hf_shape *k) {
     return known(n, k, false);
 }

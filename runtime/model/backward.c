@@ -27,6 +27,16 @@ static tr_status linear_input_bwd(const tr_model *m, const tr_linear *l, const f
     return tr_linear_bwd(m->ops, l, x, dy, m->dtmp, rows);
 }
 
+/* An MoE layer's MLP branch: dL/d(pre-MLP norm output) into the scratch dtmp. The balancing
+ * losses' gradients take the main loss's scale (Megatron's MoEAuxLossAutoScaler): per token, the
+ * microbatch's tokens, since the gradients are divided by the global token count later. */
+static tr_status moe_bwd(const tr_model *m, int i, const float *dy) {
+    int rows = m->batch * m->spec.seq;
+    float scale = m->spec.moe.per_token ? (float)rows : m->moe_loss_scale;
+    if (m->grad_loss_scale != 0.0f) scale *= m->grad_loss_scale;
+    return tr_moe_backward(m->moe[i], m->moe_slot, dy, m->dtmp, scale);
+}
+
 static tr_status layer_bwd(tr_model *m, int i) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
@@ -39,17 +49,21 @@ static tr_status layer_bwd(tr_model *m, int i) {
     /* MLP branch: m->dx holds dL/d(layer output). */
     const float *dy = branch_grad(m, m->dx, m->dtmp, 2 + 2 * i);
     if (!dy) return TR_ERR_INVALID;
-    tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
-    if (a->act_h)
-        TR_TRY(tr_linear_bwd_half(ops, &fc2, a->act_h, dy, m->dact, rows));
-    else
-        TR_TRY(tr_linear_bwd(ops, &fc2, a->act, dy, m->dact, rows));
-    if (s->swiglu)
-        TR_TRY(ops->swiglu_bwd(m->dbig, m->dact, a->fc1, rows, s->ffn));
-    else
-        TR_TRY(ops->gelu_bwd(m->dbig, m->dact, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
-    tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
-    TR_TRY(linear_input_bwd(m, &fc1, sp ? a->ln2_full : a->ln2, a->ln2_h, m->dbig, rows));
+    if (m->moe && m->moe[i]) {
+        TR_TRY(moe_bwd(m, i, dy));
+    } else {
+        tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
+        if (a->act_h)
+            TR_TRY(tr_linear_bwd_half(ops, &fc2, a->act_h, dy, m->dact, rows));
+        else
+            TR_TRY(tr_linear_bwd(ops, &fc2, a->act, dy, m->dact, rows));
+        if (s->swiglu)
+            TR_TRY(ops->swiglu_bwd(m->dbig, m->dact, a->fc1, rows, s->ffn));
+        else
+            TR_TRY(ops->gelu_bwd(m->dbig, m->dact, a->fc1, (int64_t)rows * s->ffn, s->gelu_tanh));
+        tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
+        TR_TRY(linear_input_bwd(m, &fc1, sp ? a->ln2_full : a->ln2, a->ln2_h, m->dbig, rows));
+    }
     TR_TRY(norm_bwd(m, m->dx, g->ln2_w, g->ln2_b, m->dtmp, a->x_mid, p->ln2_w, a->ln2_mean,
                     a->ln2_rstd, lrows));
 
@@ -128,6 +142,7 @@ tr_status tr_model_backward_part(tr_model *m, int part_index, int slot, float lo
     const tr_slot_acts *a = &m->slot_acts[m->slot_start[part_index] + slot];
     m->dropout_round = a->dropout_round;
     m->n_valid = a->n_valid;
+    m->moe_loss_scale = loss_scale;
     if (part->has_loss)
         TR_TRY(head_bwd(m, loss_scale));
     else

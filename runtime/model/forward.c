@@ -184,6 +184,22 @@ tr_status tr_model_mlp_act_fwd(const tr_model *m, const tr_layer_acts *a) {
     return m->ops->cast_lowp((tr_lowp)s->lowp, a->act_h, act, (int64_t)rows * s->ffn);
 }
 
+/* An MoE layer's MLP branch (runtime/moe/moe.h) on the pre-MLP norm's output, in fp32. */
+static tr_status moe_fwd(tr_model *m, int i, float *x_out) {
+    const tr_layer_views *p = &m->p.layers[i];
+    tr_layer_acts *a = &m->acts[i];
+    int rows = m->batch * m->spec.seq;
+    int64_t n = (int64_t)rows * m->spec.hidden;
+    if (!x_out) return TR_ERR_INVALID; /* no recomputation of MoE layers (runtime.moe_layers) */
+    TR_TRY(tr_model_norm_fwd(m, m->dtmp, a->ln2_mean, a->ln2_rstd, a->x_mid, p->ln2_w, p->ln2_b,
+                             rows));
+    TR_TRY(tr_moe_forward(m->moe[i], m->moe_slot, m->dtmp, m->dtmp, m->training, m->dropout_seed,
+                          m->dropout_round));
+    TR_TRY(dropout_fwd(m, m->dtmp, 2 + 2 * i));
+    TR_TRY(tr_model_copy(m, x_out, a->x_mid, n));
+    return m->ops->add(x_out, m->dtmp, n);
+}
+
 tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
@@ -210,6 +226,7 @@ tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out
     TR_TRY(dropout_fwd(m, m->dtmp, 1 + 2 * i));
     TR_TRY(tr_model_copy(m, a->x_mid, a->x_in, n));
     TR_TRY(ops->add(a->x_mid, m->dtmp, n));
+    if (m->moe && m->moe[i]) return moe_fwd(m, i, x_out);
 
     tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
     TR_TRY(norm_to_linear(m, &fc1, a->ln2, a->ln2_full, a->ln2_h, a->ln2_mean, a->ln2_rstd,
@@ -285,6 +302,7 @@ tr_status tr_model_select_slot(tr_model *m, int part, int slot) {
     const tr_model_part *p = &m->parts[part];
     if (slot < 0 || slot >= (p->slots > 0 ? p->slots : 1)) return TR_ERR_INVALID;
     const tr_slot_acts *a = &m->slot_acts[m->slot_start[part] + slot];
+    m->moe_slot = slot;
     for (int i = 0; i < p->num_layers; i++) m->acts[p->first_layer + i] = a->layers[i];
     m->x_final = a->x_final;
     m->lnf = a->lnf;

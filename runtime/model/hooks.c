@@ -39,6 +39,7 @@ tr_status tr_model_relayout(tr_model *m, const int64_t *offsets, int64_t numel) 
     m->p.layers = m->g.layers = NULL;
     TR_TRY(tr_model_bind_views(m, m->params, &m->p));
     TR_TRY(tr_model_bind_views(m, m->grads, &m->g));
+    TR_TRY(tr_model_moe_bind(m));
     return tr_model_wcopy_create(m);
 }
 
@@ -59,6 +60,14 @@ static tr_status notify(const tr_model *m, const float *base, const float *const
         if (p < 0) return TR_ERR_INVALID;
         TR_TRY(fn(m->hooks.ctx, p));
     }
+    return TR_OK;
+}
+
+/* An MoE layer's tensors (its tr_moe_params, consecutive in info) to fn. */
+static tr_status notify_moe(const tr_model *m, int layer, tr_status (*fn)(void *, int)) {
+    if (!fn || !m->moe || !m->moe[layer]) return TR_OK;
+    int n = tr_moe_param_count(&m->spec.moe);
+    for (int k = 0; k < n; k++) TR_TRY(fn(m->hooks.ctx, m->moe_param0[layer] + k));
     return TR_OK;
 }
 
@@ -111,6 +120,7 @@ tr_status tr_model_before_params(const tr_model *m, int where) {
         n = layer_list(&m->p.layers[where], v);
     }
     TR_TRY(notify(m, m->params, v, n, m->hooks.before_param));
+    if (where >= 0) TR_TRY(notify_moe(m, where, m->hooks.before_param));
     /* The parameters are complete now (a pending all-gather has landed): bring the weight copy
      * of the linear layers about to run up to date. */
     if (where == TR_MODEL_AT_EMBEDDING) return TR_OK;
@@ -141,5 +151,6 @@ tr_status tr_model_grads_done(const tr_model *m, int where) {
         n = layer_list(&m->g.layers[where], v);
     }
     TR_TRY(clear_frozen(m, v, n));
-    return notify(m, m->grads, v, n, m->hooks.grad_ready);
+    TR_TRY(notify(m, m->grads, v, n, m->hooks.grad_ready));
+    return where >= 0 ? notify_moe(m, where, m->hooks.grad_ready) : TR_OK;
 }

@@ -176,6 +176,21 @@ static tr_status add_word_embedding(layout *l, const tr_model_spec *s, int tp, b
     return TR_OK;
 }
 
+/* An MoE layer's router, experts and shared expert in place of the MLP (runtime/moe/moe.h). */
+static tr_status add_moe(layout *l, const tr_model_spec *s, int layer) {
+    static const int init[] = {TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_ZERO};
+    int n = tr_moe_param_count(&s->moe);
+    tr_moe_param *p = malloc((size_t)n * sizeof *p);
+    if (!p) return TR_ERR_NOMEM;
+    tr_status st = tr_moe_params(&s->moe, layer, s->hidden, s->swiglu, p);
+    for (int k = 0; k < n && st == TR_OK; k++) {
+        st = add_param(l, p[k].name, p[k].rows, p[k].cols, p[k].no_decay, init[p[k].init]);
+        if (st == TR_OK) l->info[l->n - 1].frozen |= p[k].frozen;
+    }
+    free(p);
+    return st;
+}
+
 /* The order is the module order of Megatron's GPTModel, so a name lists like its state dict;
  * a stage lists only its own modules, under their global layer numbers. */
 static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, int fc1_dim, int tp,
@@ -209,6 +224,10 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
                            tp));
         snprintf(pre, sizeof pre, "decoder.layers.%d.pre_mlp_layernorm", i);
         TR_TRY(add_norm(l, s, pre));
+        if (tr_moe_is_layer(&s->moe, i)) {
+            TR_TRY(add_moe(l, s, i));
+            continue;
+        }
         snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.linear_fc1", i);
         TR_TRY(add_linear(l, pre, fc1_dim, s->hidden, s->bias_linear, TR_INIT_NORMAL, true,
                           s->swiglu, tp));
@@ -288,6 +307,91 @@ tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
     return TR_OK;
 }
 
+tr_status tr_model_moe_bind(tr_model *m) {
+    if (!m->moe) return TR_OK;
+    int n = tr_moe_param_count(&m->spec.moe);
+    int64_t *off = malloc((size_t)n * sizeof *off);
+    if (!off) return TR_ERR_NOMEM;
+    for (int i = 0; i < m->spec.num_layers; i++) {
+        if (!m->moe[i]) continue;
+        for (int k = 0; k < n; k++) off[k] = m->info[m->moe_param0[i] + k].offset;
+        tr_moe_bind(m->moe[i], m->params, m->grads, off);
+    }
+    free(off);
+    return TR_OK;
+}
+
+/* The MoE layers of the layers this model holds; host memory (runtime/moe/moe.h). */
+static tr_status moe_create(tr_model *m) {
+    const tr_model_spec *s = &m->spec;
+    if (s->moe.experts <= 0) return TR_OK;
+    if (m->dev && !tr_device_host_visible(m->dev)) return TR_ERR_INVALID;
+    m->moe = calloc((size_t)s->num_layers, sizeof *m->moe);
+    m->moe_param0 = calloc((size_t)s->num_layers, sizeof *m->moe_param0);
+    if (!m->moe || !m->moe_param0) return TR_ERR_NOMEM;
+    char name[80];
+    for (int i = 0; i < s->num_layers; i++) {
+        if (!tr_moe_is_layer(&s->moe, i) || !holds_layer(m->parts, m->n_parts, i)) continue;
+        snprintf(name, sizeof name, "decoder.layers.%d.mlp.router.weight", i);
+        const tr_param_info *p = tr_model_find_param(m, name);
+        if (!p) return TR_ERR_INTERNAL;
+        m->moe_param0[i] = (int)(p - m->info);
+        tr_moe_dims d = {.hidden = s->hidden,
+                         .batch = m->batch,
+                         .seq = s->seq,
+                         .slots = tr_model_layer_slots(m, i),
+                         .layer = i,
+                         .swiglu = s->swiglu,
+                         .gelu_tanh = s->gelu_tanh,
+                         .lowp = s->lowp};
+        TR_TRY(tr_moe_create(&m->moe[i], &s->moe, &d, m->ops));
+    }
+    return tr_model_moe_bind(m);
+}
+
+static void moe_free(tr_model *m) {
+    if (m->moe)
+        for (int i = 0; i < m->spec.num_layers; i++) tr_moe_free(m->moe[i]);
+    free(m->moe);
+    free(m->moe_param0);
+}
+
+void tr_model_moe_stats(tr_model *m, double *lb, double *z, int *n) {
+    *lb = *z = 0.0;
+    *n = 0;
+    for (int i = 0; m->moe && i < m->spec.num_layers; i++) {
+        if (!m->moe[i]) continue;
+        double a, b;
+        int k;
+        tr_moe_take_stats(m->moe[i], &a, &b, &k);
+        *lb += a;
+        *z += b;
+        *n += k;
+    }
+}
+
+void tr_model_moe_tokens(tr_model *m, double *out) {
+    int E = m->spec.moe.experts;
+    for (int i = 0; i < m->spec.num_layers; i++) {
+        double *row = out + (size_t)i * E;
+        if (m->moe && m->moe[i])
+            tr_moe_take_tokens(m->moe[i], row);
+        else
+            memset(row, 0, (size_t)E * sizeof *row);
+    }
+}
+
+tr_status tr_model_moe_step_end(tr_model *m, tr_status (*reduce)(void *ctx, double *v, int n),
+                                void *ctx) {
+    for (int i = 0; m->moe && i < m->spec.num_layers; i++) {
+        if (!m->moe[i]) continue;
+        if (reduce && m->spec.moe.expert_bias)
+            TR_TRY(reduce(ctx, tr_moe_step_counts(m->moe[i]), tr_moe_experts(m->moe[i])));
+        TR_TRY(tr_moe_step_end(m->moe[i]));
+    }
+    return TR_OK;
+}
+
 static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
     if (s->num_layers < 1 || s->hidden < 1 || s->heads < 1 || s->groups < 1 || s->head_dim < 1 ||
         s->ffn < 1 || s->vocab < 1 || s->seq < 1 || batch < 1)
@@ -302,6 +406,7 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
         s->groups % tp.size == 0 || (tp.size % s->groups == 0 && s->heads % tp.size == 0);
     if (!kv_split || s->ffn % tp.size || s->vocab % tp.size) return TR_ERR_INVALID;
     if (s->sequence_parallel && s->seq % tp.size) return TR_ERR_INVALID;
+    if (s->moe.experts > 0 && tp.size > 1) return TR_ERR_INVALID; /* runtime.moe_layers */
     return TR_OK;
 }
 
@@ -413,6 +518,7 @@ static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *
     if ((st = tr_model_alloc_acts(m)) != TR_OK) goto fail;
     if ((st = tr_model_bind_views(m, m->params, &m->p)) != TR_OK) goto fail;
     if ((st = tr_model_bind_views(m, m->grads, &m->g)) != TR_OK) goto fail;
+    if ((st = moe_create(m)) != TR_OK) goto fail;
     if ((st = tr_dora_alloc(m)) != TR_OK) goto fail;
     if ((st = tr_model_wcopy_create(m)) != TR_OK) goto fail;
     if (s->rope) {
@@ -453,6 +559,7 @@ void tr_model_free(tr_model *m) {
     free(m->p.layers);
     free(m->g.layers);
     tr_model_free_acts(m, dev);
+    moe_free(m);
     free(m->parts);
     tr_device_free(dev, TR_MEM_ACTIVATIONS, m->pos_local);
     tr_device_free(dev, TR_MEM_ACTIVATIONS, m->pos_sin);

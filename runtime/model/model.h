@@ -19,6 +19,7 @@
 #include "core/config.h"
 #include "core/diag.h"
 #include "kernels/ops.h"
+#include "runtime/moe/moe.h"
 
 /* model.tp_comm_overlap's options as the runtime applies them (tr_model_spec.tp_overlap):
  *   AG: the all-gather of a column-parallel layer's input (qkv, fc1) split into pieces, each
@@ -106,6 +107,9 @@ typedef struct tr_model_spec {
      * instead of computing it in their backward; 0: none. Ignored when the output layer is
      * frozen (LoRA). */
     int defer_wgrad;
+    /* Mixture of experts (runtime/moe/moe.h): the layers moe.layers marks have an MoE layer
+     * after pre_mlp_layernorm instead of the MLP; moe.experts 0: a dense model. */
+    tr_moe_spec moe;
 } tr_model_spec;
 
 enum { TR_RECOMPUTE_NONE, TR_RECOMPUTE_FULL, TR_RECOMPUTE_SELECTIVE };
@@ -285,6 +289,13 @@ typedef struct tr_model {
      * so every parameter gradient comes out scaled; 0 means no scaling. */
     float grad_loss_scale;
     tr_model_hooks hooks;
+    /* Mixture of experts: per global layer its MoE layer (NULL: dense or not held), the index in
+     * info of its first tensor (its tr_moe_params follow in order), the local slot of the
+     * current (part, slot), and the main loss's backward scale (the balancing losses' too). */
+    tr_moe_layer **moe;
+    int *moe_param0;
+    int moe_slot;
+    float moe_loss_scale;
     /* Mixed precision: the linear layers' weights rounded to spec.lowp (bf16/fp16 bit patterns),
      * what their forward and input-gradient GEMMs read (docs/runtime.md, "Mixed precision").
      * NULL in fp32 or with spec.no_weight_copy. Tensor i's copy starts at wcopy_off[i] (-1: none;
@@ -410,6 +421,20 @@ tr_status tr_model_set_sequences(tr_model *m, const int32_t *doc_start, const in
 
 /* Activation sets this model keeps for global layer `layer` (0: a layer it does not hold). */
 int tr_model_layer_slots(const tr_model *m, int layer);
+
+/* Mixture of experts, once per optimizer step (after the backward of its last microbatch): the
+ * balancing and z losses of the step's training microbatches summed over this rank's MoE
+ * layers (divided by their coefficients, Megatron's logged values) and how many (layer,
+ * microbatch) pairs they cover, restarting the sums; and the expert-bias update from the step's
+ * token counts, which `reduce` (NULL: none) first sums over the data-parallel ranks. */
+void tr_model_moe_stats(tr_model *m, double *lb, double *z, int *n);
+tr_status tr_model_moe_step_end(tr_model *m, tr_status (*reduce)(void *ctx, double *v, int n),
+                                void *ctx);
+/* Tokens per expert since the last call (training forwards, after drops), out [num_layers *
+ * moe.experts] by global layer: zeros for a dense layer or one this model does not hold. */
+void tr_model_moe_tokens(tr_model *m, double *out);
+/* Points the MoE layers at their tensors (after the flat buffers moved). */
+tr_status tr_model_moe_bind(tr_model *m);
 
 /* The parameter list tr_model_create_parts would lay out (no buffers): *info is allocated
  * (free it), offsets are those of the model's own flat buffer, *numel its size. */

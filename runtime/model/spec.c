@@ -90,7 +90,7 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
         int64_t nmb = c->derived.num_microbatches, limit = m->wgrad_deferral_limit;
         s->defer_wgrad = (int)(limit > 0 && limit < nmb ? limit : nmb);
     }
-    return TR_OK;
+    return tr_moe_spec_from_config(c, &s->moe);
 }
 
 /* More TP ranks than query groups: each group's key and value heads are copied to the
@@ -106,7 +106,15 @@ double tr_model_flops_per_seq(const tr_model_spec *s) {
     double per_tok = 2.0 * (C * qkv + hd * C + C * fc1 + s->ffn * C);
     /* causal attention: QK^T and PV over on average T/2 keys */
     double attn = 2.0 * 2.0 * hd * (T / 2.0);
-    return s->num_layers * T * (per_tok + attn) + 2.0 * T * C * s->vocab;
+    /* an MoE layer: the router and the top-k experts (and the shared expert) instead of the MLP */
+    double moe_delta = 0.0;
+    for (int i = 0; i < s->num_layers && s->moe.experts > 0; i++)
+        if (tr_moe_is_layer(&s->moe, i)) {
+            double g = s->swiglu ? 3.0 : 2.0; /* weights per unit of width */
+            double mlp = g * C * ((double)s->moe.topk * s->moe.ffn + s->moe.shared_ffn);
+            moe_delta += 2.0 * (C * s->moe.experts + mlp - (C * fc1 + s->ffn * C));
+        }
+    return T * (s->num_layers * (per_tok + attn) + moe_delta) + 2.0 * T * C * s->vocab;
 }
 
 void tr_param_kv_range(const tr_param_info *p, int64_t *off, int64_t *numel) {

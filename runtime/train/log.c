@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/train/train.h"
@@ -25,6 +26,43 @@ tr_status tr_train_log_open(tr_train_log *l, FILE *out, const char *metrics_path
 void tr_train_log_close(tr_train_log *l) {
     if (l->metrics) fclose(l->metrics);
     l->metrics = NULL;
+    free(l->moe_tokens);
+    l->moe_tokens = NULL;
+}
+
+tr_status tr_train_log_moe_tokens(tr_train_log *l, const double *tokens, int layers, int experts,
+                                  const uint64_t mask[4]) {
+    size_t n = (size_t)layers * (size_t)experts;
+    double *copy = realloc(l->moe_tokens, (n ? n : 1) * sizeof *copy);
+    if (!copy) return TR_ERR_NOMEM;
+    memcpy(copy, tokens, n * sizeof *copy);
+    l->moe_tokens = copy;
+    l->moe_layers = layers;
+    l->moe_experts = experts;
+    memcpy(l->moe_mask, mask, sizeof l->moe_mask);
+    return TR_OK;
+}
+
+/* Per MoE layer: the min, mean and max of its tokens per expert, and the counts. */
+static void json_moe_tokens(const tr_train_log *l) {
+    fprintf(l->metrics, ",\"moe_tokens_per_expert\":[");
+    bool first = true;
+    for (int i = 0; i < l->moe_layers && i < 256; i++) {
+        if (!((l->moe_mask[i / 64] >> (i % 64)) & 1u)) continue;
+        const double *v = l->moe_tokens + (size_t)i * l->moe_experts;
+        double lo = v[0], hi = v[0], sum = 0.0;
+        for (int e = 0; e < l->moe_experts; e++) {
+            lo = v[e] < lo ? v[e] : lo;
+            hi = v[e] > hi ? v[e] : hi;
+            sum += v[e];
+        }
+        fprintf(l->metrics, "%s{\"layer\":%d,\"min\":%.0f,\"mean\":%.9g,\"max\":%.0f,\"counts\":[",
+                first ? "" : ",", i, lo, sum / l->moe_experts, hi);
+        for (int e = 0; e < l->moe_experts; e++) fprintf(l->metrics, "%s%.0f", e ? "," : "", v[e]);
+        fprintf(l->metrics, "]}");
+        first = false;
+    }
+    fprintf(l->metrics, "]");
 }
 
 /* JSON has no NaN or Infinity: such values are written as null. */
@@ -33,6 +71,17 @@ static void json_num(FILE *f, const char *key, double v) {
         fprintf(f, ",\"%s\":%.9g", key, v);
     else
         fprintf(f, ",\"%s\":null", key);
+}
+
+void tr_train_log_moe(tr_train_log *l, double lb, double z) {
+    if (isfinite(lb)) {
+        l->moe_lb += lb;
+        l->n_lb++;
+    }
+    if (isfinite(z)) {
+        l->moe_z += z;
+        l->n_z++;
+    }
 }
 
 bool tr_train_log_due(const tr_train_log *l, int64_t it, int64_t iters, bool stopping) {
@@ -63,8 +112,11 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
                 "rate: %.6E | lm loss: %.6E |",
                 (long long)it, (long long)iters, (long long)consumed, ms, tps, tflops, lr, avg);
         if (isfinite(l->loss_scale)) fprintf(l->out, " loss scale: %.1f |", l->loss_scale);
-        fprintf(l->out, " grad norm: %.3f | number of skipped iterations: %3d |\n", grad_norm,
+        fprintf(l->out, " grad norm: %.3f | number of skipped iterations: %3d |", grad_norm,
                 l->skipped_total);
+        if (l->n_lb) fprintf(l->out, " load_balancing_loss: %.6E |", l->moe_lb / l->n_lb);
+        if (l->n_z) fprintf(l->out, " z_loss: %.6E |", l->moe_z / l->n_z);
+        fprintf(l->out, "\n");
         if (isfinite(params_norm)) fprintf(l->out, "   params norm: %.3f\n", params_norm);
         fflush(l->out);
     }
@@ -76,14 +128,19 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
         json_num(l->metrics, "grad_norm", grad_norm);
         if (isfinite(l->loss_scale)) json_num(l->metrics, "loss_scale", l->loss_scale);
         if (isfinite(params_norm)) json_num(l->metrics, "params_norm", params_norm);
+        if (l->n_lb) json_num(l->metrics, "load_balancing_loss", l->moe_lb / l->n_lb);
+        if (l->n_z) json_num(l->metrics, "z_loss", l->moe_z / l->n_z);
+        if (l->moe_tokens) json_moe_tokens(l);
         json_num(l->metrics, "ms_per_iter", ms);
         json_num(l->metrics, "tokens_per_s", tps);
         json_num(l->metrics, "tflops_per_device", tflops);
         fprintf(l->metrics, ",\"skipped_iterations\":%d}\n", l->skipped_total);
         fflush(l->metrics);
     }
-    l->n = l->n_loss = 0;
-    l->loss = l->seconds = l->flops = l->tokens = 0.0;
+    free(l->moe_tokens);
+    l->moe_tokens = NULL;
+    l->n = l->n_loss = l->n_lb = l->n_z = 0;
+    l->loss = l->seconds = l->flops = l->tokens = l->moe_lb = l->moe_z = 0.0;
 }
 
 void tr_train_log_eval(tr_train_log *l, const char *split, int64_t it, double loss) {

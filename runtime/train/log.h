@@ -18,6 +18,14 @@ typedef struct tr_train_log {
     /* The current fp16/static loss scale, printed on the log line as Megatron does; NaN (the
      * default) when the run has no loss scaler. */
     double loss_scale;
+    /* MoE: sums over the interval of the iterations' load_balancing_loss and z_loss */
+    double moe_lb, moe_z;
+    int n_lb, n_z;
+    /* MoE: the interval's tokens per expert [layers, experts] for the next record (owned; NULL:
+     * none), which layers are MoE (bit per layer as tr_moe_spec.layers) */
+    double *moe_tokens;
+    int moe_layers, moe_experts;
+    uint64_t moe_mask[4];
 } tr_train_log;
 
 tr_status tr_train_log_open(tr_train_log *l, FILE *out, const char *metrics_path, int64_t interval,
@@ -26,6 +34,13 @@ void tr_train_log_close(tr_train_log *l);
 /* Does iteration `it` print? Every interval, the last of `iters`, and the last one of a run
  * that stops early (`stopping`). */
 bool tr_train_log_due(const tr_train_log *l, int64_t it, int64_t iters, bool stopping);
+/* An MoE iteration's load_balancing_loss and z_loss (NaN: the model has none), averaged over the
+ * interval and printed and written with the next logged iteration. */
+void tr_train_log_moe(tr_train_log *l, double lb, double z);
+/* The interval's tokens per expert of every layer (tokens [layers, experts], copied), written
+ * with the next record as "moe_tokens_per_expert" (per MoE layer: min, mean, max, counts). */
+tr_status tr_train_log_moe_tokens(tr_train_log *l, const double *tokens, int layers, int experts,
+                                  const uint64_t mask[4]);
 /* params_norm NaN: not logged. */
 void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool stopping,
                             int64_t consumed, double loss, double lr, double grad_norm,

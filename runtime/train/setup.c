@@ -60,6 +60,13 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
         t->dp_rank = tr_comm_group_rank(t->o->comm, TR_GROUP_DP_CP);
         if (t->dp_size != c->derived.data_parallel_size) return TR_ERR_INVALID;
     }
+    /* A launch input (the device is not part of the config), like the communicator. */
+    if (ms.moe.experts > 0 && !tr_device_host_visible(t->dev))
+        return tr_diag_add(d, TR_SEV_ERROR, "runtime.moe_device", NULL, "model.num_moe_experts",
+                           "train MoE models on the cpu device (TRESTLE_DEVICE=cpu)",
+                           "the MoE layer keeps its buffers in host memory: it does not run on "
+                           "the %s device yet",
+                           tr_device_name(t->dev));
     TR_TRY(tr_train_data_open(c, &t->data, d));
     tr_tp_shard tp = {0, 1};
     if (t->distributed)

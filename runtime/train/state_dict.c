@@ -162,7 +162,10 @@ tr_status tr_ckpt_list_add_params(tr_ckpt_list *l, const tr_train_ckpt *k, const
                    .tp_dim = p->split_dim,
                    .data = base + p->offset};
         int consumed = 0;
-        if (sscanf(p->name, "decoder.layers.%d.%n", &b.layer, &consumed) == 1 && consumed > 0)
+        /* An MoE model's MLP tensors (routers, experts, the dense layers' MLPs) exist in some
+         * layers only: one logical tensor per layer (and per expert), not a stack. */
+        if (sscanf(p->name, "decoder.layers.%d.%n", &b.layer, &consumed) == 1 && consumed > 0 &&
+            !(m->full.moe.experts > 0 && strncmp(p->name + consumed, "mlp.", 4) == 0))
             b.kind = p->name + consumed;
         else
             b.layer = -1;

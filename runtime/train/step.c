@@ -118,6 +118,33 @@ static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, dou
     return st;
 }
 
+static tr_status moe_dp_sum(void *ctx, double *v, int n) {
+    trainer *t = ctx;
+    return tr_train_dp_sum(&t->dp, v, n);
+}
+
+/* MoE, after the step's last backward: the balancing losses' values averaged over MoE layers and
+ * microbatches (summed over the pipeline's stages, averaged over data-parallel ranks), and the
+ * expert-bias update from the step's token counts (summed over data-parallel ranks), which
+ * Megatron makes in finalize_model_grads, skipped steps included. */
+static tr_status moe_step(trainer *t, step_out *out) {
+    tr_model *m = &t->model;
+    const tr_moe_spec *s = &m->spec.moe;
+    out->moe_lb = out->moe_z = NAN;
+    if (s->experts <= 0) return TR_OK;
+    double g[3];
+    int n;
+    tr_model_moe_stats(m, &g[0], &g[1], &n);
+    g[2] = n;
+    if (t->distributed) TR_TRY(tr_train_dp_sum(&t->dp, g, 3));
+    if (t->have_pp)
+        TR_TRY(tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, g, 3, TR_COMM_F64,
+                                         TR_COMM_SUM));
+    if (g[2] > 0 && s->balance != TR_MOE_LB_NONE && s->aux_coeff > 0.0f) out->moe_lb = g[0] / g[2];
+    if (g[2] > 0 && s->z_coeff > 0.0f) out->moe_z = g[1] / g[2];
+    return tr_model_moe_step_end(m, t->distributed ? moe_dp_sum : NULL, t);
+}
+
 /* One iteration on one rank without a comm: accumulate, then clip and step. */
 static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consumed,
                                    int64_t sched_samples, step_out *out) {
@@ -126,6 +153,7 @@ static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consum
     double sum = 0.0;
     int64_t tokens = 0;
     TR_TRY(accumulate(t, iteration, consumed, &sum, &tokens));
+    TR_TRY(moe_step(t, out));
     if (t->per_token_loss) {
         if (tokens > 0) TR_TRY(m->ops->scale(m->grads, m->n_params, 1.0f / (float)tokens));
         out->loss = tokens > 0 ? sum / (double)tokens : 0.0;
@@ -217,6 +245,7 @@ static tr_status train_step_dp(trainer *t, int64_t iteration, int64_t consumed,
         TR_TRY(tr_train_dp_finish_grads(&t->dp));
     }
     t->buckets_started_early += t->dp.ddp.started_early;
+    TR_TRY(moe_step(t, out));
     double g[2] = {sum, (double)tokens};
     TR_TRY(tr_train_dp_sum(&t->dp, g, 2));
     if (t->per_token_loss) {

@@ -77,6 +77,26 @@ static tr_status log_bubble(trainer *t, int64_t it, bool due) {
     return TR_OK;
 }
 
+/* MoE: the log interval's tokens per expert of every MoE layer, summed over the data-parallel
+ * ranks and the pipeline's stages, for the record of a logged iteration. Collective when due
+ * (every rank agrees on that). */
+static tr_status log_moe_tokens(trainer *t, bool due) {
+    tr_model *m = &t->model;
+    int E = m->spec.moe.experts, L = m->spec.num_layers;
+    if (E <= 0 || !due) return TR_OK;
+    double *v = malloc((size_t)L * E * sizeof *v);
+    if (!v) return TR_ERR_NOMEM;
+    tr_model_moe_tokens(m, v);
+    tr_status st = TR_OK;
+    if (t->distributed) st = tr_train_dp_sum(&t->dp, v, L * E);
+    if (st == TR_OK && t->have_pp)
+        st = tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, v, (size_t)L * E,
+                                       TR_COMM_F64, TR_COMM_SUM);
+    if (st == TR_OK) st = tr_train_log_moe_tokens(&t->log, v, L, E, m->spec.moe.layers);
+    free(v);
+    return st;
+}
+
 static tr_status loop(trainer *t, tr_train_result *r) {
     const tr_config *c = t->c;
     int64_t iters = c->train.train_iters;
@@ -114,7 +134,7 @@ static tr_status loop(trainer *t, tr_train_result *r) {
     }
     for (int64_t it = from->iteration + 1; it <= iters; it++) {
         double t0 = now_s();
-        step_out so = {0};
+        step_out so = {.moe_lb = NAN, .moe_z = NAN};
         if (in_list(&c->train.iterations_to_skip, it)) {
             so.loss = NAN;
             so.skipped = true;
@@ -143,6 +163,8 @@ static tr_status loop(trainer *t, tr_train_result *r) {
             else
                 TR_TRY(tr_grad_norm_on(t->dev, t->model.params, t->model.n_params, &pnorm));
         }
+        tr_train_log_moe(&t->log, so.moe_lb, so.moe_z);
+        TR_TRY(log_moe_tokens(t, tr_train_log_due(&t->log, it, iters, stopping)));
         tr_train_log_iteration(&t->log, it, iters, stopping, consumed, so.loss, so.lr, so.grad_norm,
                                pnorm, so.skipped, seconds, flops_per_iter, (double)t->gbs * t->seq);
         TR_TRY(log_bubble(t, it, tr_train_log_due(&t->log, it, iters, stopping)));

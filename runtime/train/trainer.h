@@ -53,6 +53,8 @@ typedef struct step_out {
     double loss, grad_norm, lr, wd;
     bool skipped;
     bool overflow; /* skipped for inf/NaN gradients (loss scaling) */
+    /* MoE: the step's load-balancing and z losses as Megatron logs them (NaN: none) */
+    double moe_lb, moe_z;
 } step_out;
 
 /* Reads c into t and builds the model, data, optimizer, parallel state and checkpoint state;

@@ -47,7 +47,7 @@ expect_rc 2 "check_for_large_grads is refused"
 expect_in "$TMP/err" "error [runtime.gradient_checks]" "its rule id"
 
 # --explain says it too, for the key and for an unbuilt parameter, and not for a key with effect.
-rr --recipe llama_tiny_pretrain --explain comm_overlap.tp_comm_overlap_cfg --explain model.moe_router_topk \
+rr --recipe llama_tiny_pretrain --explain comm_overlap.tp_comm_overlap_cfg --explain model.moe_grouped_gemm \
     --explain model.num_layers
 expect_rc 0 "explain"
 [ "$(grep -c 'no effect in this runtime' "$TMP/out")" -eq 1 ] || { show; fail "explain: no-effect line"; }

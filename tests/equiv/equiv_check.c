@@ -62,6 +62,8 @@ typedef struct run_out {
      * elements of its sequence-parallel partial gradients, and of the q/k norms' (partial over
      * the heads: summed over TP with or without sequence parallelism). */
     int64_t local_layers, sp_grads, head_grads;
+    /* MoE: the expert-bias elements this rank holds (their token counts are summed over DP) */
+    int64_t expert_bias;
     bool has_embedding, has_loss;
     /* TP larger than the query groups: elements of this rank's key-value copies that differ
      * from the group's first rank's (they must stay equal bit for bit). */
@@ -184,6 +186,7 @@ static tr_status capture(void *ctx, const tr_model *m) {
             for (int64_t e = 0; e < p->numel; e++)
                 if (e < kv_off || e >= kv_off + kv_n)
                     dst[tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
+        if (strstr(p->name, "mlp.router.expert_bias")) o->expert_bias += p->numel;
         if (strstr(p->name, "q_layernorm") || strstr(p->name, "k_layernorm"))
             o->head_grads += p->numel;
         else if (strstr(p->name, "layernorm") || strstr(p->name, "position_embeddings"))
@@ -369,7 +372,10 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
  * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
- * sum (one double). On PP (> 1) the point-to-point messages of r/tp (SP) or r rows of width h,
+ * sum (one double); with MoE layers, the step's balancing-loss statistics (three doubles) and,
+ * with the expert bias, the token count per expert of the rank's MoE layers (a double each), and
+ * per logged iteration the tokens per expert of every layer. On
+ * PP (> 1) the point-to-point messages of r/tp (SP) or r rows of width h,
  * 4 bytes an element with pipeline_dtype fp32, 2 with bf16/fp16 (Megatron's pipeline_dtype): per
  * microbatch and virtual stage s this rank holds, the output sent on unless s is the last and its
  * input gradient sent back unless s is the first (received alike), and per evaluation microbatch
@@ -415,6 +421,14 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
             acts_in += ch * pp + pp_rank > 0;
         }
     }
+    /* and, per logged iteration (every log_interval and the last), the tokens per expert of every
+     * layer (a double each) */
+    int64_t li = c->logger.log_interval > 0 ? c->logger.log_interval : 1;
+    int64_t logged = iters / li + (iters % li != 0);
+    int64_t moe_bytes =
+        m->num_moe_experts != TR_NULL_INT
+            ? iters * (24 + 8 * run->expert_bias) + logged * 8 * m->num_layers * m->num_moe_experts
+            : 0;
     int64_t msg = r / (sp ? tp : 1) * h * (m->pipeline_dtype == TR_DTYPE_FP32 ? 4 : 2);
     int64_t eval_mbs = evals * v->eval_iters * (eval_split ? eval_nmb / dp : eval_nmb);
     /* Gradients travel against the activations: a stage sends one per activation received. */
@@ -430,7 +444,7 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"TP reduce-scatter", TR_GROUP_TP, TR_COMM_REDUCE_SCATTER, 4 * tp_rs},
         {"TP all-gather", TR_GROUP_TP, TR_COMM_ALL_GATHER, 4 * tp_ag},
         {"DP all-reduce", TR_GROUP_DP_CP, TR_COMM_ALL_REDUCE,
-         iters * (sharded ? 16 : 4 * B + 16) + eval_bytes},
+         iters * (sharded ? 16 : 4 * B + 16) + eval_bytes + moe_bytes},
         {"DP reduce-scatter", TR_GROUP_DP_CP, TR_COMM_REDUCE_SCATTER, sharded ? iters * 4 * B : 0},
         {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER, sharded ? iters * 4 * B / dp : 0},
         {"PP send", TR_GROUP_PP, TR_COMM_SEND, pp_send},

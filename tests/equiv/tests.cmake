@@ -523,3 +523,14 @@ tr_equiv_pp_test(gpt_pp2_dp2_distopt_overlap_defer_wgrad_limit3 4 gpt_tiny_pretr
                  -- ${TR_PP2} ${TR_DISTOPT} ${TR_OVERLAP} ${TR_DEFER3})
 tr_equiv_defer_test(gpt_pp2_defer_wgrad_limit3_detected 2 --expect-differ gpt_tiny_pretrain
                     ${TR_PP_COMMON} -- ${TR_PP2} -- ${TR_DEFER3})
+# MoE layers on one expert rank (every rank holds every expert) under data and pipeline
+# parallelism: DeepSeek-like routing (dense first layer, sigmoid, group-limited, expert bias whose
+# token counts are summed over DP, shared expert, seq aux loss) with the distributed optimizer and
+# overlap; Mixtral-like through interleaved stages (the MoE layers' per-microbatch states).
+set(TR_DS4 model.num_layers=4 model.moe_layer_freq=[0,1,1,1])
+tr_equiv_test(deepseek_moe_dp2_distopt_overlap 2 --expect-overlap deepseek_tiny_pretrain
+              ${TR_EQUIV_COMMON} -- ${TR_DISTOPT} ${TR_OVERLAP})
+tr_equiv_pp_test(deepseek_moe_pp2_dp2_distopt 4 deepseek_tiny_pretrain ${TR_EQUIV_COMMON}
+                 ${TR_DS4} -- ${TR_PP2} ${TR_DISTOPT})
+tr_equiv_pp_test(mixtral_moe_pp2_vpp2 2 mixtral_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2}
+                 ${TR_VPP2})

@@ -202,7 +202,7 @@ static void test_note_names_what_was_set(void) {
                           "model.tp_comm_bulk_dgrad=false;comm_overlap.tp_comm_overlap=true;"
                           "model.recompute_granularity=full;"
                           "model.recompute_method=uniform;model.recompute_num_layers=1;"
-                          "model.moe_router_topk=4",
+                          "model.moe_grouped_gemm=true",
                           &c, &d);
     CHECK_INT_EQ(s, TR_OK);
     const tr_diag *g = note_of(&d);
@@ -210,7 +210,7 @@ static void test_note_names_what_was_set(void) {
     if (g) {
         CHECK_INT_EQ(g->severity, TR_SEV_NOTE);
         CHECK(lists(g, "model.tp_comm_bulk_dgrad"));
-        CHECK(lists(g, "model.moe_router_topk"));
+        CHECK(lists(g, "model.moe_grouped_gemm"));
         CHECK_CONTAINS(g->message, "model.tp_comm_bulk_dgrad=false (argv[3])");
         CHECK_CONTAINS(g->message, "feature not built");
         /* finalize copied the overlap into model.tp_comm_overlap, which the runtime applies */

@@ -1,0 +1,116 @@
+/* The routed experts (Megatron's SequentialMLP: one GEMM per expert over its contiguous block of
+ * rows) and the shared expert, forward and backward over the op table. */
+#include <math.h>
+
+#include "runtime/moe/internal.h"
+
+tr_status tr_moe_gemm(const tr_moe_layer *L, bool lowp, tr_transpose ta, tr_transpose tb, int m,
+                      int n, int k, const float *a, int lda, const float *b, int ldb, float beta,
+                      float *c, int ldc) {
+    if (m == 0 || n == 0) return TR_OK;
+    if (lowp && L->d.lowp)
+        return L->ops->gemm_lowp((tr_lowp)L->d.lowp, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c,
+                                 ldc);
+    return L->ops->gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+static tr_status act_fwd(const tr_moe_layer *L, float *y, const float *x, int rows, int ffn) {
+    if (L->d.swiglu) return L->ops->swiglu_fwd(y, x, rows, ffn);
+    return L->ops->gelu_fwd(y, x, (int64_t)rows * ffn, L->d.gelu_tanh);
+}
+
+static tr_status act_bwd(const tr_moe_layer *L, float *dx, const float *dy, const float *x,
+                         int rows, int ffn) {
+    if (L->d.swiglu) return L->ops->swiglu_bwd(dx, dy, x, rows, ffn);
+    return L->ops->gelu_bwd(dx, dy, x, (int64_t)rows * ffn, L->d.gelu_tanh);
+}
+
+/* y [n, out] = x [n, in] W^T, W [out, in]. */
+static tr_status lin_fwd(const tr_moe_layer *L, const float *x, const float *w, float *y, int n,
+                         int out, int in, float beta) {
+    return tr_moe_gemm(L, true, TR_NOTRANS, TR_TRANS, n, out, in, x, in, w, in, beta, y, out);
+}
+
+/* dW += dy^T x, and dx = dy W (beta 1: dx +=); dx NULL: none. */
+static tr_status lin_bwd(const tr_moe_layer *L, const float *x, const float *w, const float *dy,
+                         float *dw, float *dx, int n, int out, int in, float beta) {
+    TR_TRY(tr_moe_gemm(L, true, TR_TRANS, TR_NOTRANS, out, in, n, dy, out, x, in, 1.0f, dw, in));
+    if (!dx) return TR_OK;
+    return tr_moe_gemm(L, true, TR_NOTRANS, TR_NOTRANS, n, in, out, dy, out, w, in, beta, dx, in);
+}
+
+tr_status tr_moe_experts_fwd(tr_moe_layer *L, tr_moe_state *st) {
+    int h = L->d.hidden, F = L->s.ffn, F1 = L->fc1_dim;
+    for (int e = 0; e < L->E; e++) {
+        int r0 = st->off[e], n = st->off[e + 1] - r0;
+        if (n == 0) continue;
+        float *fc1 = st->fc1 + (int64_t)r0 * F1, *act = st->act + (int64_t)r0 * F;
+        TR_TRY(lin_fwd(L, st->xp + (int64_t)r0 * h, L->p.fc1[e], fc1, n, F1, h, 0.0f));
+        TR_TRY(act_fwd(L, act, fc1, n, F));
+        TR_TRY(lin_fwd(L, act, L->p.fc2[e], st->ye + (int64_t)r0 * h, n, h, F, 0.0f));
+    }
+    return TR_OK;
+}
+
+tr_status tr_moe_experts_bwd(tr_moe_layer *L, const tr_moe_state *st) {
+    int h = L->d.hidden, F = L->s.ffn, F1 = L->fc1_dim;
+    for (int e = 0; e < L->E; e++) {
+        int r0 = st->off[e], n = st->off[e + 1] - r0;
+        if (n == 0) continue;
+        const float *dy = L->d_rows + (int64_t)r0 * h;
+        float *dact = L->d_act + (int64_t)r0 * F, *dfc1 = L->d_fc1 + (int64_t)r0 * F1;
+        TR_TRY(lin_bwd(L, st->act + (int64_t)r0 * F, L->p.fc2[e], dy, L->g.fc2[e], dact, n, h, F,
+                       0.0f));
+        TR_TRY(act_bwd(L, dfc1, dact, st->fc1 + (int64_t)r0 * F1, n, F));
+        TR_TRY(lin_bwd(L, st->xp + (int64_t)r0 * h, L->p.fc1[e], dfc1, L->g.fc1[e],
+                       L->d_x + (int64_t)r0 * h, n, F1, h, 0.0f));
+    }
+    return TR_OK;
+}
+
+static float sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+
+tr_status tr_moe_shared_fwd(tr_moe_layer *L, tr_moe_state *st, float *y) {
+    if (L->s.shared_ffn <= 0) return TR_OK;
+    int T = L->T, h = L->d.hidden, F = L->s.shared_ffn, F1 = L->s_fc1_dim;
+    TR_TRY(lin_fwd(L, st->x, L->p.s_fc1, st->s_fc1, T, F1, h, 0.0f));
+    TR_TRY(act_fwd(L, st->s_act, st->s_fc1, T, F));
+    if (!L->s.shared_gate) return lin_fwd(L, st->s_act, L->p.s_fc2, y, T, h, F, 1.0f);
+    TR_TRY(lin_fwd(L, st->s_act, L->p.s_fc2, st->s_y, T, h, F, 0.0f));
+    /* the gate is a router-like projection: computed in fp32 */
+    TR_TRY(tr_moe_gemm(L, false, TR_NOTRANS, TR_TRANS, T, 1, h, st->x, h, L->p.s_gate, h, 0.0f,
+                       st->s_gate, 1));
+    for (int t = 0; t < T; t++) {
+        float g = st->s_gate[t] = sigmoid(st->s_gate[t]);
+        for (int c = 0; c < h; c++) y[(int64_t)t * h + c] += g * st->s_y[(int64_t)t * h + c];
+    }
+    return TR_OK;
+}
+
+tr_status tr_moe_shared_bwd(tr_moe_layer *L, const tr_moe_state *st, const float *dy, float *dx) {
+    if (L->s.shared_ffn <= 0) return TR_OK;
+    int T = L->T, h = L->d.hidden, F = L->s.shared_ffn, F1 = L->s_fc1_dim;
+    const float *dys = dy;
+    if (L->s.shared_gate) {
+        for (int t = 0; t < T; t++) {
+            float g = st->s_gate[t];
+            double dot = 0.0;
+            for (int c = 0; c < h; c++) {
+                int64_t i = (int64_t)t * h + c;
+                dot += (double)dy[i] * st->s_y[i];
+                L->s_dy[i] = g * dy[i];
+            }
+            L->s_dg[t] = (float)(dot * g * (1.0f - g));
+        }
+        TR_TRY(tr_moe_gemm(L, false, TR_TRANS, TR_NOTRANS, 1, h, T, L->s_dg, 1, st->x, h, 1.0f,
+                           L->g.s_gate, h));
+        TR_TRY(tr_moe_gemm(L, false, TR_NOTRANS, TR_NOTRANS, T, h, 1, L->s_dg, 1, L->p.s_gate, h,
+                           1.0f, dx, h));
+        dys = L->s_dy;
+    }
+    TR_TRY(lin_bwd(L, st->s_act, L->p.s_fc2, dys, L->g.s_fc2, L->s_dact, T, h, F, 0.0f));
+    TR_TRY(act_bwd(L, L->s_dfc1, L->s_dact, st->s_fc1, T, F));
+    return lin_bwd(L, st->x, L->p.s_fc1, L->s_dfc1, L->g.s_fc1, dx, T, F1, h, 1.0f);
+}

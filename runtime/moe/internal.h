@@ -1,0 +1,81 @@
+/* Internal to runtime/moe/: the layer's state and the pieces its forward and backward share. */
+#ifndef TR_RUNTIME_MOE_INTERNAL_H
+#define TR_RUNTIME_MOE_INTERNAL_H
+
+#include "runtime/moe/moe.h"
+
+/* What the backward of one microbatch needs from its forward. Assignments are (token t, choice
+ * j) pairs, a = t * topk + j; expert rows are the routed tokens gathered by expert, expert e's
+ * block being rows [off[e], off[e + 1]) (with pad_capacity exactly capacity rows, the unused
+ * ones zero). */
+typedef struct tr_moe_state {
+    float *x;       /* [T, h] the layer's input */
+    float *noise;   /* [T, h] the jitter's factors, or NULL */
+    float *logits;  /* [T, E] */
+    float *prob;    /* [T, k] routing probabilities of the kept assignments, 0 when dropped */
+    float *aux_n;   /* [B, E] (seq_aux) or [E]: the token counts the aux loss weighted */
+    int32_t *idx;   /* [T, k] the chosen experts */
+    int32_t *pos;   /* [T, k] the expert row of each assignment, -1 when dropped */
+    int32_t *row_a; /* [rows] the assignment of each expert row, -1 for padding */
+    int32_t *off;   /* [E + 1] */
+    float *xp, *fc1, *act, *ye; /* expert rows: input, fc1 output, activation, fc2 output */
+    float *s_fc1, *s_act, *s_y, *s_gate; /* the shared expert's [T, ...]; gate [T] */
+    bool training; /* the forward computed the balancing losses (their gradients follow) */
+} tr_moe_state;
+
+typedef struct tr_moe_view {
+    float *router, *bias;
+    float **fc1, **fc2; /* per expert */
+    float *s_fc1, *s_fc2, *s_gate;
+} tr_moe_view;
+
+struct tr_moe_layer {
+    tr_moe_spec s;
+    tr_moe_dims d;
+    const tr_ops *ops;
+    int T, E, k, fc1_dim, s_fc1_dim;
+    int capacity; /* 0: dropless */
+    int max_rows; /* expert rows one microbatch may need */
+    tr_moe_view p, g;
+    tr_moe_state *st;
+    float *buf; /* every float of the states and the scratch */
+    int32_t *ibuf;
+    /* scratch of the backward */
+    float *d_rows, *d_out, *d_act, *d_fc1, *d_x, *d_logits, *d_prob, *s_dy, *s_dact, *s_dfc1, *s_dg;
+    /* training statistics and the step's counts */
+    double lb_sum, z_sum;
+    int n_stats;
+    double *counts;    /* [E] routed tokens since the step began (expert bias) */
+    double *ga_counts; /* [E] global aux loss: the aux routing counts of the step's microbatches */
+    double *seen;      /* [E] tokens routed to each expert since tr_moe_take_tokens (logging) */
+    int ga_steps;
+    double *aux_N, *aux_P; /* [B, E] the aux loss's counts and score sums */
+    /* seconds spent since creation (tr_moe_timing): routing (router GEMMs, scores, top-k, drops,
+     * losses), permutation (gather, combine and their backward), routed experts, shared expert */
+    double t_route, t_perm, t_experts, t_shared;
+};
+
+/* Routing of one microbatch into state st: logits from st->x (jittered), the chosen experts and
+ * their probabilities, the capacity drop, the aux loss's counts; returns the balancing and z
+ * losses (divided by their coefficients) through lb and z when training. */
+tr_status tr_moe_route(tr_moe_layer *L, tr_moe_state *st, bool training, uint64_t seed,
+                       uint64_t round, double *lb, double *z);
+/* dL/dlogits into L->d_logits from L->d_prob (the routing probabilities' gradient), plus the
+ * balancing and z losses' gradients at scale aux_scale. */
+tr_status tr_moe_route_bwd(tr_moe_layer *L, const tr_moe_state *st, float aux_scale);
+
+/* The expert rows' MLPs, one GEMM per expert over its block: forward into st (fc1, act, ye),
+ * backward from L->d_rows (dL/d ye) into L->d_x rows (dL/d xp), accumulating the weights'. */
+tr_status tr_moe_experts_fwd(tr_moe_layer *L, tr_moe_state *st);
+tr_status tr_moe_experts_bwd(tr_moe_layer *L, const tr_moe_state *st);
+/* The shared expert: adds its (gated) output to y; backward adds its input gradient to dx. */
+tr_status tr_moe_shared_fwd(tr_moe_layer *L, tr_moe_state *st, float *y);
+tr_status tr_moe_shared_bwd(tr_moe_layer *L, const tr_moe_state *st, const float *dy, float *dx);
+
+/* C = op(A) op(B) (+ beta C) in fp32, or with the operands rounded to the layer's half precision
+ * when lowp is set. */
+tr_status tr_moe_gemm(const tr_moe_layer *L, bool lowp, tr_transpose ta, tr_transpose tb, int m,
+                      int n, int k, const float *a, int lda, const float *b, int ldb, float beta,
+                      float *c, int ldc);
+
+#endif

@@ -1,0 +1,396 @@
+/* The MoE layer: its parameters (Megatron's names, experts as logical per-expert tensors so a
+ * checkpoint reshards over any expert layout), its buffers, and the forward / backward that chain
+ * router, permutation, experts, unpermutation and the shared expert. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/moe/internal.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int tr_moe_param_count(const tr_moe_spec *s) {
+    int n = 1 + (s->expert_bias ? 1 : 0) + 2 * s->experts;
+    if (s->shared_ffn > 0) n += 2 + (s->shared_gate ? 1 : 0);
+    return n;
+}
+
+static tr_moe_param param(const char *name, int rows, int cols, int init, bool no_decay) {
+    tr_moe_param p = {.rows = rows, .cols = cols, .init = init, .no_decay = no_decay};
+    memcpy(p.name, name, sizeof p.name);
+    return p;
+}
+
+tr_status tr_moe_params(const tr_moe_spec *s, int layer, int hidden, bool swiglu,
+                        tr_moe_param *out) {
+    char n[sizeof out->name];
+    int at = 0;
+    int fc1 = swiglu ? 2 * s->ffn : s->ffn, sfc1 = swiglu ? 2 * s->shared_ffn : s->shared_ffn;
+#define NAME(...)                                                                                  \
+    do {                                                                                           \
+        int len_ = snprintf(n, sizeof n, __VA_ARGS__);                                             \
+        if (len_ < 0 || (size_t)len_ >= sizeof n) return TR_ERR_INVALID;                           \
+    } while (0)
+    NAME("decoder.layers.%d.mlp.router.weight", layer);
+    out[at++] = param(n, s->experts, hidden, TR_MOE_INIT_NORMAL, false);
+    if (s->expert_bias) {
+        /* Megatron's buffer, updated from token counts: never touched by the optimizer */
+        NAME("decoder.layers.%d.mlp.router.expert_bias", layer);
+        out[at] = param(n, 1, s->experts, TR_MOE_INIT_ZERO, true);
+        out[at++].frozen = true;
+    }
+    for (int e = 0; e < s->experts; e++) {
+        NAME("decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight", layer, e);
+        out[at++] = param(n, fc1, hidden, TR_MOE_INIT_NORMAL, false);
+        NAME("decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc2.weight", layer, e);
+        out[at++] = param(n, hidden, s->ffn, TR_MOE_INIT_SCALED, false);
+    }
+    if (s->shared_ffn > 0) {
+        NAME("decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", layer);
+        out[at++] = param(n, sfc1, hidden, TR_MOE_INIT_NORMAL, false);
+        NAME("decoder.layers.%d.mlp.shared_experts.linear_fc2.weight", layer);
+        out[at++] = param(n, hidden, s->shared_ffn, TR_MOE_INIT_SCALED, false);
+        if (s->shared_gate) {
+            NAME("decoder.layers.%d.mlp.shared_experts.gate_weight", layer);
+            out[at++] = param(n, 1, hidden, TR_MOE_INIT_NORMAL, false);
+        }
+    }
+#undef NAME
+    return TR_OK;
+}
+
+void tr_moe_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *offsets) {
+    int at = 0;
+    tr_moe_view *v[2] = {&L->p, &L->g};
+    float *base[2] = {params, grads};
+    for (int w = 0; w < 2; w++) {
+        at = 0;
+        v[w]->router = base[w] + offsets[at++];
+        v[w]->bias = L->s.expert_bias ? base[w] + offsets[at++] : NULL;
+        for (int e = 0; e < L->E; e++) {
+            v[w]->fc1[e] = base[w] + offsets[at++];
+            v[w]->fc2[e] = base[w] + offsets[at++];
+        }
+        v[w]->s_fc1 = v[w]->s_fc2 = v[w]->s_gate = NULL;
+        if (L->s.shared_ffn > 0) {
+            v[w]->s_fc1 = base[w] + offsets[at++];
+            v[w]->s_fc2 = base[w] + offsets[at++];
+            if (L->s.shared_gate) v[w]->s_gate = base[w] + offsets[at++];
+        }
+    }
+}
+
+/* n floats (rounded up to 16) at *off of base (NULL: only counted). */
+static float *carve(float *base, int64_t *off, int64_t n) {
+    float *p = base ? base + *off : NULL;
+    *off += (n + 15) / 16 * 16;
+    return p;
+}
+
+static int32_t *carve_i(int32_t *base, int64_t *off, int64_t n) {
+    int32_t *p = base + *off;
+    *off += (n + 15) / 16 * 16;
+    return p;
+}
+
+/* The floats of one state (st NULL: only counted) and of the scratch. */
+static int64_t layout_state(const tr_moe_layer *L, float *at, tr_moe_state *st, int32_t *iat) {
+    int64_t T = L->T, h = L->d.hidden, E = L->E, k = L->k, R = L->max_rows;
+    int64_t SF = L->s.shared_ffn > 0 ? L->s.shared_ffn : 0, SF1 = L->s_fc1_dim;
+    int64_t o = 0, io = 0;
+    tr_moe_state s = {0};
+    s.x = carve(at, &o, T * h);
+    s.noise = L->s.jitter > 0.0f ? carve(at, &o, T * h) : NULL;
+    s.logits = carve(at, &o, T * E);
+    s.prob = carve(at, &o, T * k);
+    s.aux_n = carve(at, &o, (int64_t)L->d.batch * E);
+    s.xp = carve(at, &o, R * h);
+    s.fc1 = carve(at, &o, R * L->fc1_dim);
+    s.act = carve(at, &o, R * L->s.ffn);
+    s.ye = carve(at, &o, R * h);
+    if (SF) {
+        s.s_fc1 = carve(at, &o, T * SF1);
+        s.s_act = carve(at, &o, T * SF);
+        s.s_y = carve(at, &o, T * h);
+        s.s_gate = carve(at, &o, T);
+    }
+    if (iat) {
+        s.idx = carve_i(iat, &io, T * k);
+        s.pos = carve_i(iat, &io, T * k);
+        s.row_a = carve_i(iat, &io, R);
+        s.off = carve_i(iat, &io, E + 1);
+    }
+    if (st) *st = s;
+    return o;
+}
+
+static int64_t ints_per_state(const tr_moe_layer *L) {
+    int64_t r = 0, T = L->T, k = L->k;
+    int64_t n[4] = {T * k, T * k, L->max_rows, L->E + 1};
+    for (int i = 0; i < 4; i++) r += (n[i] + 15) / 16 * 16;
+    return r;
+}
+
+static int64_t layout_scratch(tr_moe_layer *L, float *at, bool bind) {
+    int64_t T = L->T, h = L->d.hidden, R = L->max_rows, SF = L->s.shared_ffn;
+    int64_t o = 0;
+    float *d_rows = carve(at, &o, R * h), *d_act = carve(at, &o, R * L->s.ffn);
+    float *d_fc1 = carve(at, &o, R * L->fc1_dim), *d_x = carve(at, &o, R * h);
+    float *d_logits = carve(at, &o, T * L->E), *d_prob = carve(at, &o, T * L->k);
+    float *d_out = carve(at, &o, T * h);
+    float *s_dy = NULL, *s_dact = NULL, *s_dfc1 = NULL, *s_dg = NULL;
+    if (SF > 0) {
+        s_dy = carve(at, &o, T * h);
+        s_dact = carve(at, &o, T * SF);
+        s_dfc1 = carve(at, &o, T * L->s_fc1_dim);
+        s_dg = carve(at, &o, T);
+    }
+    if (bind) {
+        L->d_rows = d_rows;
+        L->d_act = d_act;
+        L->d_fc1 = d_fc1;
+        L->d_x = d_x;
+        L->d_logits = d_logits;
+        L->d_prob = d_prob;
+        L->d_out = d_out;
+        L->s_dy = s_dy;
+        L->s_dact = s_dact;
+        L->s_dfc1 = s_dfc1;
+        L->s_dg = s_dg;
+    }
+    return o;
+}
+
+tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_dims *d,
+                        const tr_ops *ops) {
+    *out = NULL;
+    if (s->experts < 1 || s->experts > TR_MOE_MAX_EXPERTS || s->topk < 1 || s->topk > s->experts ||
+        s->ffn < 1 || d->hidden < 1 || d->batch < 1 || d->seq < 1)
+        return TR_ERR_INVALID;
+    if (s->groups > 0 && (s->experts % s->groups || s->group_topk < 1 ||
+                          s->group_topk > s->groups || s->topk % s->group_topk))
+        return TR_ERR_INVALID;
+    tr_moe_layer *L = calloc(1, sizeof *L);
+    if (!L) return TR_ERR_NOMEM;
+    L->s = *s;
+    L->d = *d;
+    if (L->d.slots < 1) L->d.slots = 1;
+    L->ops = ops;
+    L->T = d->batch * d->seq;
+    L->E = s->experts;
+    L->k = s->topk;
+    L->fc1_dim = d->swiglu ? 2 * s->ffn : s->ffn;
+    L->s_fc1_dim = d->swiglu ? 2 * s->shared_ffn : s->shared_ffn;
+    L->max_rows = L->T * L->k;
+    if (s->capacity > 0.0f) {
+        /* Megatron's get_capacity over the token-expert pairs */
+        L->capacity = (int)ceil((double)L->T * L->k / L->E * s->capacity);
+        if (s->pad_capacity) L->max_rows = L->E * L->capacity;
+    }
+    int64_t per = layout_state(L, NULL, NULL, NULL) + 16;
+    int64_t scratch = layout_scratch(L, NULL, false);
+    size_t floats = (size_t)(per * L->d.slots + scratch);
+    L->buf = calloc(floats, sizeof(float));
+    L->ibuf = calloc((size_t)(ints_per_state(L) * L->d.slots), sizeof(int32_t));
+    L->st = calloc((size_t)L->d.slots, sizeof *L->st);
+    L->p.fc1 = calloc((size_t)L->E * 4, sizeof(float *));
+    L->counts = calloc((size_t)L->E * 3, sizeof(double));
+    L->aux_N = calloc((size_t)L->d.batch * L->E * 2, sizeof(double));
+    if (!L->buf || !L->ibuf || !L->st || !L->p.fc1 || !L->counts || !L->aux_N) {
+        tr_moe_free(L);
+        return TR_ERR_NOMEM;
+    }
+    L->p.fc2 = L->p.fc1 + L->E;
+    L->g.fc1 = L->p.fc1 + 2 * L->E;
+    L->g.fc2 = L->p.fc1 + 3 * L->E;
+    L->ga_counts = L->counts + L->E;
+    L->seen = L->counts + 2 * L->E;
+    L->aux_P = L->aux_N + (size_t)L->d.batch * L->E;
+    for (int i = 0; i < L->d.slots; i++)
+        layout_state(L, L->buf + per * i, &L->st[i], L->ibuf + ints_per_state(L) * i);
+    layout_scratch(L, L->buf + per * L->d.slots, true);
+    *out = L;
+    return TR_OK;
+}
+
+void tr_moe_free(tr_moe_layer *L) {
+    if (!L) return;
+    free(L->buf);
+    free(L->ibuf);
+    free(L->st);
+    free(L->p.fc1);
+    free(L->counts);
+    free(L->aux_N);
+    free(L);
+}
+
+tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bool training,
+                         uint64_t seed, uint64_t round) {
+    if (slot < 0 || slot >= L->d.slots || !L->p.router) return TR_ERR_INVALID;
+    tr_moe_state *st = &L->st[slot];
+    int T = L->T, h = L->d.hidden, k = L->k;
+    double t0 = now();
+    memcpy(st->x, x, (size_t)T * h * sizeof(float));
+    double lb, z;
+    TR_TRY(tr_moe_route(L, st, training, seed, round, &lb, &z));
+    double t1 = now();
+    L->t_route += t1 - t0;
+    if (training) {
+        L->lb_sum += lb;
+        L->z_sum += z;
+        L->n_stats++;
+    }
+    /* permute: expert rows gathered from their tokens (padding rows zero) */
+    for (int r = 0; r < st->off[L->E]; r++) {
+        float *dst = st->xp + (int64_t)r * h;
+        int a = st->row_a[r];
+        if (a < 0)
+            memset(dst, 0, (size_t)h * sizeof(float));
+        else
+            memcpy(dst, st->x + (int64_t)(a / k) * h, (size_t)h * sizeof(float));
+    }
+    double t2 = now();
+    TR_TRY(tr_moe_experts_fwd(L, st));
+    double t3 = now();
+    /* unpermute: each token sums its experts' outputs weighted by their probabilities */
+    for (int t = 0; t < T; t++) {
+        float *yt = y + (int64_t)t * h;
+        memset(yt, 0, (size_t)h * sizeof(float));
+        for (int j = 0; j < k; j++) {
+            int a = t * k + j, r = st->pos[a];
+            if (r < 0) continue;
+            float p = st->prob[a];
+            const float *ye = st->ye + (int64_t)r * h;
+            for (int c = 0; c < h; c++) yt[c] += p * ye[c];
+        }
+    }
+    double t4 = now();
+    tr_status s = tr_moe_shared_fwd(L, st, y);
+    L->t_perm += (t2 - t1) + (t4 - t3);
+    L->t_experts += t3 - t2;
+    L->t_shared += now() - t4;
+    return s;
+}
+
+tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_out,
+                          float loss_scale) {
+    float *dx = L->d_out; /* dx_out may be dy */
+    if (slot < 0 || slot >= L->d.slots) return TR_ERR_INVALID;
+    const tr_moe_state *st = &L->st[slot];
+    int T = L->T, h = L->d.hidden, k = L->k, E = L->E;
+    double t0 = now();
+    /* the combine: d prob = <dy, expert output>, d expert output = prob dy */
+    for (int r = 0; r < st->off[E]; r++) {
+        int a = st->row_a[r];
+        float *d = L->d_rows + (int64_t)r * h;
+        if (a < 0) {
+            memset(d, 0, (size_t)h * sizeof(float));
+            continue;
+        }
+        const float *g = dy + (int64_t)(a / k) * h;
+        for (int c = 0; c < h; c++) d[c] = st->prob[a] * g[c];
+    }
+    for (int a = 0; a < T * k; a++) {
+        int r = st->pos[a];
+        double dot = 0.0;
+        if (r >= 0) {
+            const float *g = dy + (int64_t)(a / k) * h, *ye = st->ye + (int64_t)r * h;
+            for (int c = 0; c < h; c++) dot += (double)g[c] * ye[c];
+        }
+        L->d_prob[a] = (float)dot;
+    }
+    double t1 = now();
+    TR_TRY(tr_moe_experts_bwd(L, st));
+    double t2 = now();
+    for (int t = 0; t < T; t++) {
+        float *d = dx + (int64_t)t * h;
+        memset(d, 0, (size_t)h * sizeof(float));
+        for (int j = 0; j < k; j++) {
+            int r = st->pos[t * k + j];
+            if (r < 0) continue;
+            const float *g = L->d_x + (int64_t)r * h;
+            for (int c = 0; c < h; c++) d[c] += g[c];
+        }
+    }
+    double t3 = now();
+    TR_TRY(tr_moe_shared_bwd(L, st, dy, dx));
+    double t4 = now();
+    TR_TRY(tr_moe_route_bwd(L, st, loss_scale));
+    /* the router: dW += dlogits^T xr, dx += (dlogits W) * noise */
+    const float *xr = st->x;
+    if (st->noise) {
+        for (int64_t i = 0; i < (int64_t)T * h; i++) L->d_rows[i] = st->x[i] * st->noise[i];
+        xr = L->d_rows;
+    }
+    bool lowp = L->s.router_lowp;
+    TR_TRY(tr_moe_gemm(L, lowp, TR_TRANS, TR_NOTRANS, E, h, T, L->d_logits, E, xr, h, 1.0f,
+                       L->g.router, h));
+    if (!st->noise) {
+        TR_TRY(tr_moe_gemm(L, lowp, TR_NOTRANS, TR_NOTRANS, T, h, E, L->d_logits, E, L->p.router, h,
+                           1.0f, dx, h));
+    } else {
+        TR_TRY(tr_moe_gemm(L, lowp, TR_NOTRANS, TR_NOTRANS, T, h, E, L->d_logits, E, L->p.router, h,
+                           0.0f, L->d_x, h));
+        for (int64_t i = 0; i < (int64_t)T * h; i++) dx[i] += L->d_x[i] * st->noise[i];
+    }
+    memcpy(dx_out, dx, (size_t)T * h * sizeof(float));
+    double t5 = now();
+    L->t_perm += (t1 - t0) + (t3 - t2);
+    L->t_experts += t2 - t1;
+    L->t_shared += t4 - t3;
+    L->t_route += t5 - t4;
+    return TR_OK;
+}
+
+void tr_moe_take_stats(tr_moe_layer *L, double *lb, double *z, int *n) {
+    *lb = L->lb_sum;
+    *z = L->z_sum;
+    *n = L->n_stats;
+    L->lb_sum = L->z_sum = 0.0;
+    L->n_stats = 0;
+}
+
+void tr_moe_timing(const tr_moe_layer *L, double *route, double *perm, double *experts,
+                   double *shared) {
+    *route = L->t_route;
+    *perm = L->t_perm;
+    *experts = L->t_experts;
+    *shared = L->t_shared;
+}
+
+double *tr_moe_step_counts(tr_moe_layer *L) {
+    return L->counts;
+}
+
+int tr_moe_experts(const tr_moe_layer *L) {
+    return L->E;
+}
+
+void tr_moe_take_tokens(tr_moe_layer *L, double *out) {
+    memcpy(out, L->seen, (size_t)L->E * sizeof(double));
+    memset(L->seen, 0, (size_t)L->E * sizeof(double));
+}
+
+tr_status tr_moe_step_end(tr_moe_layer *L) {
+    int E = L->E;
+    if (L->s.expert_bias && L->p.bias) {
+        double mean = 0.0;
+        for (int e = 0; e < E; e++) mean += L->counts[e];
+        mean /= E;
+        for (int e = 0; e < E; e++) {
+            double off = mean - L->counts[e];
+            float sgn = off > 0 ? 1.0f : off < 0 ? -1.0f : 0.0f;
+            L->p.bias[e] += sgn * L->s.bias_rate;
+        }
+    }
+    memset(L->counts, 0, (size_t)E * sizeof(double));
+    memset(L->ga_counts, 0, (size_t)E * sizeof(double));
+    L->ga_steps = 0;
+    return TR_OK;
+}

@@ -1,0 +1,114 @@
+/* A mixture-of-experts MLP (Megatron-Core's MoELayer on one expert rank): the TopKRouter, the
+ * balancing losses, capacity and token dropping, the routed experts and the shared experts,
+ * written against the op table with explicit forward and backward.
+ *
+ * It knows no tr_model: the model lists the layer's parameters (tr_moe_params) in its flat
+ * buffer, binds their offsets (tr_moe_bind) and calls forward/backward with the output of
+ * pre_mlp_layernorm. Each layer keeps `slots` saved states (one per microbatch in flight), like
+ * the model's activation sets. Call sequence per training step: forward(slot) ... backward(slot)
+ * for each microbatch, then tr_moe_take_stats (logging) and tr_moe_step_end (expert bias, the
+ * global aux loss's running counts). Memory is host memory: the layer runs on host-visible
+ * devices only (docs/runtime.md, "Mixture of experts"). */
+#ifndef TR_RUNTIME_MOE_H
+#define TR_RUNTIME_MOE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/diag.h"
+#include "kernels/ops.h"
+
+enum { TR_MOE_SOFTMAX, TR_MOE_SIGMOID, TR_MOE_SQRTSOFTPLUS };
+enum { TR_MOE_LB_NONE, TR_MOE_LB_AUX, TR_MOE_LB_SEQ_AUX, TR_MOE_LB_GLOBAL_AUX };
+#define TR_MOE_MAX_LAYERS 256
+/* The most experts (and top-k) one layer routes to: per-token work arrays live on the stack. */
+#define TR_MOE_MAX_EXPERTS 1024
+
+typedef struct tr_moe_spec {
+    int experts; /* 0: a dense model */
+    int topk, ffn;
+    int shared_ffn;   /* 0: no shared expert */
+    bool shared_gate; /* the shared expert's output times sigmoid(x . gate_weight) */
+    int score;        /* TR_MOE_SOFTMAX / SIGMOID / SQRTSOFTPLUS */
+    bool pre_softmax;
+    int groups, group_topk; /* group-limited routing; 0: off */
+    float topk_scale;       /* moe_router_topk_scaling_factor, 1 when unset */
+    bool expert_bias;
+    float bias_rate;
+    int balance; /* TR_MOE_LB_* */
+    float aux_coeff, z_coeff;
+    float capacity; /* moe_expert_capacity_factor; 0: dropless */
+    bool drop_position, pad_capacity;
+    float jitter;     /* moe_input_jitter_eps; 0: none */
+    bool router_lowp; /* the router's GEMM in the model's half precision (moe_router_dtype null) */
+    bool per_token;   /* calculate_per_token_loss: the aux losses' gradient scale */
+    uint64_t layers[TR_MOE_MAX_LAYERS / 64]; /* bit i: layer i is MoE */
+} tr_moe_spec;
+
+/* What the model fixes for a layer. */
+typedef struct tr_moe_dims {
+    int hidden, batch, seq, slots, layer;
+    bool swiglu, gelu_tanh;
+    int lowp; /* 0 or the tr_lowp of the expert GEMMs' operands */
+} tr_moe_dims;
+
+enum { TR_MOE_INIT_NORMAL, TR_MOE_INIT_SCALED, TR_MOE_INIT_ZERO };
+
+/* One parameter tensor of the layer, in the order the layer binds them. */
+typedef struct tr_moe_param {
+    char name[80];
+    int rows, cols;
+    int init; /* TR_MOE_INIT_* */
+    bool no_decay, frozen;
+} tr_moe_param;
+
+typedef struct tr_moe_layer tr_moe_layer;
+
+/* The MoE part of the model section; experts 0 for a dense model. TR_ERR_INVALID when a
+ * value the runtime refuses (core/rules/runtime.c) slipped through. */
+tr_status tr_moe_spec_from_config(const tr_config *c, tr_moe_spec *s);
+bool tr_moe_is_layer(const tr_moe_spec *s, int layer);
+
+/* How many tensors layer `layer` has, and their names and shapes (out: that many entries). */
+int tr_moe_param_count(const tr_moe_spec *s);
+tr_status tr_moe_params(const tr_moe_spec *s, int layer, int hidden, bool swiglu,
+                        tr_moe_param *out);
+
+tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_dims *d,
+                        const tr_ops *ops);
+void tr_moe_free(tr_moe_layer *L);
+/* The tensors of tr_moe_params at params + offsets[i] and their gradients at grads + the same. */
+void tr_moe_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *offsets);
+
+/* y [rows, hidden] = the layer on x [rows, hidden] (rows = batch * seq). training: the jitter,
+ * the balancing losses, the expert-bias counts; seed and round key the jitter's noise. y may be x.
+ */
+tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bool training,
+                         uint64_t seed, uint64_t round);
+/* dx (overwritten; may be dy) from dy, the gradient of the forward stored in `slot`; parameter
+ * gradients accumulate. loss_scale multiplies the balancing losses' gradients: the main loss's
+ * backward scale (Megatron's MoEAuxLossAutoScaler), the fp16 loss scale included. */
+tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx, float loss_scale);
+
+/* Per-step statistics since the last call, summed over training microbatches: the balancing
+ * loss and the z-loss divided by their coefficients (Megatron's logged values), and how many
+ * microbatches they cover; then zeroed. */
+void tr_moe_take_stats(tr_moe_layer *L, double *lb, double *z, int *n);
+/* Tokens routed to each expert since the last step end (experts floats), for the expert-bias
+ * update; a caller with data parallelism sums them over its group first. */
+double *tr_moe_step_counts(tr_moe_layer *L);
+int tr_moe_experts(const tr_moe_layer *L);
+/* Tokens routed to each expert (after drops) by the training forwards since the last call, into
+ * out [experts]; then zeroed (the log's tokens per expert). */
+void tr_moe_take_tokens(tr_moe_layer *L, double *out);
+/* Seconds the layer spent since its creation in routing (router GEMMs, scores, top-k, drops,
+ * balancing losses), permutation (gathering tokens by expert, the weighted combine, both
+ * backwards), the routed experts and the shared expert (forward and backward each). */
+void tr_moe_timing(const tr_moe_layer *L, double *route, double *perm, double *experts,
+                   double *shared);
+/* The end of an optimizer step: expert bias += rate * sign(mean - count) from the counts, which
+ * then restart, as do the global aux loss's running counts. */
+tr_status tr_moe_step_end(tr_moe_layer *L);
+
+#endif

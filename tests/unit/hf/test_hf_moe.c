@@ -1,0 +1,128 @@
+/* MixtralForCausalLM and Qwen3MoeForCausalLM imported into Trestle give transformers' logits,
+ * loss (the language-model loss; the router's aux loss is not part of either) and every
+ * parameter's gradient, within 1e-4 (fp32), from the fixtures of
+ * tests/reference/make_hf_moe_fixtures.py: the config.json mapping (experts, top-k, the expert
+ * width, norm_topk_prob, Qwen3-MoE's dense first layer) and the tensor maps (router, per-expert
+ * [gate; up] and down) against the reference implementation. */
+#include <math.h>
+#include <string.h>
+
+#include "core/validate.h"
+#include "runtime/hf/hf.h"
+#include "runtime/model/model.h"
+#include "tests/unit/harness.h"
+#include "tests/unit/model/fixture.h"
+
+#define MIXTRAL   TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_mixtral"
+#define QWEN3_MOE TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_qwen3_moe"
+
+static bool config_from_dir(const char *dir, tr_config *c, tr_model_spec *s, tr_diags *d) {
+    if (tr_config_init(c, d) != TR_OK) return false;
+    bool ok = tr_hf_config_apply(c, dir, false, d) == TR_OK;
+    tr_world w = {1, 1};
+    ok = ok && tr_config_finalize(c, &w, d) == TR_OK;
+    return ok && tr_model_spec_from_config(c, s, d) == TR_OK;
+}
+
+static double rel_err(const float *a, const float *b, int64_t n) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void parity(const char *dir, const char *expected) {
+    tr_diags d = {0};
+    tr_config c;
+    tr_model_spec s;
+    CHECK(config_from_dir(dir, &c, &s, &d));
+    fixture f;
+    CHECK(fixture_load(&f, expected));
+    tr_hf_weights w;
+    CHECK(tr_hf_weights_open(&w, dir, &d) == TR_OK);
+    tr_model m;
+    const int batch = 2;
+    CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), batch) == TR_OK);
+    CHECK(tr_hf_import(&m, &w, &d) == TR_OK);
+    const fix_tensor *tok = fixture_get(&f, "", "tokens"), *tgt = fixture_get(&f, "", "targets");
+    const fix_tensor *logits = fixture_get(&f, "", "logits"), *loss = fixture_get(&f, "", "loss");
+    int rows = batch * s.seq;
+    CHECK(tok && tgt && logits && loss && (int)tok->n == rows && rows <= 64);
+    if (tok && tgt && logits && loss && (int)tok->n == rows && rows <= 64) {
+        int32_t ids[64], tg[64];
+        for (int i = 0; i < rows; i++)
+            ids[i] = (int32_t)tok->data[i], tg[i] = (int32_t)tgt->data[i];
+        float l = 0;
+        m.training = 0; /* no balancing losses: transformers' loss is the LM loss */
+        CHECK(tr_model_forward(&m, ids, tg, &l) == TR_OK);
+        double e = rel_err(m.logits, logits->data, (int64_t)rows * s.vocab);
+        printf("  %s: logits relative error %.3g, loss %.7f vs transformers %.7f\n", expected, e,
+               (double)l, (double)loss->data[0]);
+        CHECK(e <= 1e-4);
+        CHECK_CLOSE(l, loss->data[0], 1e-4, 0);
+        memset(m.grads, 0, (size_t)m.n_params * sizeof(float));
+        CHECK_INT_EQ(tr_model_backward(&m, 1.0f), TR_OK);
+        double worst = 0;
+        int compared = 0;
+        for (int i = 0; i < m.n_info; i++) {
+            const tr_param_info *p = &m.info[i];
+            const fix_tensor *g = fixture_get(&f, "g:", p->name);
+            CHECK(g != NULL && (int64_t)g->n == p->numel);
+            if (!g || (int64_t)g->n != p->numel) continue;
+            double ge = rel_err(m.grads + p->offset, g->data, p->numel);
+            if (!(ge <= 1e-4)) fprintf(stderr, "  g:%s: relative error %.3g\n", p->name, ge);
+            CHECK(ge <= 1e-4);
+            worst = ge > worst ? ge : worst;
+            compared++;
+        }
+        printf("  gradients: largest relative error %.3g over %d tensors\n", worst, compared);
+    }
+    tr_model_free(&m);
+    tr_hf_weights_close(&w);
+    fixture_free(&f);
+    tr_config_free(&c);
+    CHECK_INT_EQ(d.n_errors, 0);
+    tr_diags_free(&d);
+}
+
+static void test_mixtral_config(void) {
+    tr_diags d = {0};
+    tr_config c;
+    tr_model_spec s;
+    CHECK(config_from_dir(MIXTRAL, &c, &s, &d));
+    CHECK_INT_EQ(c.model.num_moe_experts, 4);
+    CHECK_INT_EQ(c.model.moe_router_topk, 2);
+    CHECK_INT_EQ(c.model.moe_ffn_hidden_size, 12);
+    CHECK(!c.model.moe_router_pre_softmax);
+    CHECK(tr_moe_is_layer(&s.moe, 0) && tr_moe_is_layer(&s.moe, 1));
+    tr_config_free(&c);
+    tr_diags_free(&d);
+}
+
+static void test_qwen3_moe_config(void) {
+    tr_diags d = {0};
+    tr_config c;
+    tr_model_spec s;
+    CHECK(config_from_dir(QWEN3_MOE, &c, &s, &d));
+    CHECK_INT_EQ(c.model.num_moe_experts, 8);
+    CHECK_INT_EQ(c.model.moe_ffn_hidden_size, 12);
+    CHECK_INT_EQ(c.model.ffn_hidden_size, 20);
+    CHECK(c.model.qk_layernorm);
+    CHECK(!tr_moe_is_layer(&s.moe, 0) && tr_moe_is_layer(&s.moe, 1)); /* mlp_only_layers [0] */
+    tr_config_free(&c);
+    tr_diags_free(&d);
+}
+
+static void test_mixtral_matches_transformers(void) {
+    parity(MIXTRAL, "hf_mixtral/expected.bin");
+}
+
+static void test_qwen3_moe_matches_transformers(void) {
+    parity(QWEN3_MOE, "hf_qwen3_moe/expected.bin");
+}
+
+TR_TEST_MAIN(TR_TEST(test_mixtral_config), TR_TEST(test_qwen3_moe_config),
+             TR_TEST(test_mixtral_matches_transformers),
+             TR_TEST(test_qwen3_moe_matches_transformers))

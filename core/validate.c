@@ -247,6 +247,8 @@
       "multi_latent_attention is off: the runtime has no MLA yet.")                                \
     X(tr_check_runtime_recompute_modules, "runtime.recompute_modules", E, false,                   \
       "Selective recomputation names core_attn, mlp or layernorm (no MoE or MLA modules yet).")    \
+    X(tr_check_runtime_fsdp, "runtime.fsdp", E, false,                                             \
+      "FSDP (dist.use_megatron_fsdp, dist.use_torch_fsdp2, ddp.use_megatron_fsdp) is off.")        \
     X(tr_check_runtime_mtp, "runtime.mtp", E, false,                                               \
       "mtp_num_layers is unset: the runtime has no multi-token prediction yet.")                   \
     X(tr_check_runtime_params_dtype, "runtime.params_dtype", E, false,                             \
@@ -344,7 +346,7 @@ const tr_rule tr_rules[] = {TR_RULE_LIST(TR_ROW) TR_FINALIZE_RULE_LIST(TR_FROW)}
 const int tr_rule_count = (int)(sizeof tr_rules / sizeof tr_rules[0]);
 
 tr_status tr_config_validate(const tr_config *c, const tr_validate_opts *opts, tr_diags *d) {
-    static const tr_validate_opts defaults = {false, false, false};
+    static const tr_validate_opts defaults = {false, false, false, false};
     if (!opts) opts = &defaults;
     int errors = d->n_errors;
     for (int i = 0; i < tr_rule_count; i++)
@@ -354,7 +356,7 @@ tr_status tr_config_validate(const tr_config *c, const tr_validate_opts *opts, t
 }
 
 tr_status tr_runtime_check(const tr_config *c, tr_diags *d) {
-    static const tr_validate_opts launch = {false, false, false};
+    static const tr_validate_opts launch = {false, false, false, false};
     int errors = d->n_errors;
     bool heard = false;
     /* A launch that validated into the same diagnostics has heard each rule once already; an

@@ -36,6 +36,16 @@ typedef struct tr_cli {
     const char **validate_files; /* positional *.yaml with --validate-all */
     int n_validate_files;
     tr_cli_diag_format diag_format;
+
+    /* Megatron-Bridge's runner selection (scripts/cli_runner.c): --model STEM with --mode
+     * composes the recipe name; --mode is otherwise read from the recipe name. */
+    const char *model;   /* --model STEM */
+    const char *mode;    /* --mode pretrain|sft|lora|dora, or inferred; NULL when unknown */
+    const char *dataset; /* --dataset PRESET */
+    bool deterministic, dump_env;
+    bool check_inputs;  /* --check-inputs: with --dry-run, check what only a launch supplies */
+    char *recipe_owned; /* the name --model composed (cli->recipe points here) */
+    int model_argi, mode_argi, dataset_argi, deterministic_argi; /* where those flags were */
 } tr_cli;
 
 /* Parses argv (argv[0] is the program). Returns TR_OK with diagnostics in d when the command

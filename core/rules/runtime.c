@@ -95,6 +95,25 @@ TR_RULE_FN(tr_check_runtime_recompute_modules) {
     }
 }
 
+/* Megatron-Bridge override files carry the FSDP switches; Trestle shards the optimizer state
+ * (ZeRO-1) but never the parameters or gradients. */
+TR_RULE_FN(tr_check_runtime_fsdp) {
+    const char *key = c->dist.use_megatron_fsdp  ? "dist.use_megatron_fsdp"
+                      : c->dist.use_torch_fsdp2  ? "dist.use_torch_fsdp2"
+                      : c->ddp.use_megatron_fsdp ? "ddp.use_megatron_fsdp"
+                                                 : NULL;
+    if (!key) return;
+    char fix[160];
+    TR_FAIL(key,
+            TR_FMT(fix,
+                   "set %s=false and ddp.use_distributed_optimizer=true to shard the "
+                   "optimizer state instead",
+                   key),
+            "FSDP is not supported (%s=true): Trestle shards only the optimizer state, with the "
+            "distributed optimizer",
+            key);
+}
+
 TR_RULE_FN(tr_check_runtime_mtp) {
     int64_t n = c->model.mtp_num_layers;
     if (n == TR_NULL_INT || n <= 0) return;

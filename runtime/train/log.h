@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "core/diag.h"
+#include "runtime/train/tensorboard.h"
 
 typedef struct tr_train_log {
     FILE *out, *metrics;
@@ -18,6 +19,7 @@ typedef struct tr_train_log {
     /* The current fp16/static loss scale, printed on the log line as Megatron does; NaN (the
      * default) when the run has no loss scaler. */
     double loss_scale;
+    tr_tb tb; /* TensorBoard events (logger.tensorboard_dir), opened by tr_train_run */
 } tr_train_log;
 
 tr_status tr_train_log_open(tr_train_log *l, FILE *out, const char *metrics_path, int64_t interval,

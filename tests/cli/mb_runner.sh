@@ -24,7 +24,8 @@ rr --recipe llama3_8b_pretrain_2gpu_h100_bf16_config --mode pretrain --dataset m
     train.micro_batch_size=2 train.global_batch_size=128 \
     model.num_layers=32 model.hidden_size=4096 model.num_attention_heads=32 \
     dataset.seq_length=4096 \
-    checkpoint.save=/workspace/ckpts checkpoint.save_interval=1000 --dry-run --config-only
+    checkpoint.save=/workspace/ckpts checkpoint.save_interval=1000 \
+    logger.wandb_project=my_proj logger.wandb_exp_name=exp1 --dry-run --config-only
 expect_rc 0 "megatron-lm-to-megatron-bridge.md override lines"
 rr --recipe llama3_8b_pretrain_2gpu_h100_bf16_config --mode pretrain --dataset mock \
     dataset.seq_length=4096 --print-config --config-only

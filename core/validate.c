@@ -270,7 +270,7 @@
     X(tr_check_runtime_not_logged, "runtime.not_logged", W, false,                                 \
       "log_num_zeros_in_grad and log_memory are off (the runtime does not log them yet).")         \
     X(tr_check_runtime_indexed_masks, "runtime.indexed_masks", E, false,                           \
-      "Indexed datasets keep eod_mask_loss off and the extra-token and drop-last defaults.")       \
+      "Indexed data keeps eod_mask_loss off; GPT data the extra-token and drop-last defaults.")    \
     X(tr_check_runtime_optimizer, "runtime.optimizer", E, false,                                   \
       "Adam decouples its weight decay (AdamW); no separate embedding learning rate.")             \
     X(tr_check_runtime_optimizer_precision, "runtime.optimizer_precision", E, false,               \

@@ -242,24 +242,25 @@ static bool indexed_data(const tr_dataset_config *dc) {
 }
 
 /* Megatron honours these through loss masks and position ids, which the loop cannot receive
- * from an indexed token dataset yet: refusing beats silently training something else. */
+ * from a GPT token dataset (indexed data, and mock data, megatron-core's MockGPTDataset) yet:
+ * refusing beats silently training something else. */
 TR_RULE_FN(tr_check_runtime_indexed_masks) {
     const tr_dataset_config *dc = &c->dataset;
-    if (!indexed_data(dc)) return;
-    if (dc->eod_mask_loss == 1)
+    if (dc->type != TR_DS_GPT) return;
+    if (indexed_data(dc) && dc->eod_mask_loss == 1)
         TR_FAIL("dataset.eod_mask_loss", "set dataset.eod_mask_loss=false",
                 "indexed datasets carry tokens only, not Megatron's loss mask (zero where the "
                 "input token is end-of-document)");
     if (!dc->add_extra_token_to_sequence)
         TR_FAIL("dataset.add_extra_token_to_sequence",
                 "set dataset.add_extra_token_to_sequence=true",
-                "indexed datasets carry tokens only, not the masked last label of a "
-                "seq_length-token sample");
+                "GPT datasets (indexed and mock) carry tokens only, not the masked last label of "
+                "a seq_length-token sample");
     if (!dc->drop_last_partial_validation_sequence)
         TR_FAIL("dataset.drop_last_partial_validation_sequence",
                 "set dataset.drop_last_partial_validation_sequence=true",
-                "indexed datasets carry tokens only, not the loss mask of a padded final "
-                "validation sample");
+                "GPT datasets (indexed and mock) carry tokens only, not the loss mask of a padded "
+                "final validation sample");
 }
 
 TR_RULE_FN(tr_check_runtime_optimizer) {

@@ -55,10 +55,8 @@ static void indexed_destroy(tr_token_dataset *ds) {
  * runtime.document_resets). */
 static tr_status check_config(const tr_config *c, int64_t *vocab, tr_diags *d) {
     const tr_dataset_config *dc = &c->dataset;
-    bool per_split = (!dc->train_data_path.null && dc->train_data_path.n > 0) ||
-                     (!dc->valid_data_path.null && dc->valid_data_path.n > 0) ||
-                     (!dc->test_data_path.null && dc->test_data_path.n > 0);
-    if (dc->type != TR_DS_GPT || ((dc->data_path.null || dc->data_path.n == 0) && !per_split))
+    /* Neither a path nor a per-split blend: megatron-core's mock dataset. */
+    if (dc->type != TR_DS_GPT)
         return tr_diag_add(d, TR_SEV_ERROR, "data.indexed_path", NULL,
                            "dataset.type,dataset.data_path",
                            "set dataset.type=gpt and dataset.data_path=<prefix> (or a blend "
@@ -82,9 +80,16 @@ static tr_status check_config(const tr_config *c, int64_t *vocab, tr_diags *d) {
 
 /* The tokenizer's end-of-document and pad ids, as Megatron's GPTDatasetConfig takes them; an
  * unset tokenizer means the data's boundaries are unknown (-1). */
-static tr_status tokenizer_ids(const tr_config *c, int64_t *eod, int64_t *pad, tr_diags *d) {
+static tr_status tokenizer_ids(const tr_config *c, int64_t vocab, int64_t *eod, int64_t *pad,
+                               tr_diags *d) {
     *eod = -1;
     *pad = -1;
+    const tr_dataset_config *dc = &c->dataset;
+    bool mock = dc->data_path.null && dc->train_data_path.null && dc->valid_data_path.null &&
+                dc->test_data_path.null;
+    /* Mock documents end with the tokenizer's end-of-document id; without a tokenizer, the last
+     * id of the vocabulary stands for it. */
+    if (mock && c->tokenizer.tokenizer_type < 0) *eod = vocab - 1;
     if (c->tokenizer.tokenizer_type < 0) return TR_OK;
     tr_tokenizer *tok = NULL;
     TR_TRY(tr_tokenizer_from_config(&c->tokenizer, &tok, d));
@@ -99,7 +104,7 @@ tr_status tr_indexed_token_dataset_open(const tr_config *c, bool build_indices,
     memset(ds, 0, sizeof *ds);
     int64_t vocab = 0, eod, pad;
     TR_TRY(check_config(c, &vocab, d));
-    TR_TRY(tokenizer_ids(c, &eod, &pad, d));
+    TR_TRY(tokenizer_ids(c, vocab, &eod, &pad, d));
     indexed_data *x = calloc(1, sizeof *x);
     if (!x) return TR_ERR_NOMEM;
     x->vocab = vocab;

@@ -34,6 +34,7 @@ typedef enum opt_id {
     OPT_DETERMINISTIC,
     OPT_DUMP_ENV,
     OPT_CHECK_INPUTS,
+    OPT_DUMP_SAMPLES,
     OPT_CONVENIENCE /* sets config keys; see the key columns */
 } opt_id;
 
@@ -106,6 +107,8 @@ static const cli_opt OPTS[] = {
          "print the environment (secrets redacted) from the launcher's rank 0 first"),
     FLAG(OPT_CHECK_INPUTS, "--check-inputs", "--check_inputs", ARG_NONE, NULL,
          "with --dry-run: also require the launch inputs (data, checkpoints, tokenizer files)"),
+    FLAG(OPT_DUMP_SAMPLES, "--dump-samples", "--dump_samples", ARG_REQUIRED, "N",
+         "print the first N training samples (documents, tokens) of the resolved config"),
 
     /* The convenience flags of Megatron-Bridge's runner, with both of its spellings. */
     CONV("-tp", "--tensor_model_parallel_size", "N", "model.tensor_model_parallel_size", NULL, false),
@@ -393,6 +396,11 @@ static tr_status apply_opt(const cli_opt *opt, const char *flag, const char *val
     case OPT_CHECK_INPUTS:
         cli->check_inputs = true;
         return TR_OK;
+    case OPT_DUMP_SAMPLES:
+        if (!parse_positive(value, &cli->dump_samples))
+            tr_diag_add(d, TR_SEV_ERROR, "cli.bad_value", &o, NULL, "give a positive integer",
+                        "%s: '%s' is not a positive integer", flag, value);
+        return TR_OK;
     case OPT_CONVENIENCE:
         TR_TRY(push_override(conv, make_override(opt->key, value, opt->string_value), i));
         if (opt->also_key)
@@ -527,7 +535,7 @@ void tr_cli_free(tr_cli *cli) {
 bool tr_cli_is_inspection(const tr_cli *cli) {
     return cli->dry_run || cli->print_config || cli->n_explain > 0 || cli->list_recipes ||
            cli->describe_recipe || cli->help_config || cli->validate_all || cli->version ||
-           cli->help;
+           cli->help || cli->dump_samples > 0;
 }
 
 void tr_cli_usage(FILE *out) {

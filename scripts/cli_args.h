@@ -44,6 +44,7 @@ typedef struct tr_cli {
     const char *dataset; /* --dataset PRESET */
     bool deterministic, dump_env;
     bool check_inputs;  /* --check-inputs: with --dry-run, check what only a launch supplies */
+    int dump_samples;   /* --dump-samples N: print the first N training samples and exit */
     char *recipe_owned; /* the name --model composed (cli->recipe points here) */
     int model_argi, mode_argi, dataset_argi, deterministic_argi; /* where those flags were */
 } tr_cli;

@@ -15,6 +15,7 @@
 #include "scripts/cli_report.h"
 #include "scripts/cli_resolve.h"
 #include "scripts/cli_runner.h"
+#include "scripts/cli_samples.h"
 
 #ifndef TRESTLE_VERSION
 #define TRESTLE_VERSION "unknown"
@@ -82,6 +83,10 @@ static tr_status dispatch(tr_cli *cli, int *argc, char ***argv, tr_diags *d, int
     if (cli->describe_recipe)
         return tr_cli_describe_recipe(stdout, cli->describe_recipe, cli->world_size ? &w : NULL, d);
     if (cli->validate_all) return tr_cli_validate_all(cli, d);
+    if (cli->dump_samples > 0) {
+        tr_cli_check_files(cli, d);
+        return d->n_errors ? TR_ERR_INVALID : tr_cli_dump_samples(cli, cli->dump_samples, d);
+    }
     if (!cli->recipe && cli->n_config_files == 0) {
         tr_diag_add(d, TR_SEV_ERROR, "cli.no_recipe", NULL, NULL,
                     "name one with --recipe NAME (run_recipe --list-recipes shows them) or give a "

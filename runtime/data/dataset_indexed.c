@@ -134,3 +134,32 @@ tr_status tr_indexed_token_dataset_open(const tr_config *c, bool build_indices,
     }
     return TR_OK;
 }
+
+tr_status tr_indexed_token_dataset_docs(const tr_token_dataset *ds, int split, int64_t index,
+                                        int64_t *docs, int max, int *n, const char **name) {
+    *n = 0;
+    if (ds->sample != indexed_sample || split < 0 || split > 2 || index < 0 ||
+        ds->n_samples[split] <= 0)
+        return TR_ERR_INVALID;
+    const indexed_data *x = ds->impl;
+    const tr_gpt_split_data *sd = &x->data.split[split];
+    int64_t i = index % ds->n_samples[split], j = i;
+    int c = 0;
+    if (sd->blended) {
+        c = sd->dataset_index[i];
+        j = sd->dataset_sample_index[i];
+    }
+    const tr_gpt_dataset *p = &sd->parts[c];
+    if (j < 0 || j >= p->n_samples) return TR_ERR_INVALID;
+    int64_t k = p->shuffle_index[j];
+    *name = p->low->name;
+    for (int64_t at = p->sample_index[2 * k]; at <= p->sample_index[2 * k + 2] && *n < max; at++) {
+        /* A sample that ends exactly at a document's end does not reach into the next one. */
+        if (at == p->sample_index[2 * k + 2] && at > p->sample_index[2 * k] &&
+            p->sample_index[2 * k + 3] + p->params.add_extra_token == 0)
+            break;
+        if (at >= p->n_document) break;
+        docs[(*n)++] = p->document_index[at];
+    }
+    return TR_OK;
+}

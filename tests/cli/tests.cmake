@@ -1,7 +1,7 @@
 # CLI tests: bash scripts that drive the built run_recipe (label "cli").
 #   tests/cli/<name>.sh RUN_RECIPE SOURCE_DIR MPIEXEC
 set(TR_CLI_TESTS dry_run precedence explain json_diagnostics errors roundtrip print_groups
-    help_config recipes catalog catalog_ci print_schedule mb_runner)
+    help_config recipes catalog catalog_ci print_schedule mb_runner dump_samples)
 # Arguments (space-separated) that make validate() warn about llama32_1b_pretrain, nothing else.
 set(TR_CLI_STRICT_WARNING "train.eval_iters=5")
 

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libyaml-dev libxxhash-dev libopenmpi-dev openmpi-bin
           libopenblas-dev libpcre2-dev clang clang-format python3 python3-matplotlib python3-pip)
+# tests/cli/slurm.sh starts its own slurmctld and slurmd; opt in, as the packages install services.
+[ "${TRESTLE_TEST_SLURM:-0}" = 1 ] && packages+=(slurmd slurmctld slurm-client)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -184,6 +184,8 @@
       "Per-split blends exclude data_path/split; data_path needs split.")                          \
     X(tr_check_gpt_flags_defined, "data.gpt_flags_defined", E, false,                              \
       "gpt datasets set reset_position_ids, reset_attention_mask and eod_mask_loss.")              \
+    X(tr_note_mock_split, "data.mock_split", N, false,                                             \
+      "dataset.split is 1,1,1 or null on mock data (megatron-core forces 1,1,1).")                 \
     X(tr_check_sft_needs_root, "data.sft_needs_dataset_root", E, true,                             \
       "sft datasets name dataset.dataset_root.")                                                   \
     X(tr_check_text_needs_path, "data.text_needs_data_path", E, true,                              \

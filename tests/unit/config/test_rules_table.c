@@ -320,6 +320,8 @@ static const rule_case cases[] = {
      "model.vocab_size=2048", "model.vocab_size,tokenizer.vocab_size", "(1000);(1024)", NULL},
     {"tokenizer.vocab_padded", 0, 1, 0, 0, "tokenizer.vocab_size=1000", "tokenizer.vocab_size=1024",
      "derived.padded_vocab_size,model.vocab_size", "from 1000 to 1024", NULL},
+    {"data.mock_split", 0, 1, 0, 0, "dataset.split=\"9999,8,2\"", "dataset.split=null",
+     "dataset.split,dataset.data_path", "9999,8,2;1,1,1", NULL},
     {"checkpoint.save_interval_without_save", 0, 1, 0, 0, "checkpoint.save_interval=10",
      "checkpoint.save=/tmp/ck", "checkpoint.save_interval,checkpoint.save", "(10)", NULL},
     {"checkpoint.most_recent_k", 0, 1, 0, 0, "checkpoint.most_recent_k=0",

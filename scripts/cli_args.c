@@ -540,7 +540,9 @@ bool tr_cli_is_inspection(const tr_cli *cli) {
 
 void tr_cli_usage(FILE *out) {
     fputs("usage: run_recipe --recipe NAME [--config-file F.yaml]... [flags] [KEY=VALUE]...\n"
-          "       mpirun -np N run_recipe --recipe NAME ...\n\n"
+          "       run_recipe --model STEM --mode pretrain|sft|lora|dora [--dataset PRESET] ...\n"
+          "       mpirun -np N run_recipe --recipe NAME ...   (srun --mpi=pmix: "
+          "docs/launchers.md)\n\n"
           "Resolves a recipe, YAML files and overrides (recipe < files in order < convenience "
           "flags < KEY=VALUE),\nvalidates the result and runs it. Overrides: key=v (the key "
           "must exist), +key=v (only if null),\n++key=v (always), ~key (back to the recipe's "

@@ -118,7 +118,22 @@ const int tr_field_count = TR_FIELD_COUNT;
 
 _Static_assert(sizeof tr_fields / sizeof tr_fields[0] == TR_FIELD_COUNT, "field table size");
 
+/* Other spellings of a field: megatron-core's dataset configs call the sample length
+ * sequence_length where Megatron-Bridge writes seq_length. */
+static const struct {
+    const char *alias, *path;
+} FIELD_ALIASES[] = {{"dataset.sequence_length", "dataset.seq_length"}};
+
+static const tr_field *field_by_path(const char *dotted);
+
 const tr_field *tr_field_by_path(const char *dotted) {
+    const tr_field *f = field_by_path(dotted);
+    for (size_t i = 0; !f && dotted && i < sizeof FIELD_ALIASES / sizeof *FIELD_ALIASES; i++)
+        if (strcmp(dotted, FIELD_ALIASES[i].alias) == 0) f = field_by_path(FIELD_ALIASES[i].path);
+    return f;
+}
+
+static const tr_field *field_by_path(const char *dotted) {
     if (!dotted) return NULL;
     /* Find the section by the text before the first '.', then scan only its fields. */
     const char *dot = strchr(dotted, '.');

@@ -186,6 +186,8 @@
       "Per-split blends exclude data_path/split; data_path needs split.")                          \
     X(tr_check_gpt_flags_defined, "data.gpt_flags_defined", E, false,                              \
       "gpt datasets set reset_position_ids, reset_attention_mask and eod_mask_loss.")              \
+    X(tr_note_mock_split, "data.mock_split", N, false,                                             \
+      "dataset.split is 1,1,1 or null on mock data (megatron-core forces 1,1,1).")                 \
     X(tr_check_sft_needs_root, "data.sft_needs_dataset_root", E, true,                             \
       "sft datasets name dataset.dataset_root.")                                                   \
     X(tr_check_text_needs_path, "data.text_needs_data_path", E, true,                              \
@@ -261,6 +263,8 @@
       "multi_latent_attention is off: the runtime has no MLA yet.")                                \
     X(tr_check_runtime_recompute_modules, "runtime.recompute_modules", E, false,                   \
       "Selective recomputation names core_attn, mlp or layernorm (no MoE or MLA modules yet).")    \
+    X(tr_check_runtime_fsdp, "runtime.fsdp", E, false,                                             \
+      "FSDP (dist.use_megatron_fsdp, dist.use_torch_fsdp2, ddp.use_megatron_fsdp) is off.")        \
     X(tr_check_runtime_mtp, "runtime.mtp", E, false,                                               \
       "mtp_num_layers is unset: the runtime has no multi-token prediction yet.")                   \
     X(tr_check_runtime_params_dtype, "runtime.params_dtype", E, false,                             \
@@ -282,7 +286,7 @@
     X(tr_check_runtime_not_logged, "runtime.not_logged", W, false,                                 \
       "log_num_zeros_in_grad and log_memory are off (the runtime does not log them yet).")         \
     X(tr_check_runtime_indexed_masks, "runtime.indexed_masks", E, false,                           \
-      "Indexed datasets keep eod_mask_loss off and the extra-token and drop-last defaults.")       \
+      "Indexed data keeps eod_mask_loss off; GPT data the extra-token and drop-last defaults.")    \
     X(tr_check_runtime_optimizer, "runtime.optimizer", E, false,                                   \
       "Adam decouples its weight decay (AdamW); no separate embedding learning rate.")             \
     X(tr_check_runtime_optimizer_precision, "runtime.optimizer_precision", E, false,               \
@@ -364,7 +368,7 @@ const tr_rule tr_rules[] = {TR_RULE_LIST(TR_ROW) TR_FINALIZE_RULE_LIST(TR_FROW)}
 const int tr_rule_count = (int)(sizeof tr_rules / sizeof tr_rules[0]);
 
 tr_status tr_config_validate(const tr_config *c, const tr_validate_opts *opts, tr_diags *d) {
-    static const tr_validate_opts defaults = {false, false, false};
+    static const tr_validate_opts defaults = {false, false, false, false};
     if (!opts) opts = &defaults;
     int errors = d->n_errors;
     for (int i = 0; i < tr_rule_count; i++)
@@ -374,7 +378,7 @@ tr_status tr_config_validate(const tr_config *c, const tr_validate_opts *opts, t
 }
 
 tr_status tr_runtime_check(const tr_config *c, tr_diags *d) {
-    static const tr_validate_opts launch = {false, false, false};
+    static const tr_validate_opts launch = {false, false, false, false};
     int errors = d->n_errors;
     bool heard = false;
     /* A launch that validated into the same diagnostics has heard each rule once already; an

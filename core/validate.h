@@ -30,6 +30,9 @@ typedef struct tr_validate_opts {
     /* Megatron's rules alone: leave out the capability rules (runtime.*), what this runtime
      * cannot run yet. For checks of a configuration's meaning apart from this runtime. */
     bool skip_capability;
+    /* Inspecting a config (--print-config, --explain, a plain --dry-run): rules about launch
+     * inputs are notes "launch.<id>", as in catalog mode, while every other rule still fails. */
+    bool defer_launch_inputs;
 } tr_validate_opts;
 
 /* Run every rule. Returns TR_ERR_CONFIG when any error was reported, TR_OK otherwise

@@ -160,6 +160,8 @@ static tr_status apply_reset(tr_config *c, const tr_field *f, const tr_override 
 
 tr_status tr_override_apply(tr_config *c, const tr_override *o, tr_diags *d) {
     const tr_field *f;
+    if (tr_blend_key(o->key) && o->op != TR_OVR_RESET && o->op != TR_OVR_ADD)
+        return tr_blend_apply(c, o->key, &o->value, &o->origin, d);
     TR_TRY(tr_override_resolve_key(o->key, &o->origin, &f, d));
     if (o->op == TR_OVR_RESET) return apply_reset(c, f, o, d);
     if (!o->has_value) return TR_ERR_INTERNAL;

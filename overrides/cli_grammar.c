@@ -16,6 +16,8 @@ typedef struct cursor {
     size_t len, pos;
     const tr_origin *origin;
     tr_diags *d;
+    int nest_max; /* list depth the key takes: 1, or 3 for Megatron's blend keys */
+    int depth;
 } cursor;
 
 static tr_status token_error(const cursor *cur, size_t at, const char *id, const char *hint,
@@ -189,10 +191,18 @@ static tr_status dict_error(const cursor *cur) {
                        "dictionary values ({k: v}) are not supported");
 }
 
+static tr_status parse_list(cursor *cur, tr_value *out);
+static tr_status parse_list_items(cursor *cur, size_t open, tr_value *out);
+
 static tr_status parse_element(cursor *cur, bool in_list, tr_value *out) {
     memset(out, 0, sizeof *out);
     skip_blanks(cur);
     char c = peek(cur);
+    if (c == '[' && in_list && cur->depth < cur->nest_max) {
+        TR_TRY(parse_list(cur, out));
+        skip_blanks(cur);
+        return TR_OK;
+    }
     if (c == '[' && in_list)
         return token_error(cur, cur->pos, "override.nested_list",
                            "give a flat list such as [1,2,3]",
@@ -208,6 +218,13 @@ static tr_status parse_element(cursor *cur, bool in_list, tr_value *out) {
 
 static tr_status parse_list(cursor *cur, tr_value *out) {
     size_t open = cur->pos++;
+    cur->depth++;
+    tr_status r = parse_list_items(cur, open, out);
+    cur->depth--;
+    return r;
+}
+
+static tr_status parse_list_items(cursor *cur, size_t open, tr_value *out) {
     memset(out, 0, sizeof *out);
     out->kind = TR_VALUE_LIST;
     out->origin = *cur->origin;
@@ -331,7 +348,7 @@ tr_status tr_override_parse(const char *token, const tr_origin *origin, tr_overr
                             tr_diags *d) {
     memset(out, 0, sizeof *out);
     out->origin = *origin;
-    cursor cur = {token, strlen(token), 0, origin, d};
+    cursor cur = {token, strlen(token), 0, origin, d, 1, 0};
     TR_TRY(check_text(&cur));
     if (cur.len == 0)
         return token_error(&cur, 0, "override.syntax",
@@ -362,6 +379,7 @@ tr_status tr_override_parse(const char *token, const tr_origin *origin, tr_overr
     TR_TRY(parse_key(&cur, key_end, &out->key));
     if (!eq) return TR_OK;
     cur.pos = key_end + 1;
+    if (tr_blend_key(out->key)) cur.nest_max = 3;
     tr_status s = parse_value(&cur, &out->value);
     if (s != TR_OK) {
         tr_override_free(out);

@@ -42,6 +42,13 @@ const tr_field *tr_override_shorthand(const char *section);
 tr_status tr_override_resolve_key(const char *key, const tr_origin *origin, const tr_field **out,
                                   tr_diags *d);
 
+/* Megatron-Bridge's dataset.blend / dataset.blend_per_split (overrides/blend.c): not fields of
+ * their own but the data_path keys in Megatron's nested spelling. tr_blend_apply writes
+ * dataset.data_path, or dataset.train/valid/test_data_path, with origin o. */
+bool tr_blend_key(const char *path);
+tr_status tr_blend_apply(tr_config *c, const char *path, const tr_value *v, const tr_origin *o,
+                         tr_diags *d);
+
 /* YAML: parse a file (or text) into a value tree whose nodes carry file:line:column origins.
  * The file name is interned in c so the origins outlive the parse. */
 tr_status tr_yaml_parse_file(tr_config *c, const char *path, tr_value *root, tr_diags *d);

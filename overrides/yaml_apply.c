@@ -34,6 +34,17 @@ static tr_status apply_entries(tr_config *c, const char *prefix, const tr_value 
 }
 
 static tr_status apply_path(tr_config *c, const char *path, const tr_value *v, tr_diags *d) {
+    /* Hydra configs name the class of every section; Trestle's sections are fixed. */
+    const char *last = strrchr(path, '.');
+    if (strcmp(last ? last + 1 : path, "_target_") == 0) {
+        char got[160];
+        tr_value_format(v, got, sizeof got);
+        tr_diag_add(d, TR_SEV_NOTE, "override.yaml_target", &v->origin, NULL, NULL,
+                    "%s: %s ignored: Hydra's class selector; the section's keys still apply", path,
+                    got);
+        return TR_OK;
+    }
+    if (tr_blend_key(path)) return tr_blend_apply(c, path, v, &v->origin, d);
     const tr_field *f = tr_field_by_path(path);
     if (f && v->kind == TR_VALUE_MAP) {
         char hint[300];

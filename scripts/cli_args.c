@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scripts/cli_runner.h"
+
 typedef enum opt_id {
     OPT_RECIPE,
     OPT_CONFIG_FILE,
@@ -31,6 +33,13 @@ typedef enum opt_id {
     OPT_JSON,
     OPT_VERSION,
     OPT_HELP,
+    OPT_MODEL,
+    OPT_MODE,
+    OPT_DATASET,
+    OPT_DETERMINISTIC,
+    OPT_DUMP_ENV,
+    OPT_CHECK_INPUTS,
+    OPT_DUMP_SAMPLES,
     OPT_CONVENIENCE /* sets config keys; see the key columns */
 } opt_id;
 
@@ -99,6 +108,20 @@ static const cli_opt OPTS[] = {
     FLAG(OPT_JSON, "--json", NULL, ARG_NONE, NULL, "with --plan or --search-layouts: one JSON document on stdout"),
     FLAG(OPT_VERSION, "--version", NULL, ARG_NONE, NULL, "print the version and exit"),
     FLAG(OPT_HELP, "-h", "--help", ARG_NONE, NULL, "this help"),
+    FLAG(OPT_MODEL, "--model", NULL, ARG_REQUIRED, "STEM",
+         "model stem (llama32_1b): with --mode, the recipe STEM_pretrain|sft|peft (not with --recipe)"),
+    FLAG(OPT_MODE, "--mode", NULL, ARG_REQUIRED, "pretrain|sft|lora|dora",
+         "training mode; read from the recipe name when omitted, an error when they disagree"),
+    FLAG(OPT_DATASET, "--dataset", NULL, ARG_REQUIRED, "PRESET",
+         "replace the recipe's dataset section: mock, megatron-indexed, local-jsonl (docs/cli.md)"),
+    FLAG(OPT_DETERMINISTIC, "--deterministic", NULL, ARG_NONE, NULL,
+         "model.deterministic_mode=true, no fused cross entropy, no TP comm overlap"),
+    FLAG(OPT_DUMP_ENV, "--dump-env", "--dump_env", ARG_NONE, NULL,
+         "print the environment (secrets redacted) from the launcher's rank 0 first"),
+    FLAG(OPT_CHECK_INPUTS, "--check-inputs", "--check_inputs", ARG_NONE, NULL,
+         "with --dry-run: also require the launch inputs (data, checkpoints, tokenizer files)"),
+    FLAG(OPT_DUMP_SAMPLES, "--dump-samples", "--dump_samples", ARG_REQUIRED, "N",
+         "print the first N training samples (documents, tokens) of the resolved config"),
 
     /* The convenience flags of Megatron-Bridge's runner, with both of its spellings. */
     CONV("-tp", "--tensor_model_parallel_size", "N", "model.tensor_model_parallel_size", NULL, false),
@@ -379,6 +402,33 @@ static tr_status apply_opt(const cli_opt *opt, const char *flag, const char *val
     case OPT_HELP:
         cli->help = true;
         return TR_OK;
+    case OPT_MODEL:
+        cli->model = value;
+        cli->model_argi = i;
+        return TR_OK;
+    case OPT_MODE:
+        cli->mode = value;
+        cli->mode_argi = i;
+        return TR_OK;
+    case OPT_DATASET:
+        cli->dataset = value;
+        cli->dataset_argi = i;
+        return TR_OK;
+    case OPT_DETERMINISTIC:
+        cli->deterministic = true;
+        cli->deterministic_argi = i;
+        return TR_OK;
+    case OPT_DUMP_ENV:
+        cli->dump_env = true;
+        return TR_OK;
+    case OPT_CHECK_INPUTS:
+        cli->check_inputs = true;
+        return TR_OK;
+    case OPT_DUMP_SAMPLES:
+        if (!parse_positive(value, &cli->dump_samples))
+            tr_diag_add(d, TR_SEV_ERROR, "cli.bad_value", &o, NULL, "give a positive integer",
+                        "%s: '%s' is not a positive integer", flag, value);
+        return TR_OK;
     case OPT_CONVENIENCE:
         TR_TRY(push_override(conv, make_override(opt->key, value, opt->string_value), i));
         if (opt->also_key)
@@ -483,6 +533,12 @@ tr_status tr_cli_parse(int argc, char **argv, tr_cli *cli, tr_diags *d) {
     if (s == TR_OK) s = join_overrides(cli, &conv, &trail);
     free_list(&conv);
     free_list(&trail);
+    if (s == TR_OK) s = tr_cli_runner_select(cli, d);
+    if (s == TR_OK && cli->check_inputs && !cli->dry_run) {
+        tr_origin o = tr_origin_make(TR_ORIGIN_CLI, NULL);
+        tr_diag_add(d, TR_SEV_ERROR, "cli.needs_dry_run", &o, NULL, "add --dry-run",
+                    "--check-inputs only works together with --dry-run (a launch always checks)");
+    }
     if (s == TR_OK && (cli->print_groups || cli->print_schedule) && !cli->dry_run) {
         tr_origin o = tr_origin_make(TR_ORIGIN_CLI, NULL);
         tr_diag_add(d, TR_SEV_ERROR, "cli.needs_dry_run", &o, NULL, "add --dry-run",
@@ -500,18 +556,21 @@ void tr_cli_free(tr_cli *cli) {
     free(cli->explain);
     free(cli->world_sizes);
     free(cli->validate_files);
+    free(cli->recipe_owned);
     memset(cli, 0, sizeof *cli);
 }
 
 bool tr_cli_is_inspection(const tr_cli *cli) {
     return cli->dry_run || cli->plan || cli->search_layouts || cli->print_config ||
            cli->n_explain > 0 || cli->list_recipes || cli->describe_recipe || cli->help_config ||
-           cli->validate_all || cli->version || cli->help;
+           cli->validate_all || cli->version || cli->help || cli->dump_samples > 0;
 }
 
 void tr_cli_usage(FILE *out) {
     fputs("usage: run_recipe --recipe NAME [--config-file F.yaml]... [flags] [KEY=VALUE]...\n"
-          "       mpirun -np N run_recipe --recipe NAME ...\n\n"
+          "       run_recipe --model STEM --mode pretrain|sft|lora|dora [--dataset PRESET] ...\n"
+          "       mpirun -np N run_recipe --recipe NAME ...   (srun --mpi=pmix: "
+          "docs/launchers.md)\n\n"
           "Resolves a recipe, YAML files and overrides (recipe < files in order < convenience "
           "flags < KEY=VALUE),\nvalidates the result and runs it. Overrides: key=v (the key "
           "must exist), +key=v (only if null),\n++key=v (always), ~key (back to the recipe's "

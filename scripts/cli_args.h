@@ -39,6 +39,17 @@ typedef struct tr_cli {
     bool plan, search_layouts, json; /* --plan, --search-layouts, --json (docs/plan.md) */
     const char *gpu;                 /* --gpu KIND; NULL: h100-80gb */
     int top;                         /* --top K; 0: 5 */
+
+    /* Megatron-Bridge's runner selection (scripts/cli_runner.c): --model STEM with --mode
+     * composes the recipe name; --mode is otherwise read from the recipe name. */
+    const char *model;   /* --model STEM */
+    const char *mode;    /* --mode pretrain|sft|lora|dora, or inferred; NULL when unknown */
+    const char *dataset; /* --dataset PRESET */
+    bool deterministic, dump_env;
+    bool check_inputs;  /* --check-inputs: with --dry-run, check what only a launch supplies */
+    int dump_samples;   /* --dump-samples N: print the first N training samples and exit */
+    char *recipe_owned; /* the name --model composed (cli->recipe points here) */
+    int model_argi, mode_argi, dataset_argi, deterministic_argi; /* where those flags were */
 } tr_cli;
 
 /* Parses argv (argv[0] is the program). Returns TR_OK with diagnostics in d when the command

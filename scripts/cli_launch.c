@@ -105,12 +105,15 @@ static int train(const tr_config *c, const char *dir, int rank, tr_comm *comm, t
         snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
     tr_train_opts o = {.log = rank == 0 ? report : NULL,
                        .metrics_path = rank == 0 ? metrics : NULL,
+                       .tensorboard_dir = rank == 0 ? c->logger.tensorboard_dir : NULL,
                        .handle_signals = 1,
                        .comm = comm,
                        .device = dev};
     tr_train_result r;
     tr_status s = tr_train_run(c, &o, &r, d);
     if (s == TR_OK && rank == 0) fprintf(report, "metrics written to %s\n", metrics);
+    if (s == TR_OK && rank == 0 && c->logger.tensorboard_dir)
+        fprintf(report, "TensorBoard events written to %s\n", c->logger.tensorboard_dir);
     if (s == TR_OK) return r.stop == TR_STOP_SIGNAL ? EXIT_SIGNAL_BASE + r.signal : 0;
     if (tr_diags_find(d, "train.nan_loss")) return EXIT_NAN_LOSS;
     return tr_cli_exit_code(s, d);

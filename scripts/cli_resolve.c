@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "runtime/hf/hf.h"
+#include "scripts/cli_runner.h"
 
 /* The first of the launchers' variables that is set and positive. */
 static int env_int(const char *const *names) {
@@ -21,9 +22,10 @@ static int env_int(const char *const *names) {
     return 0;
 }
 
+static const char *const world_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+                                         "SLURM_NTASKS", NULL};
+
 tr_world tr_cli_default_world(const tr_cli *cli) {
-    static const char *const world_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
-                                             "SLURM_NTASKS", NULL};
     static const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
                                              "SLURM_NTASKS_PER_NODE", NULL};
     tr_world w;
@@ -31,6 +33,28 @@ tr_world tr_cli_default_world(const tr_cli *cli) {
     if (w.world_size == 0) w.world_size = 1;
     int local = cli->world_size ? 0 : env_int(local_vars);
     w.gpus_per_node = cli->gpus_per_node ? cli->gpus_per_node : local ? local : w.world_size;
+    return w;
+}
+
+/* N of a Megatron-Bridge hardware name ("..._2gpu_h100_bf16_config"), else 0. */
+static int named_gpus(const char *name) {
+    for (const char *p = strstr(name, "gpu_"); p; p = strstr(p + 1, "gpu_")) {
+        const char *q = p;
+        while (q > name && q[-1] >= '0' && q[-1] <= '9') q--;
+        if (q < p && q > name && q[-1] == '_') return atoi(q);
+    }
+    return 0;
+}
+
+tr_world tr_cli_inspect_world(const tr_cli *cli) {
+    tr_world w = tr_cli_default_world(cli);
+    if (cli->world_size || env_int(world_vars) || !cli->recipe) return w;
+    const tr_recipe *r = tr_recipe_find(cli->recipe);
+    int n = named_gpus(cli->recipe);
+    if (!n && !cli->dry_run && r) n = r->min_world_size;
+    if (n <= 1) return w;
+    w.world_size = n;
+    w.gpus_per_node = cli->gpus_per_node ? cli->gpus_per_node : n < 8 ? n : 8;
     return w;
 }
 
@@ -47,8 +71,7 @@ void tr_cli_check_files(const tr_cli *cli, tr_diags *d) {
 
 /* --hf-model DIR: the checkpoint's dimensions over the recipe, its weights as the pretrained
  * checkpoint, and its tokenizer.json when it has one. */
-static tr_status apply_hf_model(tr_config *c, void *ctx, tr_diags *d) {
-    const char *dir = ctx;
+static tr_status apply_hf_model(tr_config *c, const char *dir, tr_diags *d) {
     TR_TRY(tr_hf_config_apply(c, dir, true, d));
     tr_origin o = tr_origin_make(TR_ORIGIN_FILE, tr_config_intern(c, dir));
     if (!o.name) return TR_ERR_NOMEM;
@@ -66,6 +89,14 @@ static tr_status apply_hf_model(tr_config *c, void *ctx, tr_diags *d) {
     return st;
 }
 
+/* What the command line puts between the recipe and the files: the Hugging Face model, then
+ * Megatron-Bridge's runner steps (mode, dataset preset, determinism). */
+static tr_status after_recipe(tr_config *c, void *ctx, tr_diags *d) {
+    const tr_cli *cli = ctx;
+    if (cli->hf_model) TR_TRY(apply_hf_model(c, cli->hf_model, d));
+    return tr_cli_runner_apply(c, cli, d);
+}
+
 tr_status tr_cli_resolve(const tr_cli *cli, tr_world w, bool real_run, bool skip_validate,
                          tr_config *c, tr_diags *d) {
     tr_resolve_opts o;
@@ -77,16 +108,19 @@ tr_status tr_cli_resolve(const tr_cli *cli, tr_world w, bool real_run, bool skip
     o.override_argi = cli->override_argi;
     o.n_overrides = cli->n_overrides;
     o.world = w;
-    o.validate.check_files = real_run;
+    o.validate.check_files = real_run || cli->check_inputs;
+    /* Inspection builds the config as Megatron-Bridge does, without launch inputs: rules about
+     * them become notes, until a launch or --check-inputs asks for them. */
+    o.validate.defer_launch_inputs = !real_run && !cli->check_inputs;
     /* A real launch checks what the runtime can run whatever the flag says. */
     o.validate.skip_capability = cli->config_only && !real_run;
     o.skip_validate = skip_validate;
-    if (cli->hf_model) {
-        o.after_recipe = apply_hf_model;
-        o.after_recipe_ctx = (void *)cli->hf_model;
-    }
+    o.after_recipe = after_recipe;
+    o.after_recipe_ctx = (void *)cli;
     memset(c, 0, sizeof *c); /* a resolution that cannot start leaves c as it was */
     tr_status s = tr_resolve(&o, c, d);
+    if (c->n_history > 0) tr_cli_runner_check(cli, c, real_run || cli->check_inputs, d);
+    if (s == TR_OK && d->n_errors) s = TR_ERR_CONFIG;
     if (cli->strict && d->n_warnings > 0) {
         tr_diags_promote_warnings(d);
         if (s == TR_OK) s = TR_ERR_CONFIG;

@@ -10,6 +10,12 @@
  * environment (mpirun, srun), else one rank. */
 tr_world tr_cli_default_world(const tr_cli *cli);
 
+/* The world inspection describes: as tr_cli_default_world, except that with no world from the
+ * flags or a launcher a Megatron-Bridge hardware name gives its GPU count ("_2gpu_h100_"), as its
+ * runner's dry run takes it, and --print-config / --explain take the recipe's smallest world,
+ * as --describe-recipe does (a plain dry run checks one rank by default). */
+tr_world tr_cli_inspect_world(const tr_cli *cli);
+
 /* Every --config-file must be readable: a missing file is a usage error, not an I/O failure. */
 void tr_cli_check_files(const tr_cli *cli, tr_diags *d);
 

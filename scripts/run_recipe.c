@@ -13,6 +13,8 @@
 #include "scripts/cli_module.h"
 #include "scripts/cli_report.h"
 #include "scripts/cli_resolve.h"
+#include "scripts/cli_runner.h"
+#include "scripts/cli_samples.h"
 
 #ifndef TRESTLE_VERSION
 #define TRESTLE_VERSION "unknown"
@@ -49,7 +51,7 @@ static tr_status inspect(const tr_cli *cli, tr_diags *d) {
     tr_cli_check_files(cli, d);
     if (d->n_errors) return TR_ERR_INVALID;
     tr_config c;
-    tr_status s = tr_cli_resolve(cli, tr_cli_default_world(cli), false, false, &c, d);
+    tr_status s = tr_cli_resolve(cli, tr_cli_inspect_world(cli), false, false, &c, d);
     /* Explaining is most useful exactly when validation failed, so it runs whenever the
      * resolution got far enough to have a config. */
     if (c.n_history > 0)
@@ -74,6 +76,7 @@ static tr_status dispatch(tr_cli *cli, int *argc, char ***argv, tr_diags *d, int
         printf("run_recipe (Trestle) %s\n", TRESTLE_VERSION);
         return TR_OK;
     }
+    if (cli->dump_env) tr_cli_dump_env(stderr);
     if (cli->help_config) return tr_cli_help_config(stdout, cli->help_config_topic, d);
     if (cli->list_recipes) return tr_cli_list_recipes(stdout);
     if (cli->describe_recipe)
@@ -87,6 +90,10 @@ static tr_status dispatch(tr_cli *cli, int *argc, char ***argv, tr_diags *d, int
     }
     if ((cli->search_layouts || cli->plan) && (cli->recipe || cli->n_config_files))
         return tr_cli_plan_module(cli, d);
+    if (cli->dump_samples > 0) {
+        tr_cli_check_files(cli, d);
+        return d->n_errors ? TR_ERR_INVALID : tr_cli_dump_samples(cli, cli->dump_samples, d);
+    }
     if (!cli->recipe && cli->n_config_files == 0) {
         tr_diag_add(d, TR_SEV_ERROR, "cli.no_recipe", NULL, NULL,
                     "name one with --recipe NAME (run_recipe --list-recipes shows them) or give a "

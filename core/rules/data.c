@@ -108,6 +108,20 @@ TR_RULE_FN(tr_check_gpt_flags_defined) {
     }
 }
 
+/* megatron-core replaces the split of mock data with 1,1,1 (BlendedMegatronDatasetConfig), as
+ * Trestle's loop does: said, not silent. */
+TR_RULE_FN(tr_note_mock_split) {
+    const tr_dataset_config *dc = &c->dataset;
+    if (dc->type != TR_DS_GPT || !dc->split || !strcmp(dc->split, "1,1,1")) return;
+    if (!dc->data_path.null || !dc->train_data_path.null || !dc->valid_data_path.null ||
+        !dc->test_data_path.null)
+        return;
+    TR_FAIL("dataset.split,dataset.data_path",
+            "nothing to fix for mock data; give dataset.data_path (or dataset.blend) to split data",
+            "dataset.split (%s) has no effect on mock data: megatron-core splits it 1,1,1",
+            dc->split);
+}
+
 TR_RULE_FN(tr_check_sft_needs_root) {
     if (c->dataset.type != TR_DS_SFT || c->dataset.dataset_root) return;
     TR_FAIL("dataset.dataset_root,dataset.type",

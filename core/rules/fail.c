@@ -57,7 +57,7 @@ void tr_rule_fail(const tr_rule *self, const tr_config *c, const tr_validate_opt
     tr_severity sev = self->severity;
     const char *id = self->id;
     char launch_id[160];
-    if (self->launch_input && opts->catalog_mode) {
+    if (self->launch_input && (opts->catalog_mode || opts->defer_launch_inputs)) {
         /* A catalog entry cannot know the files of a real launch: say what a launch must
          * supply without failing the entry. */
         sev = TR_SEV_NOTE;

@@ -153,6 +153,25 @@ TR_RULE_FN(tr_check_runtime_recompute_modules) {
     }
 }
 
+/* Megatron-Bridge override files carry the FSDP switches; Trestle shards the optimizer state
+ * (ZeRO-1) but never the parameters or gradients. */
+TR_RULE_FN(tr_check_runtime_fsdp) {
+    const char *key = c->dist.use_megatron_fsdp  ? "dist.use_megatron_fsdp"
+                      : c->dist.use_torch_fsdp2  ? "dist.use_torch_fsdp2"
+                      : c->ddp.use_megatron_fsdp ? "ddp.use_megatron_fsdp"
+                                                 : NULL;
+    if (!key) return;
+    char fix[160];
+    TR_FAIL(key,
+            TR_FMT(fix,
+                   "set %s=false and ddp.use_distributed_optimizer=true to shard the "
+                   "optimizer state instead",
+                   key),
+            "FSDP is not supported (%s=true): Trestle shards only the optimizer state, with the "
+            "distributed optimizer",
+            key);
+}
+
 TR_RULE_FN(tr_check_runtime_mtp) {
     int64_t n = c->model.mtp_num_layers;
     if (n == TR_NULL_INT || n <= 0) return;
@@ -281,24 +300,25 @@ static bool indexed_data(const tr_dataset_config *dc) {
 }
 
 /* Megatron honours these through loss masks and position ids, which the loop cannot receive
- * from an indexed token dataset yet: refusing beats silently training something else. */
+ * from a GPT token dataset (indexed data, and mock data, megatron-core's MockGPTDataset) yet:
+ * refusing beats silently training something else. */
 TR_RULE_FN(tr_check_runtime_indexed_masks) {
     const tr_dataset_config *dc = &c->dataset;
-    if (!indexed_data(dc)) return;
-    if (dc->eod_mask_loss == 1)
+    if (dc->type != TR_DS_GPT) return;
+    if (indexed_data(dc) && dc->eod_mask_loss == 1)
         TR_FAIL("dataset.eod_mask_loss", "set dataset.eod_mask_loss=false",
                 "indexed datasets carry tokens only, not Megatron's loss mask (zero where the "
                 "input token is end-of-document)");
     if (!dc->add_extra_token_to_sequence)
         TR_FAIL("dataset.add_extra_token_to_sequence",
                 "set dataset.add_extra_token_to_sequence=true",
-                "indexed datasets carry tokens only, not the masked last label of a "
-                "seq_length-token sample");
+                "GPT datasets (indexed and mock) carry tokens only, not the masked last label of "
+                "a seq_length-token sample");
     if (!dc->drop_last_partial_validation_sequence)
         TR_FAIL("dataset.drop_last_partial_validation_sequence",
                 "set dataset.drop_last_partial_validation_sequence=true",
-                "indexed datasets carry tokens only, not the loss mask of a padded final "
-                "validation sample");
+                "GPT datasets (indexed and mock) carry tokens only, not the loss mask of a padded "
+                "final validation sample");
 }
 
 TR_RULE_FN(tr_check_runtime_optimizer) {

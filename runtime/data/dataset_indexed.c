@@ -55,10 +55,8 @@ static void indexed_destroy(tr_token_dataset *ds) {
  * runtime.document_resets). */
 static tr_status check_config(const tr_config *c, int64_t *vocab, tr_diags *d) {
     const tr_dataset_config *dc = &c->dataset;
-    bool per_split = (!dc->train_data_path.null && dc->train_data_path.n > 0) ||
-                     (!dc->valid_data_path.null && dc->valid_data_path.n > 0) ||
-                     (!dc->test_data_path.null && dc->test_data_path.n > 0);
-    if (dc->type != TR_DS_GPT || ((dc->data_path.null || dc->data_path.n == 0) && !per_split))
+    /* Neither a path nor a per-split blend: megatron-core's mock dataset. */
+    if (dc->type != TR_DS_GPT)
         return tr_diag_add(d, TR_SEV_ERROR, "data.indexed_path", NULL,
                            "dataset.type,dataset.data_path",
                            "set dataset.type=gpt and dataset.data_path=<prefix> (or a blend "
@@ -82,9 +80,16 @@ static tr_status check_config(const tr_config *c, int64_t *vocab, tr_diags *d) {
 
 /* The tokenizer's end-of-document and pad ids, as Megatron's GPTDatasetConfig takes them; an
  * unset tokenizer means the data's boundaries are unknown (-1). */
-static tr_status tokenizer_ids(const tr_config *c, int64_t *eod, int64_t *pad, tr_diags *d) {
+static tr_status tokenizer_ids(const tr_config *c, int64_t vocab, int64_t *eod, int64_t *pad,
+                               tr_diags *d) {
     *eod = -1;
     *pad = -1;
+    const tr_dataset_config *dc = &c->dataset;
+    bool mock = dc->data_path.null && dc->train_data_path.null && dc->valid_data_path.null &&
+                dc->test_data_path.null;
+    /* Mock documents end with the tokenizer's end-of-document id; without a tokenizer, the last
+     * id of the vocabulary stands for it. */
+    if (mock && c->tokenizer.tokenizer_type < 0) *eod = vocab - 1;
     if (c->tokenizer.tokenizer_type < 0) return TR_OK;
     tr_tokenizer *tok = NULL;
     TR_TRY(tr_tokenizer_from_config(&c->tokenizer, &tok, d));
@@ -99,7 +104,7 @@ tr_status tr_indexed_token_dataset_open(const tr_config *c, bool build_indices,
     memset(ds, 0, sizeof *ds);
     int64_t vocab = 0, eod, pad;
     TR_TRY(check_config(c, &vocab, d));
-    TR_TRY(tokenizer_ids(c, &eod, &pad, d));
+    TR_TRY(tokenizer_ids(c, vocab, &eod, &pad, d));
     indexed_data *x = calloc(1, sizeof *x);
     if (!x) return TR_ERR_NOMEM;
     x->vocab = vocab;
@@ -126,6 +131,35 @@ tr_status tr_indexed_token_dataset_open(const tr_config *c, bool build_indices,
     for (int sp = 0; sp < 3; sp++) {
         const tr_gpt_split_data *sd = &x->data.split[sp];
         if (sd->present) ds->n_samples[sp] = sd->blended ? sd->size : sd->parts[0].n_samples;
+    }
+    return TR_OK;
+}
+
+tr_status tr_indexed_token_dataset_docs(const tr_token_dataset *ds, int split, int64_t index,
+                                        int64_t *docs, int max, int *n, const char **name) {
+    *n = 0;
+    if (ds->sample != indexed_sample || split < 0 || split > 2 || index < 0 ||
+        ds->n_samples[split] <= 0)
+        return TR_ERR_INVALID;
+    const indexed_data *x = ds->impl;
+    const tr_gpt_split_data *sd = &x->data.split[split];
+    int64_t i = index % ds->n_samples[split], j = i;
+    int c = 0;
+    if (sd->blended) {
+        c = sd->dataset_index[i];
+        j = sd->dataset_sample_index[i];
+    }
+    const tr_gpt_dataset *p = &sd->parts[c];
+    if (j < 0 || j >= p->n_samples) return TR_ERR_INVALID;
+    int64_t k = p->shuffle_index[j];
+    *name = p->low->name;
+    for (int64_t at = p->sample_index[2 * k]; at <= p->sample_index[2 * k + 2] && *n < max; at++) {
+        /* A sample that ends exactly at a document's end does not reach into the next one. */
+        if (at == p->sample_index[2 * k + 2] && at > p->sample_index[2 * k] &&
+            p->sample_index[2 * k + 3] + p->params.add_extra_token == 0)
+            break;
+        if (at >= p->n_document) break;
+        docs[(*n)++] = p->document_index[at];
     }
     return TR_OK;
 }

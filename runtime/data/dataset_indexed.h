@@ -30,4 +30,10 @@
 tr_status tr_indexed_token_dataset_open(const tr_config *c, bool build_indices,
                                         tr_token_dataset *ds, tr_diags *d);
 
+/* The documents sample `index` of `split` of an indexed (or mock) token dataset is cut from, in
+ * order: up to max ids into *n, of the low-level dataset *name (its prefix, or "mock"); for
+ * run_recipe --dump-samples. TR_ERR_INVALID for a dataset this function did not open. */
+tr_status tr_indexed_token_dataset_docs(const tr_token_dataset *ds, int split, int64_t index,
+                                        int64_t *docs, int max, int *n, const char **name);
+
 #endif

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "runtime/data/dataset_indexed.h"
-#include "runtime/data/dataset_mock.h"
 #include "runtime/data/dataset_sft.h"
 #include "runtime/data/dataset_text.h"
 
@@ -25,18 +24,9 @@ tr_status tr_train_data_open(const tr_config *c, tr_token_dataset *ds, tr_diags 
                                     d);
     }
     if (dc->type == TR_DS_SFT) return tr_dataset_sft_open(c, ds, d);
-    /* Megatron-prepared data: indexed .bin/.idx files, a blend, or per-split blends. */
-    if (dc->type == TR_DS_GPT && (!dc->data_path.null || !dc->train_data_path.null ||
-                                  !dc->valid_data_path.null || !dc->test_data_path.null))
-        return tr_indexed_token_dataset_open(c, true, ds, d);
-    if (dc->type == TR_DS_GPT && dc->data_path.null && dc->train_data_path.null) {
-        TR_TRY(tr_train_data_split(dc->split, "1,1,1", split, d));
-        int64_t vocab = c->model.vocab_size;
-        if (vocab == TR_NULL_INT) vocab = c->derived.padded_vocab_size;
-        if (vocab == TR_NULL_INT || vocab < 2) return TR_ERR_INVALID; /* runtime.vocab */
-        return tr_dataset_mock_open(ds, seq, (int)vocab, (int32_t)(vocab - 1),
-                                    (uint64_t)dc->random_seed, split);
-    }
+    /* Megatron-prepared data (indexed .bin/.idx files, a blend, per-split blends) or, without
+     * any data path, megatron-core's MockGPTDataset: the same GPT dataset indices either way. */
+    if (dc->type == TR_DS_GPT) return tr_indexed_token_dataset_open(c, true, ds, d);
     return tr_diag_add(
         d, TR_SEV_ERROR, "runtime.unsupported", NULL, "dataset.type,dataset.data_path",
         "train on mock data (dataset.type=gpt without data_path) or a text file "

@@ -24,8 +24,18 @@ static int env_int(const char *name) {
 static tr_status find_local_rank(tr_parallel_state *ps) {
     int same = MPI_UNEQUAL;
     if (MPI_Comm_compare(ps->world, MPI_COMM_WORLD, &same) != MPI_SUCCESS) return TR_ERR_COMM;
-    int lr = env_int("OMPI_COMM_WORLD_LOCAL_RANK"), ls = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int have = (same == MPI_IDENT || same == MPI_CONGRUENT) && lr >= 0 && ls > 0, all = 0;
+    /* mpirun (Open MPI), mpiexec (MPICH's Hydra), srun: the first pair the launcher set. */
+    static const char *const vars[][2] = {
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+        {"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"}};
+    int lr = -1, ls = -1;
+    for (size_t i = 0; i < sizeof vars / sizeof *vars && (lr < 0 || ls <= 0); i++) {
+        lr = env_int(vars[i][0]);
+        ls = env_int(vars[i][1]);
+    }
+    int have = (same == MPI_IDENT || same == MPI_CONGRUENT) && lr >= 0 && ls > 0 && lr < ls,
+        all = 0;
     if (MPI_Allreduce(&have, &all, 1, MPI_INT, MPI_LAND, ps->world) != MPI_SUCCESS)
         return TR_ERR_COMM;
     if (all) {

@@ -28,6 +28,7 @@ void tr_train_log_close(tr_train_log *l) {
     l->metrics = NULL;
     free(l->moe_tokens);
     l->moe_tokens = NULL;
+    tr_tb_close(&l->tb);
 }
 
 tr_status tr_train_log_moe_tokens(tr_train_log *l, const double *tokens, int layers, int experts,
@@ -101,6 +102,8 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
     l->seconds += seconds;
     l->flops += flops;
     l->tokens += tokens;
+    tr_tb_iteration tb = {loss, lr, grad_norm, params_norm, l->loss_scale, seconds, flops, tokens};
+    tr_tb_log_iteration(&l->tb, it, &tb);
     if (!tr_train_log_due(l, it, iters, stopping)) return;
     double ms = 1e3 * l->seconds / l->n, tps = l->seconds > 0 ? l->tokens / l->seconds : 0.0;
     double tflops = l->seconds > 0 ? l->flops / l->seconds / 1e12 : 0.0;
@@ -144,6 +147,7 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
 }
 
 void tr_train_log_eval(tr_train_log *l, const char *split, int64_t it, double loss) {
+    tr_tb_log_eval(&l->tb, split, it, loss);
     double ppl = exp(fmin(loss, 20.0));
     if (l->out) {
         fprintf(l->out, " %s loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n",

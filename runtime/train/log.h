@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "core/diag.h"
+#include "runtime/train/tensorboard.h"
 
 typedef struct tr_train_log {
     FILE *out, *metrics;
@@ -26,6 +27,7 @@ typedef struct tr_train_log {
     double *moe_tokens;
     int moe_layers, moe_experts;
     uint64_t moe_mask[4];
+    tr_tb tb; /* TensorBoard events (logger.tensorboard_dir), opened by tr_train_run */
 } tr_train_log;
 
 tr_status tr_train_log_open(tr_train_log *l, FILE *out, const char *metrics_path, int64_t interval,

@@ -221,6 +221,7 @@ tr_status tr_train_run(const tr_config *c, const tr_train_opts *o, tr_train_resu
     tr_status s = tr_trainer_setup(&t, c, d);
     if (s == TR_OK)
         s = tr_train_log_open(&t.log, o->log, o->metrics_path, c->logger.log_interval, d);
+    if (s == TR_OK) s = tr_tb_open(&t.log.tb, o->tensorboard_dir, c, d);
     if (s == TR_OK && o->log)
         fprintf(o->log,
                 "model: %lld parameters (%d layers, hidden %d); %d microbatch(es) of %d x %d "

@@ -19,8 +19,10 @@ struct tr_device;
 typedef struct tr_train_opts {
     FILE *log;                /* the log lines; NULL for silence */
     const char *metrics_path; /* JSONL file (truncated), or NULL for none */
-    int handle_signals;       /* install SIGTERM/SIGINT handlers for the run */
-    float *losses;            /* if set, the loss of iteration i goes to losses[i - 1] */
+    /* TensorBoard event directory (logger.tensorboard_dir on the logging rank), or NULL. */
+    const char *tensorboard_dir;
+    int handle_signals; /* install SIGTERM/SIGINT handlers for the run */
+    float *losses;      /* if set, the loss of iteration i goes to losses[i - 1] */
     int64_t losses_cap;
     /* The run's communicator (run_recipe under mpirun): with DP, TP or PP above 1 the loop runs
      * the parallel path over it (runtime/distributed, runtime/pipeline/executor.h). NULL: one rank,

@@ -1,7 +1,7 @@
 # CLI tests: bash scripts that drive the built run_recipe (label "cli").
 #   tests/cli/<name>.sh RUN_RECIPE SOURCE_DIR MPIEXEC
 set(TR_CLI_TESTS dry_run precedence explain json_diagnostics errors roundtrip print_groups
-    help_config recipes catalog catalog_ci print_schedule)
+    help_config recipes catalog catalog_ci print_schedule mb_runner dump_samples)
 # Arguments (space-separated) that make validate() warn about llama32_1b_pretrain, nothing else.
 set(TR_CLI_STRICT_WARNING "train.eval_iters=5")
 
@@ -45,3 +45,8 @@ tr_cli_test(plan_memory "${TR_CLI_MPI_ENV}" SERIAL)
 tr_cli_test(plan "")
 tr_cli_test(catalog_smoke "${TR_CLI_MPI_ENV}" SERIAL)
 tr_cli_test(moe_resume "${TR_CLI_MPI_ENV}" SERIAL)
+tr_cli_test(tensorboard "${TR_CLI_MPI_ENV}" SERIAL)
+set_tests_properties(cli_tensorboard PROPERTIES SKIP_RETURN_CODE 77)
+tr_cli_test(launchers "${TR_CLI_MPI_ENV}" SERIAL)
+tr_cli_test(slurm "${TR_CLI_MPI_ENV}" SERIAL)
+set_tests_properties(cli_slurm PROPERTIES SKIP_RETURN_CODE 77)

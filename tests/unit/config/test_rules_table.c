@@ -324,6 +324,8 @@ static const rule_case cases[] = {
      "model.vocab_size=2048", "model.vocab_size,tokenizer.vocab_size", "(1000);(1024)", NULL},
     {"tokenizer.vocab_padded", 0, 1, 0, 0, "tokenizer.vocab_size=1000", "tokenizer.vocab_size=1024",
      "derived.padded_vocab_size,model.vocab_size", "from 1000 to 1024", NULL},
+    {"data.mock_split", 0, 1, 0, 0, "dataset.split=\"9999,8,2\"", "dataset.split=null",
+     "dataset.split,dataset.data_path", "9999,8,2;1,1,1", NULL},
     {"checkpoint.save_interval_without_save", 0, 1, 0, 0, "checkpoint.save_interval=10",
      "checkpoint.save=/tmp/ck", "checkpoint.save_interval,checkpoint.save", "(10)", NULL},
     {"checkpoint.most_recent_k", 0, 1, 0, 0, "checkpoint.most_recent_k=0",
@@ -387,7 +389,7 @@ static void run_case(const rule_case *rc, bool fixed) {
     CHECK_INT_EQ(rc->moe ? fixture_moe(&c, &d) : fixture_dense(&c, &d), TR_OK);
     CHECK_INT_EQ(fixture_apply(&c, rc->bad, &d), TR_OK);
     if (fixed) CHECK_INT_EQ(fixture_apply(&c, rc->fix, &d), TR_OK);
-    tr_validate_opts opts = {false, rc->files, true};
+    tr_validate_opts opts = {false, rc->files, true, false};
     fixture_resolve(&c, rc->world, rc->gpn, &opts, &d);
     const tr_diag *g = tr_diags_find(&d, rc->id);
     if (fixed) {

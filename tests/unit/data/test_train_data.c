@@ -1,11 +1,11 @@
-/* Mock and text data for the training loop: the epoch shuffle is a permutation, samples are
- * what the formats promise, splits are disjoint, and bad input is a diagnostic. */
+/* Mock and text data for the training loop (mock: megatron-core's, against its fixture): the epoch
+ * shuffle is a permutation, samples are what the formats promise, splits are disjoint, and bad
+ * input is a diagnostic. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "tests/unit/harness.h"
-#include "runtime/data/dataset_mock.h"
 #include "runtime/data/train_data.h"
 #include "runtime/data/dataset_text.h"
 
@@ -29,36 +29,78 @@ static void test_shuffle_is_a_permutation_per_epoch(void) {
     free(seen);
 }
 
-/* Inside a document token k is (k + 1) % vocab, and every document ends with the eod id. */
-static void test_mock_samples_follow_megatron_pattern(void) {
-    tr_token_dataset ds;
-    double split[3] = {0.5, 0.25, 0.25};
-    CHECK_INT_EQ(tr_dataset_mock_open(&ds, 32, 50, 49, 7, split), TR_OK);
-    CHECK(ds.n_samples[0] > ds.n_samples[1] && ds.n_samples[1] > 0 && ds.n_samples[2] > 0);
-    int32_t s[33], again[33];
-    int eods = 0;
-    for (int64_t i = 0; i < 200; i++) {
-        CHECK_INT_EQ(ds.sample(&ds, TR_SPLIT_TRAIN, i, s), TR_OK);
-        for (int t = 1; t <= 32; t++) {
-            int32_t prev = s[t - 1];
-            /* the eod id 49 is also the count's value for k = 48, so after a 49 either the count
-             * wraps to 0 or a new document starts at 1 */
-            if (prev == 49)
-                CHECK(s[t] == 0 || s[t] == 1);
-            else
-                CHECK(s[t] == (prev + 1) % 50 || s[t] == 49);
-            eods += s[t] == 49 && prev != 48;
+/* The loop's mock data is megatron-core's MockGPTDataset: with the inputs of the fixture
+ * tests/data/gpt/mock.txt (written by megatron-core 0.16.1, gen_gpt_fixtures.py: vocabulary
+ * 1000, end-of-document 999, seed 1234, 64 tokens, 40/8/4 samples asked for), the samples
+ * tr_train_data_open serves are the ones megatron-core returned, split forced to 1,1,1 as
+ * megatron-core forces it whatever dataset.split says. */
+static bool fixture_row(const char *kind, const char *split, long index, int64_t *v, int n) {
+    FILE *f = fopen(TRESTLE_SOURCE_DIR "/tests/data/gpt/mock.txt", "r");
+    if (!f) return false;
+    char line[65536], want[64];
+    snprintf(want, sizeof want, "%s %s %ld ", kind, split, index);
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, want, strlen(want)) != 0) continue;
+        char *p = line + strlen(want), *end;
+        found = true;
+        for (int k = 0; k < n && found; k++, p = end) {
+            v[k] = strtoll(p, &end, 10);
+            found = end != p;
         }
     }
-    CHECK(eods > 0);
-    ds.sample(&ds, TR_SPLIT_VALID, 3, s);
-    tr_token_dataset ds2;
-    tr_dataset_mock_open(&ds2, 32, 50, 49, 7, split);
-    ds2.sample(&ds2, TR_SPLIT_VALID, 3, again);
-    CHECK(memcmp(s, again, sizeof s) == 0); /* a pure function of the seed */
-    CHECK_INT_EQ(ds.sample(&ds, TR_SPLIT_TRAIN, -1, s), TR_ERR_INVALID);
+    fclose(f);
+    return found;
+}
+
+static void test_mock_is_megatron_core_mock(void) {
+    tr_config c;
+    tr_diags d;
+    tr_diags_init(&d);
+    CHECK_INT_EQ(tr_config_init(&c, &d), TR_OK);
+    const char *const set[][2] = {{"model.vocab_size", "1000"},
+                                  {"model.seq_length", "64"},
+                                  {"dataset.seq_length", "64"},
+                                  {"dataset.random_seed", "1234"},
+                                  {"dataset.split", "9999,8,2"},
+                                  {"train.train_iters", "10"},
+                                  {"train.global_batch_size", "4"},
+                                  {"validation.eval_interval", "10"},
+                                  {"validation.eval_iters", "1"},
+                                  {"dataset.reset_position_ids", "false"},
+                                  {"dataset.reset_attention_mask", "false"},
+                                  {"dataset.eod_mask_loss", "false"}};
+    tr_origin o = tr_origin_make(TR_ORIGIN_API, NULL);
+    for (size_t i = 0; i < sizeof set / sizeof *set; i++)
+        CHECK_INT_EQ(tr_config_set_text(&c, set[i][0], set[i][1], &o, &d), TR_OK);
+    tr_token_dataset ds;
+    CHECK_INT_EQ(tr_train_data_open(&c, &ds, &d), TR_OK);
+    CHECK_INT_EQ(ds.n_samples[TR_SPLIT_TRAIN], 1065473); /* megatron-core's lengths */
+    CHECK_INT_EQ(ds.n_samples[TR_SPLIT_VALID], 1064995);
+    CHECK_INT_EQ(ds.n_samples[TR_SPLIT_TEST], 1066985);
+    CHECK_INT_EQ(ds.eod, 999);
+    static const struct {
+        const char *name;
+        int split;
+        long index;
+    } rows[] = {{"train", TR_SPLIT_TRAIN, 0}, {"train", TR_SPLIT_TRAIN, 1},
+                {"train", TR_SPLIT_TRAIN, 2}, {"train", TR_SPLIT_TRAIN, 1065472},
+                {"valid", TR_SPLIT_VALID, 0}, {"valid", TR_SPLIT_VALID, 2}};
+    int compared = 0;
+    for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+        int64_t tokens[64], labels[64];
+        CHECK(fixture_row("T", rows[r].name, rows[r].index, tokens, 64));
+        CHECK(fixture_row("L", rows[r].name, rows[r].index, labels, 64));
+        int32_t s[65];
+        CHECK_INT_EQ(ds.sample(&ds, rows[r].split, rows[r].index, s), TR_OK);
+        for (int t = 0; t < 64; t++) CHECK_INT_EQ(s[t], tokens[t]);
+        CHECK_INT_EQ(s[64], labels[63]);
+        compared++;
+    }
+    CHECK_INT_EQ(compared, 6);
     tr_train_data_close(&ds);
-    tr_train_data_close(&ds2);
+    tr_config_free(&c);
+    tr_diags_free(&d);
 }
 
 static void test_text_regions_and_overlap(void) {
@@ -109,5 +151,5 @@ static void test_split_strings(void) {
 }
 
 TR_TEST_MAIN(TR_TEST(test_shuffle_is_a_permutation_per_epoch),
-             TR_TEST(test_mock_samples_follow_megatron_pattern),
-             TR_TEST(test_text_regions_and_overlap), TR_TEST(test_split_strings))
+             TR_TEST(test_mock_is_megatron_core_mock), TR_TEST(test_text_regions_and_overlap),
+             TR_TEST(test_split_strings))

@@ -41,6 +41,7 @@ static const capability_case cases[] = {
     {"runtime.sliding_window", 1, {"model.window_size=[16,0]"}},
     {"runtime.mla", 1, {"model.multi_latent_attention=true"}},
     {"runtime.mtp", 1, {"model.mtp_num_layers=1"}},
+    {"runtime.fsdp", 1, {"dist.use_megatron_fsdp=true"}},
     {"runtime.recompute_modules",
      1,
      {"model.recompute_granularity=selective", "model.recompute_modules=[core_attn,moe]"}},

@@ -18,7 +18,7 @@
 #include "scripts/ckpt_hf.h"
 
 typedef struct args {
-    bool export_;
+    bool export_, adapter_only;
     const char *ckpt, *hf_out, *hf_in, *out, *hf_config, *recipe, *step;
     const char **overrides;
     int n_overrides;
@@ -29,10 +29,13 @@ static int usage(FILE *out) {
     fputs(
         "usage: trestle_ckpt export CKPT --hf-out DIR (--recipe NAME | --hf-config HF_DIR)\n"
         "                         [KEY=VALUE...] [--dtype fp32|bf16|fp16] [--step N]\n"
+        "                         [--adapter-only]\n"
         "       trestle_ckpt import --hf HF_DIR --out CKPT [--recipe NAME] [KEY=VALUE...]\n"
         "export writes the checkpoint's model (saved under any layout; LoRA/DoRA adapters\n"
         "merged, the base from checkpoint.pretrained_checkpoint) as a Hugging Face directory;\n"
         "the model is the recipe's and/or HF_DIR/config.json's, with the overrides.\n"
+        "--adapter-only writes a LoRA checkpoint's adapters alone in PEFT's format\n"
+        "(DIR/adapter_config.json + adapter_model.safetensors) instead of the merged model.\n"
         "import writes a Hugging Face directory as a one-rank Trestle checkpoint (iteration 0).\n",
         out);
     return out == stdout ? 0 : 1;
@@ -150,7 +153,9 @@ static int run_export(const args *a, tr_diags *d) {
     if (st == TR_OK) {
         fprintf(stderr, "export: model of %lld parameters (%d layers, hidden %d%s)\n",
                 (long long)m.n_params, m.full.num_layers, m.full.hidden,
-                m.full.lora_rank ? ", adapters merged on export" : "");
+                !m.full.lora_rank ? ""
+                : a->adapter_only ? ", adapters alone on export"
+                                  : ", adapters merged on export");
         tr_train_ckpt k;
         tr_train_ckpt_env env = {.c = &c, .model = &m, .log = stderr};
         st = tr_train_ckpt_setup(&k, &env, d);
@@ -161,13 +166,15 @@ static int run_export(const args *a, tr_diags *d) {
         char h[32];
         human(4.0 * (double)m.n_params, h, sizeof h);
         fprintf(stderr, "export: read %s of weights in %.2f s\n", h, t1 - t0);
-        st = tr_hf_export(&m, a->hf_out, a->dtype, d);
+        st = a->adapter_only ? tr_hf_adapter_export(&m, a->hf_out,
+                                                    c.checkpoint.pretrained_checkpoint, a->dtype, d)
+                             : tr_hf_export(&m, a->hf_out, a->dtype, d);
     }
-    if (st == TR_OK) {
-        double t2 = now();
-        fprintf(stderr, "export: wrote %s/config.json and model.safetensors in %.2f s\n", a->hf_out,
-                t2 - t1);
-    }
+    if (st == TR_OK)
+        fprintf(stderr, "export: wrote %s/%s in %.2f s\n", a->hf_out,
+                a->adapter_only ? "adapter_config.json and adapter_model.safetensors"
+                                : "config.json and model.safetensors",
+                now() - t1);
     if (have_model) tr_model_free(&m);
     tr_config_free(&c);
     return st == TR_OK ? 0 : 2;
@@ -239,6 +246,8 @@ int tr_ckpt_hf_main(int argc, char **argv) {
         if (slot && v) {
             *slot = v;
             i++;
+        } else if (a.export_ && strcmp(x, "--adapter-only") == 0) {
+            a.adapter_only = true;
         } else if (a.export_ && strcmp(x, "--dtype") == 0 && v) {
             i++;
             if (strcmp(v, "fp32") == 0)

@@ -34,6 +34,11 @@ typedef struct tr_hf_arch {
 
 extern const tr_hf_arch tr_hf_arch_llama, tr_hf_arch_qwen3, tr_hf_arch_gpt2;
 
+/* Row r of a Llama layer's fused linear_qkv (qkv) or linear_fc1 (else): which Hugging Face
+ * projection holds it (q 0, k 1, v 2; gate 0, up 1) and at which *row. Shared by the weights'
+ * map and the LoRA adapters' (runtime/hf/adapter.c), whose B rows follow their layer's rows. */
+int tr_hf_llama_row(const tr_hf_shape *k, bool qkv, int64_t r, int64_t *row);
+
 /* The shapes of a model's (unsharded) spec. */
 tr_hf_shape tr_hf_shape_of(const tr_model_spec *f);
 

@@ -130,7 +130,10 @@ static tr_status check_adapters(const args *a, const tr_config *c, tr_diags *d) 
     return st;
 }
 
-static int run_export(const args *a, tr_diags *d) {
+/* The checkpoint's model, whole on one rank: built from the recipe / config.json and the
+ * overrides, then loaded through the training loop's own loading. */
+static tr_status load_ckpt(const args *a, tr_config *c, tr_model *m, bool *have_model,
+                           tr_diags *d) {
     char load[4200], step[64];
     snprintf(load, sizeof load, "checkpoint.load=%s", a->ckpt);
     snprintf(step, sizeof step, "checkpoint.ckpt_step=%s", a->step ? a->step : "null");
@@ -142,25 +145,47 @@ static int run_export(const args *a, tr_diags *d) {
                            "checkpoint.exit_on_missing_checkpoint=true",
                            "checkpoint.save=null",
                            "checkpoint.ckpt_format=trestle"};
-    tr_config c;
-    double t0 = now();
-    tr_status st = resolve(a, extra, (int)(sizeof extra / sizeof extra[0]), &c, d);
-    tr_model m = {0};
-    bool have_model = false;
-    if (st == TR_OK) st = check_adapters(a, &c, d);
-    if (st == TR_OK) st = build_model(&c, &m, d);
-    have_model = st == TR_OK;
+    tr_status st = resolve(a, extra, (int)(sizeof extra / sizeof extra[0]), c, d);
+    if (st == TR_OK) st = check_adapters(a, c, d);
+    if (st == TR_OK) st = build_model(c, m, d);
+    *have_model = st == TR_OK;
     if (st == TR_OK) {
-        fprintf(stderr, "export: model of %lld parameters (%d layers, hidden %d%s)\n",
-                (long long)m.n_params, m.full.num_layers, m.full.hidden,
-                !m.full.lora_rank ? ""
-                : a->adapter_only ? ", adapters alone on export"
-                                  : ", adapters merged on export");
+        fprintf(stderr, "%s: model of %lld parameters (%d layers, hidden %d%s)\n",
+                a->export_ ? "export" : "load", (long long)m->n_params, m->full.num_layers,
+                m->full.hidden,
+                !m->full.lora_rank ? ""
+                : a->adapter_only  ? ", adapters alone on export"
+                : a->export_       ? ", adapters merged on export"
+                                   : ", with LoRA adapters");
         tr_train_ckpt k;
-        tr_train_ckpt_env env = {.c = &c, .model = &m, .log = stderr};
+        tr_train_ckpt_env env = {.c = c, .model = m, .log = stderr};
         st = tr_train_ckpt_setup(&k, &env, d);
         tr_train_ckpt_free(&k);
     }
+    return st;
+}
+
+tr_status tr_ckpt_hf_load(const tr_ckpt_hf_src *src, tr_model *m, tr_diags *d) {
+    args a = {.ckpt = src->ckpt,
+              .recipe = src->recipe,
+              .hf_config = src->hf_config,
+              .step = src->step,
+              .overrides = src->overrides,
+              .n_overrides = src->n_overrides};
+    tr_config c;
+    bool have = false;
+    tr_status st = load_ckpt(&a, &c, m, &have, d);
+    if (st != TR_OK && have) tr_model_free(m);
+    tr_config_free(&c);
+    return st;
+}
+
+static int run_export(const args *a, tr_diags *d) {
+    tr_config c;
+    double t0 = now();
+    tr_model m = {0};
+    bool have_model = false;
+    tr_status st = load_ckpt(a, &c, &m, &have_model, d);
     double t1 = now();
     if (st == TR_OK) {
         char h[32];

@@ -18,7 +18,7 @@
 #include "scripts/ckpt_hf.h"
 
 typedef struct args {
-    bool export_;
+    bool export_, adapter_only;
     const char *ckpt, *hf_out, *hf_in, *out, *hf_config, *recipe, *step;
     const char **overrides;
     int n_overrides;
@@ -29,10 +29,13 @@ static int usage(FILE *out) {
     fputs(
         "usage: trestle_ckpt export CKPT --hf-out DIR (--recipe NAME | --hf-config HF_DIR)\n"
         "                         [KEY=VALUE...] [--dtype fp32|bf16|fp16] [--step N]\n"
+        "                         [--adapter-only]\n"
         "       trestle_ckpt import --hf HF_DIR --out CKPT [--recipe NAME] [KEY=VALUE...]\n"
         "export writes the checkpoint's model (saved under any layout; LoRA/DoRA adapters\n"
         "merged, the base from checkpoint.pretrained_checkpoint) as a Hugging Face directory;\n"
         "the model is the recipe's and/or HF_DIR/config.json's, with the overrides.\n"
+        "--adapter-only writes a LoRA checkpoint's adapters alone in PEFT's format\n"
+        "(DIR/adapter_config.json + adapter_model.safetensors) instead of the merged model.\n"
         "import writes a Hugging Face directory as a one-rank Trestle checkpoint (iteration 0).\n",
         out);
     return out == stdout ? 0 : 1;
@@ -127,7 +130,10 @@ static tr_status check_adapters(const args *a, const tr_config *c, tr_diags *d) 
     return st;
 }
 
-static int run_export(const args *a, tr_diags *d) {
+/* The checkpoint's model, whole on one rank: built from the recipe / config.json and the
+ * overrides, then loaded through the training loop's own loading. */
+static tr_status load_ckpt(const args *a, tr_config *c, tr_model *m, bool *have_model,
+                           tr_diags *d) {
     char load[4200], step[64];
     snprintf(load, sizeof load, "checkpoint.load=%s", a->ckpt);
     snprintf(step, sizeof step, "checkpoint.ckpt_step=%s", a->step ? a->step : "null");
@@ -139,35 +145,61 @@ static int run_export(const args *a, tr_diags *d) {
                            "checkpoint.exit_on_missing_checkpoint=true",
                            "checkpoint.save=null",
                            "checkpoint.ckpt_format=trestle"};
-    tr_config c;
-    double t0 = now();
-    tr_status st = resolve(a, extra, (int)(sizeof extra / sizeof extra[0]), &c, d);
-    tr_model m = {0};
-    bool have_model = false;
-    if (st == TR_OK) st = check_adapters(a, &c, d);
-    if (st == TR_OK) st = build_model(&c, &m, d);
-    have_model = st == TR_OK;
+    tr_status st = resolve(a, extra, (int)(sizeof extra / sizeof extra[0]), c, d);
+    if (st == TR_OK) st = check_adapters(a, c, d);
+    if (st == TR_OK) st = build_model(c, m, d);
+    *have_model = st == TR_OK;
     if (st == TR_OK) {
-        fprintf(stderr, "export: model of %lld parameters (%d layers, hidden %d%s)\n",
-                (long long)m.n_params, m.full.num_layers, m.full.hidden,
-                m.full.lora_rank ? ", adapters merged on export" : "");
+        fprintf(stderr, "%s: model of %lld parameters (%d layers, hidden %d%s)\n",
+                a->export_ ? "export" : "load", (long long)m->n_params, m->full.num_layers,
+                m->full.hidden,
+                !m->full.lora_rank ? ""
+                : a->adapter_only  ? ", adapters alone on export"
+                : a->export_       ? ", adapters merged on export"
+                                   : ", with LoRA adapters");
         tr_train_ckpt k;
-        tr_train_ckpt_env env = {.c = &c, .model = &m, .log = stderr};
+        tr_train_ckpt_env env = {.c = c, .model = m, .log = stderr};
         st = tr_train_ckpt_setup(&k, &env, d);
         tr_train_ckpt_free(&k);
     }
+    return st;
+}
+
+tr_status tr_ckpt_hf_load(const tr_ckpt_hf_src *src, tr_model *m, tr_diags *d) {
+    args a = {.ckpt = src->ckpt,
+              .recipe = src->recipe,
+              .hf_config = src->hf_config,
+              .step = src->step,
+              .overrides = src->overrides,
+              .n_overrides = src->n_overrides};
+    tr_config c;
+    bool have = false;
+    tr_status st = load_ckpt(&a, &c, m, &have, d);
+    if (st != TR_OK && have) tr_model_free(m);
+    tr_config_free(&c);
+    return st;
+}
+
+static int run_export(const args *a, tr_diags *d) {
+    tr_config c;
+    double t0 = now();
+    tr_model m = {0};
+    bool have_model = false;
+    tr_status st = load_ckpt(a, &c, &m, &have_model, d);
     double t1 = now();
     if (st == TR_OK) {
         char h[32];
         human(4.0 * (double)m.n_params, h, sizeof h);
         fprintf(stderr, "export: read %s of weights in %.2f s\n", h, t1 - t0);
-        st = tr_hf_export(&m, a->hf_out, a->dtype, d);
+        st = a->adapter_only ? tr_hf_adapter_export(&m, a->hf_out,
+                                                    c.checkpoint.pretrained_checkpoint, a->dtype, d)
+                             : tr_hf_export(&m, a->hf_out, a->dtype, d);
     }
-    if (st == TR_OK) {
-        double t2 = now();
-        fprintf(stderr, "export: wrote %s/config.json and model.safetensors in %.2f s\n", a->hf_out,
-                t2 - t1);
-    }
+    if (st == TR_OK)
+        fprintf(stderr, "export: wrote %s/%s in %.2f s\n", a->hf_out,
+                a->adapter_only ? "adapter_config.json and adapter_model.safetensors"
+                                : "config.json and model.safetensors",
+                now() - t1);
     if (have_model) tr_model_free(&m);
     tr_config_free(&c);
     return st == TR_OK ? 0 : 2;
@@ -239,6 +271,8 @@ int tr_ckpt_hf_main(int argc, char **argv) {
         if (slot && v) {
             *slot = v;
             i++;
+        } else if (a.export_ && strcmp(x, "--adapter-only") == 0) {
+            a.adapter_only = true;
         } else if (a.export_ && strcmp(x, "--dtype") == 0 && v) {
             i++;
             if (strcmp(v, "fp32") == 0)

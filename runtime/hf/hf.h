@@ -59,4 +59,21 @@ bool tr_hf_architecture_known(const char *name);
  * carries adapters on a device. */
 tr_status tr_hf_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
 
+/* LoRA adapters alone, as PEFT saves them (runtime/hf/adapter.c): DIR/adapter_config.json
+ * (peft_type LORA, r, lora_alpha, target_modules, base_model_name_or_path: base_model, or
+ * null) and DIR/adapter_model.safetensors with PEFT's names
+ * (base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight, ...), each written to a
+ * temporary name and renamed. The fused linear_qkv / linear_fc1 adapters become q/k/v_proj
+ * (gate/up_proj) adapters sharing one lora_A, B's rows split as the weights' are. A whole
+ * one-rank LoRA (not DoRA) Llama or Qwen3 model; else "hf.adapter". */
+tr_status tr_hf_adapter_export(const tr_model *m, const char *dir, const char *base_model,
+                               tr_st_dtype dtype, tr_diags *d);
+/* Reads such a directory into m's adapters (its TP shard): adapter_config.json must give the
+ * model's rank, scale (lora_alpha / r) and targets ("hf.adapter" otherwise), the projections of
+ * a fused layer one shared lora_A, every tensor present, of its shape, and placed ("hf.tensor"
+ * naming it). */
+tr_status tr_hf_adapter_import(tr_model *m, const char *dir, tr_diags *d);
+/* true when DIR holds adapter_config.json and adapter_model.safetensors. */
+bool tr_hf_is_adapter_dir(const char *dir);
+
 #endif

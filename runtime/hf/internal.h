@@ -44,6 +44,23 @@ tr_status tr_hf_llama_source(const char *name, const tr_hf_shape *k, const tr_hf
 int tr_hf_llama_locate(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c,
                        int64_t *at);
 
+/* Row r of a Llama layer's fused linear_qkv (qkv) or linear_fc1 (else): which Hugging Face
+ * projection holds it (q 0, k 1, v 2; gate 0, up 1) and at which *row. Shared by the weights'
+ * map and the LoRA adapters' (runtime/hf/adapter.c), whose B rows follow their layer's rows. */
+int tr_hf_llama_row(const tr_hf_shape *k, bool qkv, int64_t r, int64_t *row);
+
+/* model.safetensors.index.json's weight_map: tensor i lives in files[i], a plain file name
+ * beside the index (no '/', not "." or ".."); names non-empty, without NULs. "hf.index" (or
+ * "data.json_syntax") otherwise. Parsed apart from opening the shards so that it can be fuzzed
+ * (tests/data/fuzz_hf_index.c). */
+typedef struct tr_hf_index {
+    char **tensors, **files;
+    int n;
+} tr_hf_index;
+tr_status tr_hf_index_parse(const char *text, size_t len, const char *path, tr_hf_index *x,
+                            tr_diags *d);
+void tr_hf_index_free(tr_hf_index *x);
+
 /* The shapes of a model's (unsharded) spec. */
 tr_hf_shape tr_hf_shape_of(const tr_model_spec *f);
 

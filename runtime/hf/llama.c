@@ -87,6 +87,19 @@ static tr_status llama_source(const char *name, const tr_hf_shape *k, const tr_h
     return tr_hf_tensor_error(d, name, "Trestle has no Hugging Face name for this tensor");
 }
 
+int tr_hf_llama_row(const tr_hf_shape *k, bool qkv, int64_t r, int64_t *row) {
+    if (!qkv) { /* fc1 = [gate; up] */
+        *row = r < k->ffn ? r : r - k->ffn;
+        return r < k->ffn ? 0 : 1;
+    }
+    /* Megatron's grouped rows: per KV group its query heads, then its key, then its value. */
+    int64_t D = k->head_dim, hpg = k->heads / k->groups, per = (hpg + 2) * D;
+    int64_t g = r / per, j = r % per;
+    int which = j < hpg * D ? 0 : j < (hpg + 1) * D ? 1 : 2;
+    *row = which == 0 ? g * hpg * D + j : g * D + j - (hpg + which - 1) * D;
+    return which;
+}
+
 static int llama_locate(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c,
                         int64_t *at) {
     int64_t C = k->hidden;
@@ -102,18 +115,13 @@ static int llama_locate(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, 
     case K_NORM:
         *at = c;
         return 0;
-    case QKV: {
-        /* Megatron's grouped rows: per KV group its query heads, then its key, then its value. */
-        int64_t D = k->head_dim, hpg = k->heads / k->groups, per = (hpg + 2) * D;
-        int64_t g = r / per, j = r % per;
-        int which = j < hpg * D ? 0 : j < (hpg + 1) * D ? 1 : 2;
-        int64_t row = which == 0 ? g * hpg * D + j : g * D + j - (hpg + which - 1) * D;
+    case QKV:
+    case FC1: {
+        int64_t row = 0;
+        int which = tr_hf_llama_row(k, s->kind == QKV, r, &row);
         *at = row * C + c;
         return which;
     }
-    case FC1: /* [gate; up] */
-        *at = (r < k->ffn ? r : r - k->ffn) * C + c;
-        return r < k->ffn ? 0 : 1;
     case PROJ:
         *at = r * k->heads * k->head_dim + c;
         return 0;

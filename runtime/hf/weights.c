@@ -1,12 +1,13 @@
 /* A checkpoint's weight files (runtime/hf/hf.h): one model.safetensors, or the shards that
  * model.safetensors.index.json's weight_map names, each opened once. A shard name must be a plain
  * file name in the directory: an index cannot point outside it. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "runtime/hf/hf.h"
+#include "runtime/hf/internal.h"
 #include "runtime/io/json.h"
 
 static char *join(const char *dir, const char *name) {
@@ -39,29 +40,55 @@ static tr_status open_file(tr_hf_weights *w, const char *dir, const char *name, 
     return st;
 }
 
+void tr_hf_index_free(tr_hf_index *x) {
+    for (int i = 0; i < x->n; i++) free(x->tensors[i]), free(x->files[i]);
+    free(x->tensors);
+    free(x->files);
+    memset(x, 0, sizeof *x);
+}
+
+tr_status tr_hf_index_parse(const char *text, size_t len, const char *path, tr_hf_index *x,
+                            tr_diags *d) {
+    memset(x, 0, sizeof *x);
+    tr_json root = {0};
+    TR_TRY(tr_json_parse(text, len, path, &root, d));
+    const tr_json *map = root.type == TR_JSON_OBJECT ? tr_json_get(&root, "weight_map") : NULL;
+    tr_status st = TR_OK;
+    if (!map || map->type != TR_JSON_OBJECT || map->n > (size_t)INT32_MAX)
+        st = index_error(d, path, "no weight_map object", NULL);
+    if (st == TR_OK && map->n) {
+        x->tensors = calloc(map->n, sizeof *x->tensors);
+        x->files = calloc(map->n, sizeof *x->files);
+        if (!x->tensors || !x->files) st = TR_ERR_NOMEM;
+    }
+    for (size_t i = 0; st == TR_OK && i < map->n; i++) {
+        const tr_json *f = &map->items[i];
+        if (strlen(map->keys[i]) != map->key_lens[i] || !map->key_lens[i])
+            st = index_error(d, path, "a tensor name is empty or holds a NUL", NULL);
+        else if (f->type != TR_JSON_STRING || strlen(f->str) != f->len || !f->len ||
+                 strchr(f->str, '/') || strcmp(f->str, "..") == 0 || strcmp(f->str, ".") == 0)
+            st = index_error(d, path, "a weight_map entry is not a file name", map->keys[i]);
+        else if (!(x->tensors[i] = strdup(map->keys[i])) || !(x->files[i] = strdup(f->str)))
+            st = TR_ERR_NOMEM;
+        if (x->tensors && (x->tensors[i] || x->files[i])) x->n = (int)i + 1;
+    }
+    tr_json_free(&root);
+    if (st != TR_OK) tr_hf_index_free(x);
+    return st;
+}
+
 static tr_status open_index(tr_hf_weights *w, const char *dir, const char *path, tr_diags *d) {
     char *text = NULL;
     size_t len = 0;
-    tr_json root = {0};
+    tr_hf_index x = {0};
     tr_status st = tr_read_file(path, "hf.index", &text, &len, d);
-    if (st == TR_OK) st = tr_json_parse(text, len, path, &root, d);
-    const tr_json *map = st == TR_OK ? tr_json_get(&root, "weight_map") : NULL;
-    if (st == TR_OK && (root.type != TR_JSON_OBJECT || !map || map->type != TR_JSON_OBJECT))
-        st = index_error(d, path, "no weight_map object", NULL);
-    for (size_t i = 0; st == TR_OK && i < map->n; i++) {
-        const tr_json *f = &map->items[i];
-        if (f->type != TR_JSON_STRING || strlen(f->str) != f->len || !f->len ||
-            strchr(f->str, '/') || strcmp(f->str, "..") == 0 || strcmp(f->str, ".") == 0)
-            st = index_error(d, path, "a weight_map entry is not a file name", map->keys[i]);
-        else
-            st = open_file(w, dir, f->str, d);
-    }
+    if (st == TR_OK) st = tr_hf_index_parse(text, len, path, &x, d);
+    for (int i = 0; st == TR_OK && i < x.n; i++) st = open_file(w, dir, x.files[i], d);
     /* Every tensor the index names must be in the file it names. */
-    for (size_t i = 0; st == TR_OK && i < map->n; i++) {
-        const tr_st_tensor *t = tr_hf_weights_find(w, map->keys[i]);
-        if (!t) st = index_error(d, path, "no shard holds the tensor", map->keys[i]);
-    }
-    tr_json_free(&root);
+    for (int i = 0; st == TR_OK && i < x.n; i++)
+        if (!tr_hf_weights_find(w, x.tensors[i]))
+            st = index_error(d, path, "no shard holds the tensor", x.tensors[i]);
+    tr_hf_index_free(&x);
     free(text);
     return st;
 }

@@ -3,7 +3,8 @@
 # Llama and GPT-2); export a checkpoint a TP 2 x PP 2 run saved (learning rate 0, so the weights
 # are the fixture's: the reader's resharding gives every tensor back byte for byte); export a
 # LoRA checkpoint saved under TP 2 merged (the adapted layers change, nothing else), and refuse
-# it without the peft settings rather than write the base alone.
+# it without the peft settings rather than write the base alone; export its adapters alone as a
+# PEFT adapter directory.
 . "$(dirname "$0")/lib.sh"
 CK="$(dirname "$RR")/trestle_ckpt"
 CMP="$SRC/tests/cli/st_compare.py"
@@ -68,6 +69,40 @@ expect_in "$TMP/err" "adapters merged on export" "the merge is announced"
 python3 "$CMP" "$H/model.safetensors" "$TMP/hfl/model.safetensors" --differ q_proj k_proj v_proj \
     o_proj gate_proj up_proj down_proj >"$TMP/out" ||
     fail "the merged export: $(cat "$TMP/out")"
+
+# The adapters alone, in PEFT's format: PEFT's names and shapes, the run's r and alpha.
+ck export "$TMP/ckl" --hf-out "$TMP/hfa" --recipe llama_tiny_pretrain --hf-config "$H" "${tok[@]}" \
+    "${lora[@]}" checkpoint.pretrained_checkpoint="$H" --adapter-only
+expect_rc 0 "the LoRA checkpoint's adapters exported alone"
+expect_in "$TMP/err" "adapters alone on export" "the adapter export is announced"
+[ ! -e "$TMP/hfa/model.safetensors" ] || fail "--adapter-only wrote a model"
+python3 - "$TMP/hfa" "$H" >"$TMP/out" <<'PY' || fail "the PEFT adapter files: $(cat "$TMP/out")"
+import json, struct, sys
+d, base = sys.argv[1], sys.argv[2]
+conf = json.load(open(d + "/adapter_config.json"))
+assert conf["peft_type"] == "LORA" and conf["r"] == 4 and conf["lora_alpha"] == 8, conf
+assert conf["base_model_name_or_path"] == base, conf
+mods = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+assert sorted(conf["target_modules"]) == sorted(mods), conf
+raw = open(d + "/adapter_model.safetensors", "rb").read()
+head = json.loads(raw[8 : 8 + struct.unpack("<Q", raw[:8])[0]])
+assert head.pop("__metadata__") == {"format": "pt"}
+want = {f"base_model.model.model.layers.{i}.{'self_attn' if m[0] in 'qkvo' else 'mlp'}.{m}.lora_{s}.weight"
+        for i in range(2) for m in mods for s in "AB"}
+assert set(head) == want, sorted(set(head) ^ want)
+assert head["base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight"]["shape"] == [16, 4]
+assert head["base_model.model.model.layers.1.mlp.down_proj.lora_A.weight"]["shape"] == [4, 48]
+PY
+# With the peft package present (not in CI, whose oracle is the committed fixture of
+# tests/unit/hf/test_hf_adapter.c), peft loads the adapters onto the base and computes what the
+# merged export computes through transformers.
+if python3 -c "import peft, transformers" 2>/dev/null; then
+    python3 "$SRC/tests/reference/check_peft_adapter.py" "$H" "$TMP/hfa" "$TMP/hfl" >"$TMP/out" 2>&1 ||
+        fail "peft on the exported adapters: $(cat "$TMP/out")"
+    cat "$TMP/out"
+else
+    echo "skipped: peft on the exported adapters (the peft package is not installed)"
+fi
 
 ck export "$TMP/ck4"
 expect_rc 1 "export without --hf-out"

@@ -230,7 +230,11 @@
       "checkpoint.finetune has a checkpoint to start from.")                                       \
     /* what the training runtime can run (core/rules/runtime.c) */                                 \
     X(tr_check_runtime_context_parallel, "runtime.context_parallel", E, false,                     \
-      "Context parallelism (CP > 1) waits for the runtime to implement it.")                       \
+      "Context parallelism (CP > 1) exchanges KV over the p2p ring (cp_comm_type p2p).")           \
+    X(tr_check_runtime_cp_dropout, "runtime.cp_dropout", E, false,                                 \
+      "Context parallelism runs without dropout (hidden, attention, adapter).")                    \
+    X(tr_check_runtime_cp_packed, "runtime.cp_packed", E, false,                                   \
+      "Context parallelism trains on pretraining sequences, not packed fine-tuning ones.")         \
     X(tr_check_runtime_expert_parallel, "runtime.expert_parallel", E, false,                       \
       "Expert parallelism (EP > 1) waits for the runtime to implement it.")                        \
     X(tr_check_runtime_moe_layers, "runtime.moe_layers", E, false,                                 \

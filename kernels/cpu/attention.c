@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "kernels/common/attn_dropout.h"
+#include "kernels/common/lse_merge.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd/simd.h"
 #include "kernels/cpu/threadpool.h"
@@ -402,4 +403,17 @@ tr_status tr_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dou
     }
     free(c.di), free(c.kt), free(c.vt);
     return st;
+}
+
+tr_status tr_cpu_attention_merge(float *out, float *lse, int64_t lse_ld, const float *out_b,
+                                 const float *lse_b, int rows, int heads, int head_dim) {
+    if (rows < 0 || heads < 1 || head_dim < 1 || lse_ld < rows) return TR_ERR_INVALID;
+    if (rows && (!out || !lse || !out_b || !lse_b)) return TR_ERR_INVALID;
+    for (int t = 0; t < rows; t++)
+        for (int h = 0; h < heads; h++) {
+            int64_t at = ((int64_t)t * heads + h) * head_dim;
+            tr_lse_merge_row(out + at, lse + h * lse_ld + t, out_b + at,
+                             lse_b[(int64_t)h * rows + t], head_dim);
+        }
+    return TR_OK;
 }

@@ -31,6 +31,7 @@ static const tr_ops g_cuda_ops = {
     tr_cuda_rope_bwd,
     tr_cuda_attention_fwd,
     tr_cuda_attention_bwd,
+    tr_cuda_attention_merge,
     tr_cuda_gelu_fwd,
     tr_cuda_gelu_bwd,
     tr_cuda_swiglu_fwd,

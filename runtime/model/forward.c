@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/context_parallel/cp.h"
 #include "runtime/device/device.h"
 #include "runtime/model/internal.h"
 #include "runtime/model/tensor_parallel.h"
@@ -167,6 +168,7 @@ static tr_status norm_to_linear(tr_model *m, const tr_linear *l, float *y, float
 
 tr_status tr_model_core_attn_fwd(const tr_model *m, int layer, const tr_layer_acts *a) {
     tr_attn_desc ad = tr_model_layer_attn_desc(m, layer);
+    if (m->cp) return tr_cp_attn_fwd(m->cp, a->attn, a->lse, a->q, a->k, a->v, &ad);
     return m->ops->attention_fwd(a->attn, a->lse, a->q, a->k, a->v, &ad);
 }
 

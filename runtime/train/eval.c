@@ -39,9 +39,10 @@ tr_status tr_trainer_evaluate(trainer *t, int split, int64_t eval_iters, double 
     /* Data parallel: DP rank r evaluates global microbatches r, r + dp, ... of each batch (the
      * pretraining sampler's order) and the loss sums meet over DP; a batch that does not split
      * evenly is evaluated whole by every rank (identical results, replicated work). */
-    int64_t shards = t->distributed && t->dp_size > 1 && nmb % t->dp_size == 0 ? t->dp_size : 1;
+    int64_t dp = t->data_dp_size;
+    int64_t shards = t->distributed && dp > 1 && nmb % dp == 0 ? dp : 1;
     t->eval_stride = shards;
-    t->eval_offset = shards > 1 ? t->dp_rank : 0;
+    t->eval_offset = shards > 1 ? t->data_dp_rank : 0;
     int64_t local = nmb / shards;
     tr_status s = t->distributed ? tr_train_dp_params_ready(&t->dp) : TR_OK;
     for (int64_t it = 0; it < eval_iters && s == TR_OK && t->have_pp; it++) {
@@ -65,9 +66,14 @@ tr_status tr_trainer_evaluate(trainer *t, int split, int64_t eval_iters, double 
         s = tr_loss_buffer_flush(&t->losses);
         sum = t->losses.sum;
     }
-    if (s == TR_OK && shards > 1) s = tr_train_dp_sum(&t->dp, &sum, 1);
+    /* Context parallelism: each CP rank has the loss of its own chunks; their mean is the
+     * sequence's (the chunks hold equally many tokens). */
+    bool meet = shards > 1 || t->cp_size > 1;
+    if (s == TR_OK && meet) s = tr_train_dp_sum(&t->dp, &sum, 1);
+    /* Every DP replica's copy was summed too when the batch was evaluated whole by each. */
+    double copies = (double)t->cp_size * (meet && shards == 1 ? (double)dp : 1.0);
     m->training = 1;
-    *loss = sum / (double)(eval_iters * nmb);
+    *loss = sum / ((double)(eval_iters * nmb) * copies);
     return s;
 }
 

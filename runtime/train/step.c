@@ -27,16 +27,26 @@ static tr_status load_sequences(trainer *t, int split, int64_t first, const int6
  * runtime/data/datasets/gpt_dataset.c, checked against megatron-core, does). */
 tr_status tr_trainer_load_microbatch(trainer *t, int split, int64_t first, const int64_t *index) {
     if (t->data.sequence) return load_sequences(t, split, first, index);
+    bool cp = t->cp_size > 1;
     for (int b = 0; b < t->mbs; b++) {
         TR_TRY(t->data.sample(&t->data, split, index ? index[b] : first + b, t->sample));
         int32_t *ids = t->ids + (int64_t)b * t->seq, *tgt = t->tgt + (int64_t)b * t->seq;
-        for (int i = 0; i < t->seq; i++) {
-            ids[i] = t->sample[i];
-            tgt[i] = t->sample[i + 1];
-            if (t->eod_mask && t->data.eod >= 0 && ids[i] == t->data.eod) tgt[i] = -1;
+        /* Context parallelism: the whole sequence first, then this rank's two chunks. */
+        int32_t *fids = cp ? t->full_ids : ids, *ftgt = cp ? t->full_tgt : tgt;
+        for (int i = 0; i < t->full_seq; i++) {
+            fids[i] = t->sample[i];
+            ftgt[i] = t->sample[i + 1];
+            if (t->eod_mask && t->data.eod >= 0 && fids[i] == t->data.eod) ftgt[i] = -1;
         }
+        if (!cp) continue;
+        tr_cp_take(t->cp_size, t->cp_rank, fids, t->full_seq, ids);
+        tr_cp_take(t->cp_size, t->cp_rank, ftgt, t->full_seq, tgt);
+        for (int i = 0; i < t->seq; i++)
+            t->pos[(int64_t)b * t->seq + i] =
+                (int32_t)tr_cp_global_pos(t->cp_size, t->cp_rank, t->seq, i);
     }
-    return TR_OK;
+    /* Global positions for RoPE and learned positions; the ring knows the causal pattern. */
+    return cp ? tr_model_set_sequences(&t->model, NULL, t->pos) : TR_OK;
 }
 
 /* The samples this rank reads in its microbatch mb of the global batch starting at `consumed`:
@@ -47,8 +57,8 @@ static tr_status microbatch_index(const trainer *t, int64_t consumed, int mb, in
     tr_sampler s = {.total_samples = INT64_MAX / 2,
                     .consumed_samples = consumed,
                     .micro_batch_size = t->mbs,
-                    .dp_rank = t->dp_rank,
-                    .dp_size = t->dp_size,
+                    .dp_rank = t->data_dp_rank,
+                    .dp_size = t->data_dp_size,
                     .drop_last = true};
     return tr_sampler_micro_batch(&s, mb, index) == t->mbs ? TR_OK : TR_ERR_INVALID;
 }
@@ -87,9 +97,9 @@ static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, dou
         if (st == TR_OK) st = tr_trainer_load_microbatch(t, TR_SPLIT_TRAIN, 0, idx);
         /* The dropout masks follow the global microbatch, so every layout draws the masks of
          * the single-rank run. */
-        int64_t global_mb = (int64_t)mb * t->dp_size + t->dp_rank;
+        int64_t global_mb = (int64_t)mb * t->data_dp_size + t->data_dp_rank;
         m->dropout_round =
-            (uint64_t)(iteration - 1) * (uint64_t)(t->nmb * t->dp_size) + (uint64_t)global_mb;
+            (uint64_t)(iteration - 1) * (uint64_t)(t->nmb * t->data_dp_size) + (uint64_t)global_mb;
         float *loss = NULL;
         if (st == TR_OK) st = tr_loss_buffer_slot(&t->losses, &loss);
         if (st == TR_OK) st = tr_model_forward_part(m, 0, 0, t->ids, t->tgt, NULL, NULL, loss);
@@ -147,9 +157,10 @@ static tr_status pp_load(void *ctx, int mb, const int32_t **ids, const int32_t *
     trainer *t = ctx;
     TR_TRY(microbatch_index(t, t->cur_consumed, mb, t->pp_idx));
     TR_TRY(tr_trainer_load_microbatch(t, TR_SPLIT_TRAIN, 0, t->pp_idx));
-    int64_t global_mb = (int64_t)mb * t->dp_size + t->dp_rank;
+    int64_t global_mb = (int64_t)mb * t->data_dp_size + t->data_dp_rank;
     t->model.dropout_round =
-        (uint64_t)(t->cur_iteration - 1) * (uint64_t)(t->nmb * t->dp_size) + (uint64_t)global_mb;
+        (uint64_t)(t->cur_iteration - 1) * (uint64_t)(t->nmb * t->data_dp_size) +
+        (uint64_t)global_mb;
     *ids = t->ids;
     *targets = t->tgt;
     return TR_OK;

@@ -366,6 +366,9 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  *   gradients (each rank's covers its own heads); with TP larger than the G query groups, once
  *   per iteration and layer the all-reduce that sums the key-value gradient copies, one slot
  *   per group of 2.D.(h + qkv bias) elements: G.2D.(h + b).
+ * On CP (> 1) the ring (runtime/context_parallel/cp.h): r counts this rank's rows of the
+ * microbatch; per layer and microbatch K and V of them (2.r.g.D, g the query groups this TP rank
+ * holds) sent and received cp-1 times forward, cp-1 times backward with the dK/dV of cp hops.
  * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
  * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
@@ -377,7 +380,8 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
 static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *run) {
     const tr_model_config *m = &c->model;
     int64_t iters = run->iters, nmb = c->derived.num_microbatches;
-    int64_t r = c->train.micro_batch_size * m->seq_length, h = m->hidden_size;
+    int64_t cp = m->context_parallel_size > 1 ? m->context_parallel_size : 1;
+    int64_t r = c->train.micro_batch_size * m->seq_length / cp, h = m->hidden_size;
     int64_t L = run->local_layers, dp = c->derived.data_parallel_size;
     int64_t tp = m->tensor_model_parallel_size;
     bool sp = tp > 1 && m->sequence_parallel;
@@ -403,7 +407,7 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t evals = v->eval_iters > 0 && v->eval_interval != TR_NULL_INT
                         ? iters / v->eval_interval + (iters % v->eval_interval != 0)
                         : 0;
-    int64_t eval_bytes = eval_split ? 8 * evals : 0;
+    int64_t eval_bytes = eval_split || cp > 1 ? 8 * evals : 0;
     int64_t pp = m->pipeline_model_parallel_size, acts_out = 0, acts_in = 0;
     if (pp > 1) {
         int64_t vpp = m->virtual_pipeline_model_parallel_size == TR_NULL_INT
@@ -420,6 +424,11 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     /* Gradients travel against the activations: a stage sends one per activation received. */
     int64_t pp_send = msg * (iters * nmb * (acts_out + acts_in) + eval_mbs * acts_out);
     int64_t pp_recv = msg * (iters * nmb * (acts_in + acts_out) + eval_mbs * acts_in);
+    /* The ring: per layer and microbatch the K and V of this rank's rows (its groups: one when
+     * TP exceeds them), cp-1 times forward, cp-1 times with the dK/dV of cp hops backward. */
+    int64_t g_local = tp > G ? 1 : G / tp;
+    int64_t kv = 2 * r * g_local * D * 4;
+    int64_t cp_bytes = cp > 1 ? L * kv * (iters * nmb * (3 * cp - 2) + eval_mbs * (cp - 1)) : 0;
     struct {
         const char *what;
         int group;
@@ -432,7 +441,10 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"DP all-reduce", TR_GROUP_DP_CP, TR_COMM_ALL_REDUCE,
          iters * (sharded ? 16 : 4 * B + 16) + eval_bytes},
         {"DP reduce-scatter", TR_GROUP_DP_CP, TR_COMM_REDUCE_SCATTER, sharded ? iters * 4 * B : 0},
-        {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER, sharded ? iters * 4 * B / dp : 0},
+        {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER,
+         sharded ? iters * 4 * B / dp / cp : 0},
+        {"CP send", TR_GROUP_CP, TR_COMM_SEND, cp_bytes},
+        {"CP receive", TR_GROUP_CP, TR_COMM_RECV, cp_bytes},
         {"PP send", TR_GROUP_PP, TR_COMM_SEND, pp_send},
         {"PP receive", TR_GROUP_PP, TR_COMM_RECV, pp_recv}};
     int bad = 0, rank;

@@ -1,0 +1,66 @@
+/* Context parallelism (Megatron-Core's CP with TransformerEngine's p2p ring; docs/parallel.md,
+ * "Context parallelism"): each sequence of S tokens is viewed as 2 x CP chunks of c = S / (2 CP)
+ * and CP rank r keeps chunks r and 2CP-1-r, concatenated in that order, so every rank holds the
+ * same share of the causal work. Everything outside attention is per token and runs on the local
+ * 2c rows unchanged (positions are the global ones); attention is the ring below.
+ *
+ * Call sequence: tr_cp_create once per model (sizes of the local rows), then per layer and
+ * microbatch tr_cp_attn_fwd in place of tr_ops.attention_fwd and tr_cp_attn_bwd in place of
+ * attention_bwd, on the same tensors and descriptor; tr_cp_free at the end. The ring is
+ * collective over the CP group: every CP rank makes the same calls in the same order. */
+#ifndef TR_RUNTIME_CONTEXT_PARALLEL_CP_H
+#define TR_RUNTIME_CONTEXT_PARALLEL_CP_H
+
+#include <stdint.h>
+
+#include "kernels/ops.h"
+
+struct tr_comm;
+struct tr_device;
+
+typedef struct tr_cp {
+    int size, rank; /* the CP group */
+    struct tr_comm *comm;
+    int group;
+    struct tr_device *dev;
+    const tr_ops *ops;
+    int batch, seq, heads, groups, head_dim; /* seq: the local 2c rows */
+    /* Device buffers: the KV block being received while the current one is used (k, v), the
+     * dK/dV travelling with it in backward, this step's own contribution, and one c-row block
+     * of the attention's outputs and gradients. */
+    float *kv[2][2], *dkv[2][2], *dstep[2];
+    float *o_blk, *lse_blk, *dq_blk, *dk_blk, *dv_blk;
+} tr_cp;
+
+/* The global position of local row t (0 <= t < seq_local) of CP rank `rank` of `size`. */
+int64_t tr_cp_global_pos(int size, int rank, int seq_local, int t);
+
+/* This rank's rows of one sequence: local[t] = full[tr_cp_global_pos(t)] for the seq_full /
+ * size local rows (seq_full divisible by 2 size). */
+void tr_cp_take(int size, int rank, const int32_t *full, int seq_full, int32_t *local);
+
+/* Buffers for micro batches of `batch` sequences of seq_local rows of this rank (even), heads
+ * and groups of this TP rank, on dev; the ring runs over group `group` of comm (size > 1). */
+tr_status tr_cp_create(tr_cp *cp, struct tr_device *dev, struct tr_comm *comm, int group, int batch,
+                       int seq_local, int heads, int groups, int head_dim);
+void tr_cp_free(tr_cp *cp);
+
+/* Causal attention over the whole sequence for this rank's queries: q, out [B, 2c, H, D], k, v
+ * [B, 2c, G, D] (local rows), lse [B, H, 2c]; d describes the local tensors (seq = 2c, causal,
+ * no document mask, no dropout). The KV blocks of the other ranks arrive over the ring while the
+ * current one is used; the partial outputs meet by log-sum-exp. */
+tr_status tr_cp_attn_fwd(tr_cp *cp, float *out, float *lse, const float *q, const float *k,
+                         const float *v, const tr_attn_desc *d);
+
+/* Its backward (dq, dk, dv overwritten): the KV blocks travel the ring again with the dK/dV
+ * accumulated for them, which reach their owner after the last step. */
+tr_status tr_cp_attn_bwd(tr_cp *cp, float *dq, float *dk, float *dv, const float *dout,
+                         const float *q, const float *k, const float *v, const float *out,
+                         const float *lse, const tr_attn_desc *d);
+
+/* Bytes this rank sends over the ring per attention forward and backward of one microbatch:
+ * forward size-1 KV blocks; backward size-1 KV blocks and size dK/dV blocks. */
+int64_t tr_cp_ring_bytes_fwd(const tr_cp *cp);
+int64_t tr_cp_ring_bytes_bwd(const tr_cp *cp);
+
+#endif

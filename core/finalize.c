@@ -231,6 +231,18 @@ static void derive_dataset(tr_config *c) {
     if (ds->type == TR_DS_SFT &&
         (c->model.pipeline_model_parallel_size > 1 || c->model.expert_model_parallel_size > 1))
         ds->pad_to_max_length = true;
+    /* Context parallelism splits every packed document into 2 x CP pieces, sequence parallelism
+     * (with TP) the sequence into TP x CP chunks: unless the user chose a padding (a file, the
+     * command line, the API), each example pads to the multiple the final layout needs, so an
+     * override of CP or TP never keeps the padding of the recipe's layout. */
+    tr_origin_kind pad_from = c->origin[TR_FID_dataset_pad_seq_to_mult].kind;
+    int64_t cp = c->model.context_parallel_size, tp = c->model.tensor_model_parallel_size;
+    if (ds->type == TR_DS_SFT && (ds->enable_offline_packing || cp > 1) &&
+        pad_from != TR_ORIGIN_FILE && pad_from != TR_ORIGIN_CLI && pad_from != TR_ORIGIN_API) {
+        int64_t need = cp > 1 ? 2 * cp : 1;
+        if (c->model.sequence_parallel && tp > 1) need = tr_lcm(need, cp * tp);
+        ds->pad_seq_to_mult = need;
+    }
     if (ds->num_workers == 0) ds->persistent_workers = false;
     if (ds->dataloader_type < 0)
         ds->dataloader_type = ds->type == TR_DS_SFT ? TR_DL_BATCH : TR_DL_SINGLE;

@@ -234,7 +234,7 @@
     X(tr_check_runtime_cp_dropout, "runtime.cp_dropout", E, false,                                 \
       "Context parallelism runs without dropout (hidden, attention, adapter).")                    \
     X(tr_check_runtime_cp_packed, "runtime.cp_packed", E, false,                                   \
-      "Context parallelism trains on pretraining sequences, not packed fine-tuning ones.")         \
+      "Context parallelism pads each unpacked fine-tuning document to a multiple of 2 x CP.")      \
     X(tr_check_runtime_expert_parallel, "runtime.expert_parallel", E, false,                       \
       "Expert parallelism (EP > 1) waits for the runtime to implement it.")                        \
     X(tr_check_runtime_moe_layers, "runtime.moe_layers", E, false,                                 \

@@ -171,30 +171,6 @@ tr_status tr_recipe_hf_tokenizer(tr_config *c, const char *hub_id) {
     return tr_config_set_str(c, TR_FID_tokenizer_tokenizer_model, hub_id);
 }
 
-static int64_t gcd(int64_t a, int64_t b) {
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-/* Packed SFT sequences are split across CP ranks in 2*CP chunks and, with SP, across TP*CP
- * ranks, so each packed example is padded to that multiple (Megatron-Bridge's runner does the
- * same for its recipes). */
-static void pad_packed_sequences(tr_config *c) {
-    if (!c->dataset.enable_offline_packing) return;
-    const tr_model_config *m = &c->model;
-    int64_t need = 1;
-    if (m->context_parallel_size > 1) need = 2 * m->context_parallel_size;
-    if (m->sequence_parallel && m->tensor_model_parallel_size > 1) {
-        int64_t split = m->context_parallel_size * m->tensor_model_parallel_size;
-        need = need / gcd(need, split) * split;
-    }
-    c->dataset.pad_seq_to_mult = need;
-}
-
 tr_status tr_recipe_build(tr_config *c, const char *recipe, const char *provider,
                           tr_recipe_body body) {
     TR_TRY(tr_provider_apply_named(c, provider));
@@ -207,7 +183,6 @@ tr_status tr_recipe_build(tr_config *c, const char *recipe, const char *provider
     }
     s = body(c);
     if (s == TR_OK) {
-        pad_packed_sequences(c);
         tr_origin o = tr_origin_make(TR_ORIGIN_RECIPE, recipe);
         s = tr_config_mark_changes(c, before, &o);
     }

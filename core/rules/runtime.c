@@ -56,12 +56,20 @@ TR_RULE_FN(tr_check_runtime_cp_dropout) {
                     (long long)m->context_parallel_size);
 }
 
+/* Fine-tuning under CP splits every document into 2 x CP pieces, so each must pad to that
+ * multiple; finalize derives it unless the user set dataset.pad_seq_to_mult (packed datasets
+ * have the same check among the data rules, dataset.pad_seq_to_mult). */
 TR_RULE_FN(tr_check_runtime_cp_packed) {
-    if (c->model.context_parallel_size <= 1) return;
-    if (c->dataset.type == TR_DS_SFT)
-        TR_FAIL("dataset.type,model.context_parallel_size",
-                "fine-tune with model.context_parallel_size=1", NOT_YET,
-                "packed fine-tuning sequences with context parallelism");
+    const tr_dataset_config *ds = &c->dataset;
+    int64_t cp = c->model.context_parallel_size;
+    if (cp <= 1 || ds->type != TR_DS_SFT || ds->enable_offline_packing) return;
+    if (ds->pad_seq_to_mult % (2 * cp) == 0) return;
+    char hint[96];
+    TR_FAIL("dataset.pad_seq_to_mult,model.context_parallel_size",
+            TR_FMT(hint, "set dataset.pad_seq_to_mult=%lld (or leave it unset)", tr_ll(2 * cp)),
+            "dataset.pad_seq_to_mult (%lld) must be a multiple of 2 x context_parallel_size "
+            "(%lld): each fine-tuning document is split into that many pieces",
+            tr_ll(ds->pad_seq_to_mult), tr_ll(2 * cp));
 }
 
 TR_RULE_FN(tr_check_runtime_expert_parallel) {

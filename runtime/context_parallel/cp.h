@@ -30,6 +30,10 @@ typedef struct tr_cp {
      * of the attention's outputs and gradients. */
     float *kv[2][2], *dkv[2][2], *dstep[2];
     float *o_blk, *lse_blk, *dq_blk, *dk_blk, *dv_blk;
+    /* Packed sequences: the host's copy of the local document starts and the documents
+     * (start, length) of each row found in it. */
+    int32_t *ds_host, *seg_start, *seg_len; /* [batch * seq] */
+    int *n_seg;
 } tr_cp;
 
 /* The global position of local row t (0 <= t < seq_local) of CP rank `rank` of `size`. */
@@ -39,6 +43,16 @@ int64_t tr_cp_global_pos(int size, int rank, int seq_local, int t);
  * size local rows (seq_full divisible by 2 size). */
 void tr_cp_take(int size, int rank, const int32_t *full, int seq_full, int32_t *local);
 
+/* Packed sequences (documents): each document of a sequence is split on its own, as a sequence
+ * is, into 2 x size pieces of which this rank keeps pieces rank and 2 size-1-rank; the local
+ * row is those pairs, document after document. index[t] (seq_full / size entries) is the
+ * position in the whole sequence of local row t and local_doc_start[t] the local row its
+ * document starts at (NULL: not wanted). doc_start is the whole sequence's (tr_attn_desc's
+ * form), NULL for one document. TR_ERR_INVALID when a document's length is not a multiple of
+ * 2 x size (dataset.pad_seq_to_mult pads them to one). */
+tr_status tr_cp_index(int size, int rank, const int32_t *doc_start, int seq_full, int32_t *index,
+                      int32_t *local_doc_start);
+
 /* Buffers for micro batches of `batch` sequences of seq_local rows of this rank (even), heads
  * and groups of this TP rank, on dev; the ring runs over group `group` of comm (size > 1). */
 tr_status tr_cp_create(tr_cp *cp, struct tr_device *dev, struct tr_comm *comm, int group, int batch,
@@ -47,8 +61,9 @@ void tr_cp_free(tr_cp *cp);
 
 /* Causal attention over the whole sequence for this rank's queries: q, out [B, 2c, H, D], k, v
  * [B, 2c, G, D] (local rows), lse [B, H, 2c]; d describes the local tensors (seq = 2c, causal,
- * no document mask, no dropout). The KV blocks of the other ranks arrive over the ring while the
- * current one is used; the partial outputs meet by log-sum-exp. */
+ * no dropout; with a document mask, the local rows as tr_cp_index lays them out: every
+ * document's two pieces, each document attending only to itself). The KV blocks of the other ranks
+ * arrive over the ring while the current one is used; the partial outputs meet by log-sum-exp. */
 tr_status tr_cp_attn_fwd(tr_cp *cp, float *out, float *lse, const float *q, const float *k,
                          const float *v, const tr_attn_desc *d);
 

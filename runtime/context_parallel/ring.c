@@ -54,6 +54,15 @@ tr_status tr_cp_create(tr_cp *cp, struct tr_device *dev, struct tr_comm *comm, i
                 {&cp->dk_blk, kblk},
                 {&cp->dv_blk, kblk},
                 {&cp->lse_blk, (size_t)(c * heads) * sizeof(float)}};
+    size_t rows = (size_t)batch * (size_t)seq_local;
+    cp->ds_host = malloc(rows * sizeof *cp->ds_host);
+    cp->seg_start = malloc(rows * sizeof *cp->seg_start);
+    cp->seg_len = malloc(rows * sizeof *cp->seg_len);
+    cp->n_seg = malloc((size_t)batch * sizeof *cp->n_seg);
+    if (!cp->ds_host || !cp->seg_start || !cp->seg_len || !cp->n_seg) {
+        tr_cp_free(cp);
+        return TR_ERR_NOMEM;
+    }
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         tr_status st = tr_device_alloc(dev, TR_MEM_ACTIVATIONS, want[i].bytes, (void **)want[i].p);
         if (st != TR_OK) {
@@ -65,6 +74,9 @@ tr_status tr_cp_create(tr_cp *cp, struct tr_device *dev, struct tr_comm *comm, i
 }
 
 void tr_cp_free(tr_cp *cp) {
+    free(cp->ds_host), free(cp->seg_start), free(cp->seg_len), free(cp->n_seg);
+    cp->ds_host = cp->seg_start = cp->seg_len = NULL;
+    cp->n_seg = NULL;
     if (!cp->dev) return;
     float **all[] = {&cp->kv[0][0],  &cp->kv[0][1],  &cp->kv[1][0],  &cp->kv[1][1], &cp->dkv[0][0],
                      &cp->dkv[0][1], &cp->dkv[1][0], &cp->dkv[1][1], &cp->dstep[0], &cp->dstep[1],
@@ -92,10 +104,10 @@ static int prev_rank(const tr_cp *cp) {
     return (cp->rank + cp->size - 1) % cp->size;
 }
 
-/* The descriptor of one c x c block of one sequence: no mask, nothing of the local ones. */
-static tr_attn_desc block_desc(const tr_cp *cp, const tr_attn_desc *d) {
+/* The descriptor of one p x p block of one document: no mask, nothing of the local ones. */
+static tr_attn_desc block_desc(const tr_cp *cp, const tr_attn_desc *d, int p) {
     return (tr_attn_desc){.batch = 1,
-                          .seq = cp->seq / 2,
+                          .seq = p,
                           .heads = cp->heads,
                           .groups = cp->groups,
                           .head_dim = cp->head_dim,
@@ -108,12 +120,37 @@ static tr_status check_desc(const tr_cp *cp, const tr_attn_desc *d) {
     if (!d || d->batch != cp->batch || d->seq != cp->seq || d->heads != cp->heads ||
         d->groups != cp->groups || d->head_dim != cp->head_dim || !d->causal)
         return TR_ERR_INVALID;
-    /* Refused by the dry run (runtime.cp_*); never silently ignored. */
-    if (d->doc_start || d->dropout != 0.0f) return TR_ERR_INVALID;
+    /* Refused by the dry run (runtime.cp_dropout); never silently ignored. */
+    if (d->dropout != 0.0f) return TR_ERR_INVALID;
     return TR_OK;
 }
 
-/* The blocks (query half, key half) step `i` computes: *n of them. */
+/* The documents of each local row: one per row without a document mask; else read from the
+ * mask (a copy to the host: on a device one synchronisation per call), each the two pieces of
+ * one document, so of even length. */
+static tr_status find_segments(tr_cp *cp, const tr_attn_desc *d) {
+    int T = cp->seq;
+    if (d->doc_start)
+        TR_TRY(tr_device_to_host(cp->dev, cp->ds_host, d->doc_start,
+                                 (size_t)cp->batch * (size_t)T * sizeof *cp->ds_host));
+    for (int b = 0; b < cp->batch; b++) {
+        int n = 0;
+        int32_t *st = cp->seg_start + (int64_t)b * T, *len = cp->seg_len + (int64_t)b * T;
+        const int32_t *ds = cp->ds_host + (int64_t)b * T;
+        for (int t = 0; t < T;) {
+            int e = t + 1;
+            while (d->doc_start && e < T && ds[e] == ds[t]) e++;
+            if (!d->doc_start) e = T;
+            if ((e - t) % 2) return TR_ERR_INVALID;
+            st[n] = t, len[n] = e - t, n++;
+            t = e;
+        }
+        cp->n_seg[b] = n;
+    }
+    return TR_OK;
+}
+
+/* The blocks (query piece, key piece) of every document step `i` computes: 2 of them. */
 static int step_blocks(const tr_cp *cp, int i, int qh[2], int kh[2]) {
     int j = (cp->rank - i + cp->size) % cp->size;
     if (j < cp->rank) {
@@ -124,9 +161,20 @@ static int step_blocks(const tr_cp *cp, int i, int qh[2], int kh[2]) {
     return 2;
 }
 
-/* Offsets of half h of sequence b in a [B, 2c, width] tensor. */
-static int64_t half_off(const tr_cp *cp, int b, int h, int64_t width) {
-    return ((int64_t)b * cp->seq + (int64_t)h * (cp->seq / 2)) * width;
+/* One block: piece qh of document `seg` of row b against piece kh of the same document. */
+typedef struct block {
+    int p;          /* rows of each piece */
+    int64_t qr, kr; /* first rows of the pieces in [B, 2c, .] */
+    int64_t lse;    /* the query piece's first lse entry in [B, H, 2c] */
+} block;
+
+static block block_at(const tr_cp *cp, int b, int seg, int qh, int kh) {
+    int64_t at = (int64_t)b * cp->seq + seg, row = (int64_t)b * cp->seq + cp->seg_start[at];
+    int p = cp->seg_len[at] / 2;
+    return (block){.p = p,
+                   .qr = row + (int64_t)qh * p,
+                   .kr = row + (int64_t)kh * p,
+                   .lse = (int64_t)b * cp->heads * cp->seq + cp->seg_start[at] + (int64_t)qh * p};
 }
 
 static tr_status start_kv(tr_cp *cp, const float *k, const float *v, int into,
@@ -140,29 +188,39 @@ static tr_status start_kv(tr_cp *cp, const float *k, const float *v, int into,
     return tr_comm_isend(cp->comm, cp->group, v, n, TR_COMM_F32, next_rank(cp), TAG_V, &req[3]);
 }
 
+/* Step i >= 1 of the forward: each block's output merged into out and lse. */
+static tr_status fwd_blocks(tr_cp *cp, int i, float *out, float *lse, const float *q,
+                            const float *ck, const float *cv, const tr_attn_desc *d) {
+    const tr_ops *ops = cp->ops;
+    int T = cp->seq, H = cp->heads, G = cp->groups, D = cp->head_dim;
+    int qh[2], kh[2], n = step_blocks(cp, i, qh, kh);
+    for (int b = 0; b < cp->batch; b++)
+        for (int sg = 0; sg < cp->n_seg[b]; sg++)
+            for (int e = 0; e < n; e++) {
+                block k = block_at(cp, b, sg, qh[e], kh[e]);
+                tr_attn_desc bd = block_desc(cp, d, k.p);
+                TR_TRY(ops->attention_fwd(cp->o_blk, cp->lse_blk, q + k.qr * H * D,
+                                          ck + k.kr * G * D, cv + k.kr * G * D, &bd));
+                TR_TRY(ops->attention_merge(out + k.qr * H * D, lse + k.lse, T, cp->o_blk,
+                                            cp->lse_blk, k.p, H, D));
+            }
+    return TR_OK;
+}
+
 tr_status tr_cp_attn_fwd(tr_cp *cp, float *out, float *lse, const float *q, const float *k,
                          const float *v, const tr_attn_desc *d) {
     TR_TRY(check_desc(cp, d));
-    const tr_ops *ops = cp->ops;
-    int N = cp->size, T = cp->seq, c = T / 2, H = cp->heads, G = cp->groups, D = cp->head_dim;
-    tr_attn_desc bd = block_desc(cp, d);
+    TR_TRY(find_segments(cp, d));
+    int N = cp->size;
     tr_comm_request *req[4] = {0};
     tr_status st = TR_OK;
     for (int i = 0; i < N && st == TR_OK; i++) {
         const float *ck = i == 0 ? k : cp->kv[i & 1][0], *cv = i == 0 ? v : cp->kv[i & 1][1];
         if (i + 1 < N) st = start_kv(cp, ck, cv, (i + 1) & 1, req);
-        if (st == TR_OK && i == 0) st = ops->attention_fwd(out, lse, q, k, v, d);
-        int qh[2], kh[2], n = i == 0 ? 0 : step_blocks(cp, i, qh, kh);
-        for (int b = 0; b < cp->batch && st == TR_OK; b++)
-            for (int e = 0; e < n && st == TR_OK; e++) {
-                st = ops->attention_fwd(cp->o_blk, cp->lse_blk, q + half_off(cp, b, qh[e], H * D),
-                                        ck + half_off(cp, b, kh[e], G * D),
-                                        cv + half_off(cp, b, kh[e], G * D), &bd);
-                if (st == TR_OK)
-                    st = ops->attention_merge(out + half_off(cp, b, qh[e], H * D),
-                                              lse + (int64_t)b * H * T + (int64_t)qh[e] * c, T,
-                                              cp->o_blk, cp->lse_blk, c, H, D);
-            }
+        /* Step 0: the local pairs are in global order, so the causal (document) mask holds. */
+        if (st == TR_OK)
+            st = i == 0 ? cp->ops->attention_fwd(out, lse, q, k, v, d)
+                        : fwd_blocks(cp, i, out, lse, q, ck, cv, d);
         tr_status w = tr_comm_wait_all(cp->comm, req, 4);
         if (st == TR_OK) st = w;
     }
@@ -174,23 +232,24 @@ static tr_status bwd_blocks(tr_cp *cp, int i, float *dq, const float *dout, cons
                             const float *ck, const float *cv, const float *out, const float *lse,
                             const tr_attn_desc *d) {
     const tr_ops *ops = cp->ops;
-    int T = cp->seq, c = T / 2, H = cp->heads, G = cp->groups, D = cp->head_dim;
-    tr_attn_desc bd = block_desc(cp, d);
+    int T = cp->seq, H = cp->heads, G = cp->groups, D = cp->head_dim;
     size_t kv = (size_t)kv_numel(cp) * sizeof(float);
     TR_TRY(tr_device_memset0(cp->dev, cp->dstep[0], kv));
     TR_TRY(tr_device_memset0(cp->dev, cp->dstep[1], kv));
     int qh[2], kh[2], n = step_blocks(cp, i, qh, kh);
     for (int b = 0; b < cp->batch; b++)
-        for (int e = 0; e < n; e++) {
-            int64_t qo = half_off(cp, b, qh[e], H * D), ko = half_off(cp, b, kh[e], G * D);
-            TR_TRY(ops->copy_2d(cp->lse_blk, c, lse + (int64_t)b * H * T + (int64_t)qh[e] * c, T, H,
-                                c));
-            TR_TRY(ops->attention_bwd(cp->dq_blk, cp->dk_blk, cp->dv_blk, dout + qo, q + qo,
-                                      ck + ko, cv + ko, out + qo, cp->lse_blk, &bd));
-            TR_TRY(ops->add(dq + qo, cp->dq_blk, (int64_t)c * H * D));
-            TR_TRY(ops->add(cp->dstep[0] + ko, cp->dk_blk, (int64_t)c * G * D));
-            TR_TRY(ops->add(cp->dstep[1] + ko, cp->dv_blk, (int64_t)c * G * D));
-        }
+        for (int sg = 0; sg < cp->n_seg[b]; sg++)
+            for (int e = 0; e < n; e++) {
+                block k = block_at(cp, b, sg, qh[e], kh[e]);
+                tr_attn_desc bd = block_desc(cp, d, k.p);
+                int64_t qo = k.qr * H * D, ko = k.kr * G * D;
+                TR_TRY(ops->copy_2d(cp->lse_blk, k.p, lse + k.lse, T, H, k.p));
+                TR_TRY(ops->attention_bwd(cp->dq_blk, cp->dk_blk, cp->dv_blk, dout + qo, q + qo,
+                                          ck + ko, cv + ko, out + qo, cp->lse_blk, &bd));
+                TR_TRY(ops->add(dq + qo, cp->dq_blk, (int64_t)k.p * H * D));
+                TR_TRY(ops->add(cp->dstep[0] + ko, cp->dk_blk, (int64_t)k.p * G * D));
+                TR_TRY(ops->add(cp->dstep[1] + ko, cp->dv_blk, (int64_t)k.p * G * D));
+            }
     return TR_OK;
 }
 
@@ -198,6 +257,7 @@ tr_status tr_cp_attn_bwd(tr_cp *cp, float *dq, float *dk, float *dv, const float
                          const float *q, const float *k, const float *v, const float *out,
                          const float *lse, const tr_attn_desc *d) {
     TR_TRY(check_desc(cp, d));
+    TR_TRY(find_segments(cp, d));
     const tr_ops *ops = cp->ops;
     int N = cp->size;
     int64_t n = kv_numel(cp);

@@ -2,6 +2,14 @@
  * split over data-parallel ranks and through the pipeline stages. */
 #include "runtime/train/trainer.h"
 
+/* Context parallelism: this rank's share of the microbatch's mean (trainer.h, cp_weight), so
+ * the sum over the CP group is the whole microbatch's mean loss, as one rank computes it. */
+static tr_status weigh_loss(void *ctx, float *loss) {
+    trainer *t = ctx;
+    if (t->cp_size == 1) return TR_OK;
+    return t->model.ops->scale(loss, 1, (float)t->cp_weight);
+}
+
 static tr_status pp_eval_load(void *ctx, int mb, const int32_t **ids, const int32_t **targets) {
     trainer *t = ctx;
     int64_t global_mb = t->eval_first + (int64_t)mb * t->eval_stride + t->eval_offset;
@@ -17,7 +25,7 @@ static tr_status pp_eval_load(void *ctx, int mb, const int32_t **ids, const int3
 static tr_status evaluate_pp(trainer *t, int split, int64_t first, int nmb, double *sum) {
     t->eval_split = split;
     t->eval_first = first;
-    tr_pp_exec_hooks h = {.ctx = t, .load = pp_eval_load};
+    tr_pp_exec_hooks h = {.ctx = t, .load = pp_eval_load, .eval_loss = weigh_loss};
     TR_TRY(tr_pp_exec_forward_only(&t->pp, &h, nmb, sum));
     return tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, sum, 1, TR_COMM_F64,
                                      TR_COMM_SUM);
@@ -60,18 +68,19 @@ tr_status tr_trainer_evaluate(trainer *t, int split, int64_t eval_iters, double 
             s = tr_trainer_load_microbatch(t, split, global_mb * t->mbs, NULL);
             if (s == TR_OK) s = tr_loss_buffer_slot(&t->losses, &l);
             if (s == TR_OK) s = tr_model_forward_part(m, 0, 0, t->ids, t->tgt, NULL, NULL, l);
+            if (s == TR_OK) s = weigh_loss(t, l);
             if (s == TR_OK) tr_loss_buffer_commit(&t->losses, 0);
         }
     if (s == TR_OK && !t->have_pp) {
         s = tr_loss_buffer_flush(&t->losses);
         sum = t->losses.sum;
     }
-    /* Context parallelism: each CP rank has the loss of its own chunks; their mean is the
-     * sequence's (the chunks hold equally many tokens). */
+    /* Context parallelism: each CP rank has its share of every microbatch's mean (weigh_loss),
+     * which the sum over the DP x CP group adds up. */
     bool meet = shards > 1 || t->cp_size > 1;
     if (s == TR_OK && meet) s = tr_train_dp_sum(&t->dp, &sum, 1);
     /* Every DP replica's copy was summed too when the batch was evaluated whole by each. */
-    double copies = (double)t->cp_size * (meet && shards == 1 ? (double)dp : 1.0);
+    double copies = meet && shards == 1 ? (double)dp : 1.0;
     m->training = 1;
     *loss = sum / ((double)(eval_iters * nmb) * copies);
     return s;

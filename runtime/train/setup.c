@@ -18,12 +18,12 @@ static int check_layout(const tr_config *c, bool distributed, tr_diags *d) {
                            "pipeline parallelism (PP %lld) needs a communicator; this caller gave "
                            "none",
                            (long long)mc->pipeline_model_parallel_size) != TR_OK;
-    else if (!distributed &&
-             (c->derived.data_parallel_size > 1 || mc->tensor_model_parallel_size > 1))
+    else if (!distributed && (c->derived.data_parallel_size > 1 ||
+                              mc->tensor_model_parallel_size > 1 || mc->context_parallel_size > 1))
         bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.no_communicator", NULL, "derived.world_size",
                            "launch through run_recipe under mpirun (it creates the communicator)",
-                           "data and tensor parallelism need a communicator; this caller gave "
-                           "none") != TR_OK;
+                           "data, tensor and context parallelism need a communicator; this caller "
+                           "gave none") != TR_OK;
     return bad;
 }
 
@@ -108,7 +108,11 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
     t->sample = malloc((size_t)(t->full_seq + 1) * sizeof *t->sample);
     t->full_ids = malloc((size_t)t->full_seq * sizeof *t->full_ids);
     t->full_tgt = malloc((size_t)t->full_seq * sizeof *t->full_tgt);
-    if (!t->full_ids || !t->full_tgt) return TR_ERR_NOMEM;
+    t->full_ds = malloc((size_t)t->full_seq * sizeof *t->full_ds);
+    t->full_pos = malloc((size_t)t->full_seq * sizeof *t->full_pos);
+    t->cp_index = malloc((size_t)t->full_seq * sizeof *t->cp_index);
+    if (!t->full_ids || !t->full_tgt || !t->full_ds || !t->full_pos || !t->cp_index)
+        return TR_ERR_NOMEM;
     t->ids = malloc((size_t)bt * sizeof *t->ids);
     t->tgt = malloc((size_t)bt * sizeof *t->tgt);
     t->doc_start = malloc((size_t)bt * sizeof *t->doc_start);
@@ -140,6 +144,9 @@ void tr_trainer_teardown(trainer *t) {
     free(t->sample);
     free(t->full_ids);
     free(t->full_tgt);
+    free(t->full_ds);
+    free(t->full_pos);
+    free(t->cp_index);
     free(t->ids);
     free(t->tgt);
     free(t->doc_start);

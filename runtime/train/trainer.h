@@ -40,7 +40,11 @@ typedef struct trainer {
      * sampler reads for, the ring, whole sequences before the split (full_seq tokens). */
     int cp_size, cp_rank, data_dp_size, data_dp_rank, full_seq;
     tr_cp cp;
-    int32_t *full_ids, *full_tgt;
+    int32_t *full_ids, *full_tgt, *full_ds, *full_pos, *cp_index;
+    /* The loaded microbatch's trained tokens on this rank over those of the whole microbatch:
+     * its loss (the mean over this rank's tokens) times this, summed over the CP group, is the
+     * whole microbatch's mean (1 without CP). */
+    double cp_weight;
     tr_lr_schedule sched;
     tr_token_dataset data;
     tr_train_log log;

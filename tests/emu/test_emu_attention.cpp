@@ -12,6 +12,7 @@
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/attention_tc_kernels.cuh"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace {
@@ -358,12 +359,54 @@ void test_host_rounding(void) {
 
 } // namespace
 
+namespace {
+
+/* Context parallelism's log-sum-exp merge: the kernel against the CPU op, the running lse at a
+ * stride (a half of a longer sequence) and some rows without keys yet (lse -inf, out NaN). */
+void test_lse_merge() {
+    const int rows = 37, heads = 3, D = 20, ld = 2 * rows;
+    std::vector<float> o((size_t)rows * heads * D), ob(o.size()), lse((size_t)heads * ld),
+        lseb((size_t)heads * rows);
+    uint64_t x = 12345;
+    auto next = [&x] {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        return (float)((x >> 40) * (1.0 / 16777216.0)) * 4.0f - 2.0f;
+    };
+    for (auto &v : o) v = next();
+    for (auto &v : ob) v = next();
+    for (auto &v : lse) v = next();
+    for (auto &v : lseb) v = next();
+    for (int t = 0; t < rows; t += 5) {
+        lse[(size_t)(t % heads) * ld + t] = -INFINITY;
+        for (int e = 0; e < D; e++) o[((size_t)t * heads + t % heads) * D + e] = NAN;
+    }
+    std::vector<float> ro = o, rlse = lse;
+    CHECK(cpu->attention_merge(ro.data(), rlse.data(), ld, ob.data(), lseb.data(), rows, heads,
+                               D) == TR_OK);
+    dbuf<float> go(o.size()), gl(lse.size()), gob(ob.size()), glb(lseb.size());
+    put(go.p, o), put(gl.p, lse), put(gob.p, ob), put(glb.p, lseb);
+    emu::launch(dim3(tr_cuda_blocks((int64_t)rows * heads, 256)), dim3(256), 0,
+                [&] { attn_merge_kernel(go.p, gl.p, ld, gob.p, glb.p, rows, heads, D); });
+    std::vector<float> eo = get(go.p, o.size()), el = get(gl.p, lse.size());
+    /* Equal values (-inf included) agree; a NaN anywhere does not. */
+    auto off = [](float a, float b) {
+        return a == b ? 0.0 : (a != a || b != b) ? INFINITY : (double)fabsf(a - b);
+    };
+    double worst = 0.0;
+    for (size_t i = 0; i < eo.size(); i++) worst = std::max(worst, off(eo[i], ro[i]));
+    for (size_t i = 0; i < el.size(); i++) worst = std::max(worst, off(el[i], rlse[i]));
+    CHECK(worst <= 1e-6);
+}
+
+} // namespace
+
 int main(int argc, char **argv) {
     cpu = tr_ops_cpu();
     static const tr_test_case tests[] = {
         TR_TEST(test_host_rounding), TR_TEST(test_doc_start_check), TR_TEST(test_simt),
         TR_TEST(test_tc_bf16),       TR_TEST(test_tc_fp16),         TR_TEST(test_tc_bf16_storage),
         TR_TEST(test_tc_misaligned), TR_TEST(test_simt_dropout),    TR_TEST(test_tc_dropout),
+        TR_TEST(test_lse_merge),
     };
     return tr_test_main(argc, argv, tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -545,3 +545,16 @@ tr_equiv_test(llama_cp2_pertoken_eod_mask 2 llama_tiny_pretrain ${TR_EQUIV_COMMO
               model.calculate_per_token_loss=true dataset.eod_mask_loss=true -- ${TR_CP2})
 tr_equiv_lora_dp_test(llama_lora_cp2 2 --check-volume llama_tiny_pretrain ${TR_EQUIV_COMMON}
                       peft.scheme=lora checkpoint.pretrained_checkpoint=${TR_LORA_BASE} -- ${TR_CP2})
+# Fine-tuning under CP: every document of a pack split into 2 x CP pieces (padded to that
+# multiple, which finalize derives for the CP run and both runs here set alike, so they read the
+# same data), the ring over each document's pieces; packed, with TP + SP on GPT (learned
+# positions), unpacked at micro batch 2, and with PP and the forward-only evaluation.
+set(TR_SFT_CP ${TR_SFT_COMMON} dataset.pad_seq_to_mult=4 model.calculate_per_token_loss=true)
+tr_equiv_test(llama_sft_cp2_eval 2 llama_tiny_sft ${TR_SFT_CP} validation.eval_iters=1
+              validation.eval_interval=5 -- ${TR_CP2})
+tr_equiv_test(gpt_sft_cp2_tp2_sp 4 gpt_tiny_pretrain ${TR_SFT_CP} ${TR_SFT_GPT}
+              model.hidden_dropout=0 model.attention_dropout=0 -- ${TR_CP2} ${TR_TP2} ${TR_SP})
+tr_equiv_test(llama_sft_cp2_unpacked 2 llama_tiny_sft ${TR_SFT_CP} train.micro_batch_size=2
+              dataset.enable_offline_packing=false dataset.packed_sequence_size=null -- ${TR_CP2})
+tr_equiv_test(llama_sft_cp2_pp2_eval 4 llama_tiny_sft ${TR_SFT_CP} model.num_layers=4
+              validation.eval_iters=1 validation.eval_interval=5 -- ${TR_CP2} ${TR_PP2})

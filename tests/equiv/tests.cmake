@@ -528,7 +528,7 @@ tr_equiv_defer_test(gpt_pp2_defer_wgrad_limit3_detected 2 --expect-differ gpt_ti
 # chunks r and 2CP-1-r with their global positions (RoPE; learned positions on GPT), the p2p ring
 # for attention, gradients reduced over DP x CP. --check-volume counts the ring's sends and
 # receives on the CP group against the theory. Alone (CP 2, CP 4), with TP + SP (micro batch 2),
-# PP, DP and the distributed optimizer, the per-token loss with loss masks (end-of-document
+# PP (also interleaved), DP and the distributed optimizer, the per-token loss with loss masks (end-of-document
 # tokens: the chunks train on different token counts, and the global token mean is exact), and
 # LoRA on the pretrained base.
 set(TR_CP2 model.context_parallel_size=2)
@@ -539,6 +539,8 @@ tr_equiv_test(llama_cp4 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} -- model.contex
 tr_equiv_test(llama_cp2_tp2_sp 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} train.micro_batch_size=2 --
               ${TR_CP2} ${TR_TP2} ${TR_SP})
 tr_equiv_test(llama_cp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} -- ${TR_CP2} ${TR_PP2})
+tr_equiv_test(llama_cp2_pp2_vpp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} model.num_layers=4 --
+              ${TR_CP2} ${TR_PP2} ${TR_VPP2})
 tr_equiv_test(llama_cp2_dp2_distopt 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} -- ${TR_CP2}
               ${TR_DISTOPT})
 tr_equiv_test(llama_cp2_pertoken_eod_mask 2 llama_tiny_pretrain ${TR_EQUIV_COMMON}

@@ -232,7 +232,7 @@
     X(tr_check_runtime_context_parallel, "runtime.context_parallel", E, false,                     \
       "Context parallelism (CP > 1) exchanges KV over the p2p ring (cp_comm_type p2p).")           \
     X(tr_check_runtime_cp_dropout, "runtime.cp_dropout", E, false,                                 \
-      "Context parallelism runs without dropout (hidden, attention, adapter).")                    \
+      "With CP: no adapter dropout, no hidden dropout on fine-tuning documents.")                  \
     X(tr_check_runtime_cp_packed, "runtime.cp_packed", E, false,                                   \
       "Context parallelism pads each unpacked fine-tuning document to a multiple of 2 x CP.")      \
     X(tr_check_runtime_expert_parallel, "runtime.expert_parallel", E, false,                       \

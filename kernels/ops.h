@@ -65,6 +65,10 @@ typedef struct tr_attn_desc {
     uint64_t dropout_seed, dropout_round;
     int dropout_layer;
     int head_offset, heads_total;
+    /* The mask's coordinates of this call's batch row 0, query 0 and key 0 (added to b, t and
+     * j): a block of a longer sequence (context parallelism's ring) draws the whole sequence's
+     * mask. 0 for a whole sequence. */
+    int dropout_row0, dropout_q0, dropout_k0;
 } tr_attn_desc;
 
 typedef struct tr_adamw_params {

@@ -39,21 +39,25 @@ TR_RULE_FN(tr_check_runtime_context_parallel) {
         }
 }
 
+/* Attention dropout and, on pretraining sequences, hidden dropout draw the single-rank run's
+ * masks under CP (keyed by whole-sequence positions); the adapters' dropout and hidden dropout
+ * on packed fine-tuning documents do not know those positions yet. */
 TR_RULE_FN(tr_check_runtime_cp_dropout) {
     const tr_model_config *m = &c->model;
     if (m->context_parallel_size <= 1) return;
     const struct {
         const char *key;
         double p;
-    } rates[] = {{"model.hidden_dropout", m->hidden_dropout},
-                 {"model.attention_dropout", m->attention_dropout},
-                 {"peft.dropout", c->peft.scheme >= 0 ? c->peft.dropout : 0.0}};
+        const char *what;
+    } rates[] = {{"model.hidden_dropout", c->dataset.type == TR_DS_SFT ? m->hidden_dropout : 0.0,
+                  "hidden dropout on fine-tuning documents with context parallelism"},
+                 {"peft.dropout", c->peft.scheme >= 0 ? c->peft.dropout : 0.0,
+                  "adapter dropout with context parallelism"}};
     for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++)
         if (rates[i].p > 0.0)
             TR_FAIL(rates[i].key, "set it to 0 with context parallelism",
-                    NOT_YET " (%s %g with context_parallel_size %lld)",
-                    "dropout with context parallelism", rates[i].key, rates[i].p,
-                    (long long)m->context_parallel_size);
+                    NOT_YET " (%s %g with context_parallel_size %lld)", rates[i].what, rates[i].key,
+                    rates[i].p, (long long)m->context_parallel_size);
 }
 
 /* Fine-tuning under CP splits every document into 2 x CP pieces, so each must pad to that

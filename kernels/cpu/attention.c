@@ -116,14 +116,16 @@ static inline int64_t kt_off(const attn_ctx *c, int b, int g) {
  * other two words are the neighbouring query's). */
 static void drop_row(const attn_ctx *c, int b, int h, int t, int k0, int lo, int hi, float *mrow) {
     const tr_attn_desc *d = c->d;
-    tr_attn_drop_stream st = tr_attn_drop_stream_of(d->dropout_seed, d->dropout_round,
-                                                    d->dropout_layer, d->head_offset + h, b);
+    tr_attn_drop_stream st =
+        tr_attn_drop_stream_of(d->dropout_seed, d->dropout_round, d->dropout_layer,
+                               d->head_offset + h, b + d->dropout_row0);
+    int gt = t + d->dropout_q0, kb = k0 + d->dropout_k0; /* the mask's coordinates */
     for (int j = lo; j < hi;) {
-        tr_philox4 r = tr_attn_drop_draw(st, t, k0 + j);
-        int end = ((k0 + j) | 1) + 1 - k0;
+        tr_philox4 r = tr_attn_drop_draw(st, gt, kb + j);
+        int end = ((kb + j) | 1) + 1 - kb;
         if (end > hi) end = hi;
         for (; j < end; j++)
-            mrow[j] = tr_attn_drop_kept(r, t, k0 + j, c->drop_thr) ? c->keep_scale : 0.0f;
+            mrow[j] = tr_attn_drop_kept(r, gt, kb + j, c->drop_thr) ? c->keep_scale : 0.0f;
     }
 }
 

@@ -36,8 +36,11 @@ typedef struct tr_cp {
     int *n_seg;
 } tr_cp;
 
-/* The global position of local row t (0 <= t < seq_local) of CP rank `rank` of `size`. */
+/* The global position of local row t (0 <= t < seq_local) of CP rank `rank` of `size` (t
+ * itself for size 1). */
 int64_t tr_cp_global_pos(int size, int rank, int seq_local, int t);
+/* How many local rows from t on (before `end`) hold consecutive tokens of the whole sequence. */
+int tr_cp_run(int size, int seq_local, int t, int end);
 
 /* This rank's rows of one sequence: local[t] = full[tr_cp_global_pos(t)] for the seq_full /
  * size local rows (seq_full divisible by 2 size). */

@@ -6,7 +6,13 @@
  * output and lse are merged into the running ones (tr_ops.attention_merge). The next KV block is
  * received while the current one is used. Backward recomputes the same blocks from the merged
  * output and lse (flash attention's backward needs nothing else), and the dK/dV of each block
- * travel with it, so after the last hop every rank has the gradient of its own K and V. */
+ * travel with it, so after the last hop every rank has the gradient of its own K and V.
+ *
+ * Packed sequences: the same per document (each local document is its two pieces). Attention
+ * dropout: every block draws the whole sequence's mask at its tokens' coordinates, so step 0 is
+ * split into its three blocks too. */
+#include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,24 +110,10 @@ static int prev_rank(const tr_cp *cp) {
     return (cp->rank + cp->size - 1) % cp->size;
 }
 
-/* The descriptor of one p x p block of one document: no mask, nothing of the local ones. */
-static tr_attn_desc block_desc(const tr_cp *cp, const tr_attn_desc *d, int p) {
-    return (tr_attn_desc){.batch = 1,
-                          .seq = p,
-                          .heads = cp->heads,
-                          .groups = cp->groups,
-                          .head_dim = cp->head_dim,
-                          .scale = d->scale,
-                          .causal = 0,
-                          .lowp = d->lowp};
-}
-
 static tr_status check_desc(const tr_cp *cp, const tr_attn_desc *d) {
     if (!d || d->batch != cp->batch || d->seq != cp->seq || d->heads != cp->heads ||
         d->groups != cp->groups || d->head_dim != cp->head_dim || !d->causal)
         return TR_ERR_INVALID;
-    /* Refused by the dry run (runtime.cp_dropout); never silently ignored. */
-    if (d->dropout != 0.0f) return TR_ERR_INVALID;
     return TR_OK;
 }
 
@@ -150,9 +142,70 @@ static tr_status find_segments(tr_cp *cp, const tr_attn_desc *d) {
     return TR_OK;
 }
 
-/* The blocks (query piece, key piece) of every document step `i` computes: 2 of them. */
-static int step_blocks(const tr_cp *cp, int i, int qh[2], int kh[2]) {
+/* One block: piece qh of document `seg` of row b against piece kh of the same document held
+ * by rank `owner` (the KV block's). */
+typedef struct block {
+    int b, p;       /* the row; rows of each piece */
+    int64_t qr, kr; /* first rows of the pieces in [B, 2c, .] */
+    int64_t lse;    /* the query piece's first lse entry in [B, H, 2c] */
+    int64_t gq, gk; /* the pieces' first tokens in the whole sequence */
+    bool causal;    /* a piece against itself */
+} block;
+
+/* A document at local row s0 starts at token N s0 of the whole sequence (each earlier document
+ * left 1/N of its tokens here); its piece i starts i p tokens further. */
+static int64_t piece_token(const tr_cp *cp, int64_t s0, int p, int owner, int h) {
+    int piece = h ? 2 * cp->size - 1 - owner : owner;
+    return (int64_t)cp->size * s0 + (int64_t)piece * p;
+}
+
+static block block_at(const tr_cp *cp, int b, int seg, int qh, int kh, int owner) {
+    int64_t at = (int64_t)b * cp->seq + seg, s0 = cp->seg_start[at];
+    int64_t row = (int64_t)b * cp->seq + s0;
+    int p = cp->seg_len[at] / 2;
+    return (block){.b = b,
+                   .p = p,
+                   .qr = row + (int64_t)qh * p,
+                   .kr = row + (int64_t)kh * p,
+                   .lse = (int64_t)b * cp->heads * cp->seq + s0 + (int64_t)qh * p,
+                   .gq = piece_token(cp, s0, p, cp->rank, qh),
+                   .gk = piece_token(cp, s0, p, owner, kh),
+                   .causal = owner == cp->rank && qh == kh};
+}
+
+/* One block's descriptor: causal only for a piece against itself, no document mask, and the
+ * whole sequence's coordinates for the dropout mask. */
+static tr_attn_desc block_desc(const tr_cp *cp, const tr_attn_desc *d, const block *k) {
+    tr_attn_desc bd = {.batch = 1,
+                       .seq = k->p,
+                       .heads = cp->heads,
+                       .groups = cp->groups,
+                       .head_dim = cp->head_dim,
+                       .scale = d->scale,
+                       .causal = k->causal,
+                       .lowp = d->lowp};
+    if (d->dropout != 0.0f) {
+        bd.dropout = d->dropout;
+        bd.dropout_seed = d->dropout_seed, bd.dropout_round = d->dropout_round;
+        bd.dropout_layer = d->dropout_layer;
+        bd.head_offset = d->head_offset, bd.heads_total = d->heads_total;
+        bd.dropout_row0 = d->dropout_row0 + k->b;
+        bd.dropout_q0 = d->dropout_q0 + (int)k->gq;
+        bd.dropout_k0 = d->dropout_k0 + (int)k->gk;
+    }
+    return bd;
+}
+
+/* The blocks (query piece, key piece) of every document at step `i`; *owner the rank whose KV
+ * block it holds. Step 0 is the causal local pair: each piece against itself and the second
+ * against the first. */
+static int step_blocks(const tr_cp *cp, int i, int qh[3], int kh[3], int *owner) {
     int j = (cp->rank - i + cp->size) % cp->size;
+    *owner = j;
+    if (i == 0) {
+        qh[0] = 0, kh[0] = 0, qh[1] = 1, kh[1] = 0, qh[2] = 1, kh[2] = 1;
+        return 3;
+    }
     if (j < cp->rank) {
         qh[0] = 0, kh[0] = 0, qh[1] = 1, kh[1] = 0;
     } else {
@@ -161,20 +214,10 @@ static int step_blocks(const tr_cp *cp, int i, int qh[2], int kh[2]) {
     return 2;
 }
 
-/* One block: piece qh of document `seg` of row b against piece kh of the same document. */
-typedef struct block {
-    int p;          /* rows of each piece */
-    int64_t qr, kr; /* first rows of the pieces in [B, 2c, .] */
-    int64_t lse;    /* the query piece's first lse entry in [B, H, 2c] */
-} block;
-
-static block block_at(const tr_cp *cp, int b, int seg, int qh, int kh) {
-    int64_t at = (int64_t)b * cp->seq + seg, row = (int64_t)b * cp->seq + cp->seg_start[at];
-    int p = cp->seg_len[at] / 2;
-    return (block){.p = p,
-                   .qr = row + (int64_t)qh * p,
-                   .kr = row + (int64_t)kh * p,
-                   .lse = (int64_t)b * cp->heads * cp->seq + cp->seg_start[at] + (int64_t)qh * p};
+/* Step 0 as one call on the local rows (the pairs are in global order, so the causal and the
+ * document masks hold), except with dropout, whose mask coordinates are per block. */
+static bool step0_whole(const tr_attn_desc *d) {
+    return d->dropout == 0.0f;
 }
 
 static tr_status start_kv(tr_cp *cp, const float *k, const float *v, int into,
@@ -188,17 +231,19 @@ static tr_status start_kv(tr_cp *cp, const float *k, const float *v, int into,
     return tr_comm_isend(cp->comm, cp->group, v, n, TR_COMM_F32, next_rank(cp), TAG_V, &req[3]);
 }
 
-/* Step i >= 1 of the forward: each block's output merged into out and lse. */
+/* A step of the forward in blocks, each block's output merged into out and lse (at step 0 lse
+ * starts at -inf, so the first block of a row is taken as it is). */
 static tr_status fwd_blocks(tr_cp *cp, int i, float *out, float *lse, const float *q,
                             const float *ck, const float *cv, const tr_attn_desc *d) {
     const tr_ops *ops = cp->ops;
-    int T = cp->seq, H = cp->heads, G = cp->groups, D = cp->head_dim;
-    int qh[2], kh[2], n = step_blocks(cp, i, qh, kh);
+    int T = cp->seq, H = cp->heads, G = cp->groups, D = cp->head_dim, owner;
+    if (i == 0) TR_TRY(ops->fill_2d(lse, T, (int64_t)cp->batch * H, T, -INFINITY));
+    int qh[3], kh[3], n = step_blocks(cp, i, qh, kh, &owner);
     for (int b = 0; b < cp->batch; b++)
         for (int sg = 0; sg < cp->n_seg[b]; sg++)
             for (int e = 0; e < n; e++) {
-                block k = block_at(cp, b, sg, qh[e], kh[e]);
-                tr_attn_desc bd = block_desc(cp, d, k.p);
+                block k = block_at(cp, b, sg, qh[e], kh[e], owner);
+                tr_attn_desc bd = block_desc(cp, d, &k);
                 TR_TRY(ops->attention_fwd(cp->o_blk, cp->lse_blk, q + k.qr * H * D,
                                           ck + k.kr * G * D, cv + k.kr * G * D, &bd));
                 TR_TRY(ops->attention_merge(out + k.qr * H * D, lse + k.lse, T, cp->o_blk,
@@ -217,38 +262,41 @@ tr_status tr_cp_attn_fwd(tr_cp *cp, float *out, float *lse, const float *q, cons
     for (int i = 0; i < N && st == TR_OK; i++) {
         const float *ck = i == 0 ? k : cp->kv[i & 1][0], *cv = i == 0 ? v : cp->kv[i & 1][1];
         if (i + 1 < N) st = start_kv(cp, ck, cv, (i + 1) & 1, req);
-        /* Step 0: the local pairs are in global order, so the causal (document) mask holds. */
         if (st == TR_OK)
-            st = i == 0 ? cp->ops->attention_fwd(out, lse, q, k, v, d)
-                        : fwd_blocks(cp, i, out, lse, q, ck, cv, d);
+            st = i == 0 && step0_whole(d) ? cp->ops->attention_fwd(out, lse, q, k, v, d)
+                                          : fwd_blocks(cp, i, out, lse, q, ck, cv, d);
         tr_status w = tr_comm_wait_all(cp->comm, req, 4);
         if (st == TR_OK) st = w;
     }
     return st;
 }
 
-/* One later step's blocks: dq accumulates, the step's dK/dV go into dstep (zeroed first). */
-static tr_status bwd_blocks(tr_cp *cp, int i, float *dq, const float *dout, const float *q,
-                            const float *ck, const float *cv, const float *out, const float *lse,
-                            const tr_attn_desc *d) {
+/* A step's blocks: dq accumulates (zeroed first at step 0), the step's dK/dV go into dkv_k and
+ * dkv_v (zeroed first). */
+static tr_status bwd_blocks(tr_cp *cp, int i, float *dq, float *dkv_k, float *dkv_v,
+                            const float *dout, const float *q, const float *ck, const float *cv,
+                            const float *out, const float *lse, const tr_attn_desc *d) {
     const tr_ops *ops = cp->ops;
-    int T = cp->seq, H = cp->heads, G = cp->groups, D = cp->head_dim;
+    int T = cp->seq, H = cp->heads, G = cp->groups, D = cp->head_dim, owner;
     size_t kv = (size_t)kv_numel(cp) * sizeof(float);
-    TR_TRY(tr_device_memset0(cp->dev, cp->dstep[0], kv));
-    TR_TRY(tr_device_memset0(cp->dev, cp->dstep[1], kv));
-    int qh[2], kh[2], n = step_blocks(cp, i, qh, kh);
+    TR_TRY(tr_device_memset0(cp->dev, dkv_k, kv));
+    TR_TRY(tr_device_memset0(cp->dev, dkv_v, kv));
+    if (i == 0)
+        TR_TRY(tr_device_memset0(cp->dev, dq,
+                                 (size_t)cp->batch * (size_t)T * (size_t)(H * D) * sizeof(float)));
+    int qh[3], kh[3], n = step_blocks(cp, i, qh, kh, &owner);
     for (int b = 0; b < cp->batch; b++)
         for (int sg = 0; sg < cp->n_seg[b]; sg++)
             for (int e = 0; e < n; e++) {
-                block k = block_at(cp, b, sg, qh[e], kh[e]);
-                tr_attn_desc bd = block_desc(cp, d, k.p);
+                block k = block_at(cp, b, sg, qh[e], kh[e], owner);
+                tr_attn_desc bd = block_desc(cp, d, &k);
                 int64_t qo = k.qr * H * D, ko = k.kr * G * D;
                 TR_TRY(ops->copy_2d(cp->lse_blk, k.p, lse + k.lse, T, H, k.p));
                 TR_TRY(ops->attention_bwd(cp->dq_blk, cp->dk_blk, cp->dv_blk, dout + qo, q + qo,
                                           ck + ko, cv + ko, out + qo, cp->lse_blk, &bd));
                 TR_TRY(ops->add(dq + qo, cp->dq_blk, (int64_t)k.p * H * D));
-                TR_TRY(ops->add(cp->dstep[0] + ko, cp->dk_blk, (int64_t)k.p * G * D));
-                TR_TRY(ops->add(cp->dstep[1] + ko, cp->dv_blk, (int64_t)k.p * G * D));
+                TR_TRY(ops->add(dkv_k + ko, cp->dk_blk, (int64_t)k.p * G * D));
+                TR_TRY(ops->add(dkv_v + ko, cp->dv_blk, (int64_t)k.p * G * D));
             }
     return TR_OK;
 }
@@ -269,9 +317,13 @@ tr_status tr_cp_attn_bwd(tr_cp *cp, float *dq, float *dk, float *dv, const float
         int cur = i & 1, nxt = cur ^ 1;
         const float *ck = i == 0 ? k : cp->kv[cur][0], *cv = i == 0 ? v : cp->kv[cur][1];
         if (i + 1 < N) st = start_kv(cp, ck, cv, nxt, kreq);
-        if (st == TR_OK && i == 0)
+        /* Step 0 writes the first dK/dV of the own block into dkv[0], later steps into dstep. */
+        if (st == TR_OK && i == 0 && step0_whole(d))
             st = ops->attention_bwd(dq, cp->dkv[0][0], cp->dkv[0][1], dout, q, k, v, out, lse, d);
-        if (st == TR_OK && i > 0) st = bwd_blocks(cp, i, dq, dout, q, ck, cv, out, lse, d);
+        else if (st == TR_OK && i == 0)
+            st = bwd_blocks(cp, 0, dq, cp->dkv[0][0], cp->dkv[0][1], dout, q, k, v, out, lse, d);
+        if (st == TR_OK && i > 0)
+            st = bwd_blocks(cp, i, dq, cp->dstep[0], cp->dstep[1], dout, q, ck, cv, out, lse, d);
         /* What came from the previous rank for this block, plus this rank's share. */
         if (st == TR_OK && i > 0) st = tr_comm_wait_all(cp->comm, rreq, 2);
         if (st == TR_OK && i > 0) st = ops->add(cp->dkv[cur][0], cp->dstep[0], n);

@@ -2,6 +2,7 @@
 #include "runtime/context_parallel/cp.h"
 
 int64_t tr_cp_global_pos(int size, int rank, int seq_local, int t) {
+    if (size <= 1) return t;
     int c = seq_local / 2;
     int chunk = t < c ? rank : 2 * size - 1 - rank;
     return (int64_t)chunk * c + (t < c ? t : t - c);
@@ -26,6 +27,11 @@ tr_status tr_cp_index(int size, int rank, const int32_t *doc_start, int seq_full
         s = e;
     }
     return TR_OK;
+}
+
+int tr_cp_run(int size, int seq_local, int t, int end) {
+    int c = seq_local / 2;
+    return size > 1 && t < c && end > c ? c - t : end - t;
 }
 
 void tr_cp_take(int size, int rank, const int32_t *full, int seq_full, int32_t *local) {

@@ -68,9 +68,10 @@ std::vector<int32_t> doc_starts(int B, int T, int doc_len) {
 }
 
 /* A descriptor; p > 0 adds attention dropout with fixed, nonzero mask coordinates (a TP rank's
- * head offset among them). */
-tr_attn_desc desc_of(int B, int T, int Hh, int G, int D, int causal, int lowp, int trusted,
-                     float p) {
+ * head offset among them, and the call placed as a block of a longer sequence, as context
+ * parallelism's ring places it: at even token coordinates, or odd ones with `odd`). */
+tr_attn_desc desc_of(int B, int T, int Hh, int G, int D, int causal, int lowp, int trusted, float p,
+                     int odd = 0) {
     tr_attn_desc d = {};
     d.batch = B, d.seq = T, d.heads = Hh, d.groups = G, d.head_dim = D;
     d.scale = 1.0f / sqrtf((float)D), d.causal = causal, d.lowp = lowp;
@@ -78,6 +79,7 @@ tr_attn_desc desc_of(int B, int T, int Hh, int G, int D, int causal, int lowp, i
     if (p > 0.0f) {
         d.dropout = p, d.dropout_seed = 0xA77E17D0ull + (uint64_t)T, d.dropout_round = 17;
         d.dropout_layer = 5, d.head_offset = Hh, d.heads_total = 3 * Hh;
+        d.dropout_row0 = 3, d.dropout_q0 = 2 * T + 6 + odd, d.dropout_k0 = T + 4 + 3 * odd;
     }
     return d;
 }
@@ -279,8 +281,9 @@ template <typename S, bool DROP> void simt_width(const tr_attn_desc &d, const re
 }
 
 template <typename S>
-void simt_case(int B, int T, int Hh, int G, int D, int causal, int doc_len, float p = 0.0f) {
-    tr_attn_desc d = desc_of(B, T, Hh, G, D, causal, 0, 0, p);
+void simt_case(int B, int T, int Hh, int G, int D, int causal, int doc_len, float p = 0.0f,
+               int odd = 0) {
+    tr_attn_desc d = desc_of(B, T, Hh, G, D, causal, 0, 0, p, odd);
     std::vector<int32_t> ds = doc_starts(B, T, doc_len);
     d.doc_start = doc_len ? ds.data() : NULL;
     reference r = cpu_reference(d, std::is_same<S, __nv_bfloat16>::value,
@@ -309,6 +312,7 @@ void test_simt_dropout(void) {
     simt_case<float>(1, 45, 2, 2, 80, 0, 0, 0.5f);
     simt_case<float>(1, 75, 2, 1, 32, 1, 9, 0.3f);
     simt_case<__nv_bfloat16>(1, 40, 4, 2, 64, 1, 0, 0.1f);
+    simt_case<float>(1, 33, 2, 1, 32, 0, 0, 0.3f, 1); /* a block at odd coordinates */
 }
 
 void test_simt(void) {

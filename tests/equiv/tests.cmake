@@ -560,3 +560,12 @@ tr_equiv_test(llama_sft_cp2_unpacked 2 llama_tiny_sft ${TR_SFT_CP} train.micro_b
               dataset.enable_offline_packing=false dataset.packed_sequence_size=null -- ${TR_CP2})
 tr_equiv_test(llama_sft_cp2_pp2_eval 4 llama_tiny_sft ${TR_SFT_CP} model.num_layers=4
               validation.eval_iters=1 validation.eval_interval=5 -- ${TR_CP2} ${TR_PP2})
+# Dropout under CP draws the single-rank run's masks: attention dropout per ring block at the
+# whole sequence's token coordinates, hidden dropout per run of consecutive tokens (also on
+# sequence-parallel chunks); attention dropout on packed documents.
+tr_equiv_test(gpt_cp2_dropout 2 gpt_tiny_pretrain ${TR_EQUIV_COMMON} model.attention_dropout=0.1
+              model.hidden_dropout=0.1 -- ${TR_CP2})
+tr_equiv_test(gpt_cp2_tp2_sp_dropout 4 gpt_tiny_pretrain ${TR_EQUIV_COMMON} train.micro_batch_size=2
+              model.attention_dropout=0.1 model.hidden_dropout=0.1 -- ${TR_CP2} ${TR_TP2} ${TR_SP})
+tr_equiv_test(llama_sft_cp2_attention_dropout 2 llama_tiny_sft ${TR_SFT_CP}
+              model.attention_dropout=0.1 -- ${TR_CP2})

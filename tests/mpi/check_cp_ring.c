@@ -1,7 +1,10 @@
 /* Ring attention on real ranks (runtime/context_parallel/cp.h), in isolation from the model: the
  * whole world is the CP group, B sequences of S = 2 c N tokens (N ranks), GQA heads.
  *
- *   mpirun -np N check_cp_ring B c
+ *   mpirun -np N check_cp_ring B c [P]
+ *
+ * P > 0: with attention dropout of probability P (each ring block draws the whole sequence's
+ * mask at its tokens' coordinates, so the oracle is the whole-sequence op with the same mask).
  *
  * Every rank draws the same whole-sequence q, k, v and output weights w. Checks:
  *   - forward: this rank's rows of out and lse equal the causal attention op on the whole
@@ -104,7 +107,7 @@ static int fd_check(ring_case *r, const char *what, float *local, const float *g
     return bad;
 }
 
-static int run(tr_cp *cp, tr_comm *comm, int B, int c, int rank) {
+static int run(tr_cp *cp, tr_comm *comm, int B, int c, float p, int rank) {
     int N = cp->size, T = 2 * c, S = T * N, bad = 0;
     int64_t nq = (int64_t)B * S * H * D, nk = (int64_t)B * S * G * D;
     int64_t lq_n = nq / N, lk_n = nk / N;
@@ -113,6 +116,10 @@ static int run(tr_cp *cp, tr_comm *comm, int B, int c, int rank) {
     r.w = draw(nq, -1, 1);
     tr_attn_desc full = {.batch = B, .seq = S, .heads = H, .groups = G, .head_dim = D, .causal = 1};
     full.scale = 1.0f / sqrtf((float)D);
+    if (p > 0.0f) {
+        full.dropout = p, full.dropout_seed = 0x5EEDull, full.dropout_round = 3;
+        full.dropout_layer = 1, full.heads_total = H;
+    }
     r.d = full;
     r.d.seq = T;
     /* The oracle: the op on the whole sequence. */
@@ -187,6 +194,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     int B = argc > 1 ? atoi(argv[1]) : 2, c = argc > 2 ? atoi(argv[2]) : 3;
+    float p = argc > 3 ? (float)atof(argv[3]) : 0.0f;
     tr_diags d;
     tr_diags_init(&d);
     tr_parallel_dims dims;
@@ -203,7 +211,7 @@ int main(int argc, char **argv) {
             tr_cp cp;
             if (tr_cp_create(&cp, tr_device_host(), comm, TR_GROUP_CP, B, 2 * c, H, G, D) ==
                 TR_OK) {
-                bad = run(&cp, comm, B, c, rank);
+                bad = run(&cp, comm, B, c, p, rank);
                 tr_cp_free(&cp);
             }
             tr_comm_destroy(comm);

@@ -17,7 +17,9 @@ typedef struct capability_case {
 
 static const capability_case cases[] = {
     {"runtime.context_parallel", 2, {"model.context_parallel_size=2", "model.cp_comm_type=[a2a]"}},
-    {"runtime.cp_dropout", 2, {"model.context_parallel_size=2", "model.hidden_dropout=0.1"}},
+    {"runtime.cp_dropout",
+     2,
+     {"model.context_parallel_size=2", "peft.scheme=lora", "peft.dropout=0.1"}},
     {"runtime.cp_packed",
      2,
      {"model.context_parallel_size=2", "dataset.type=sft", "dataset.pad_seq_to_mult=2"}},

@@ -31,12 +31,19 @@ TR_RULE_FN(tr_check_runtime_context_parallel) {
     const tr_model_config *m = &c->model;
     if (m->context_parallel_size <= 1) return;
     const tr_str_list *t = &m->cp_comm_type;
-    for (int i = 0; !t->null && i < t->n; i++)
-        if (strcmp(t->v[i], "p2p") != 0) {
-            TR_FAIL("model.cp_comm_type", "set model.cp_comm_type=[p2p] (or null)",
+    for (int i = 0; !t->null && i < t->n; i++) {
+        if (strcmp(t->v[i], "p2p") != 0 && strcmp(t->v[i], "allgather") != 0) {
+            TR_FAIL("model.cp_comm_type", "set model.cp_comm_type=[p2p] or [allgather] (or null)",
                     NOT_YET " (cp_comm_type '%s')", "that context-parallel exchange", t->v[i]);
             break;
         }
+        if (strcmp(t->v[i], t->v[0]) != 0) {
+            TR_FAIL("model.cp_comm_type", "give one exchange for every layer",
+                    NOT_YET " (cp_comm_type '%s' and '%s')",
+                    "different context-parallel exchanges per layer", t->v[0], t->v[i]);
+            break;
+        }
+    }
 }
 
 /* Attention dropout and, on pretraining sequences, hidden dropout draw the single-rank run's

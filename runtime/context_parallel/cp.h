@@ -18,8 +18,13 @@
 struct tr_comm;
 struct tr_device;
 
+/* cp_comm_type: the p2p ring, or all_gather (Megatron's "allgather": every rank gathers the
+ * whole sequence's K and V at once, the dK/dV are reduce-scattered back; no overlap). */
+enum { TR_CP_P2P, TR_CP_ALL_GATHER };
+
 typedef struct tr_cp {
     int size, rank; /* the CP group */
+    int type;       /* TR_CP_* */
     struct tr_comm *comm;
     int group;
     struct tr_device *dev;
@@ -32,6 +37,8 @@ typedef struct tr_cp {
     float *o_blk, *lse_blk, *dq_blk, *dk_blk, *dv_blk;
     /* Packed sequences: the host's copy of the local document starts and the documents
      * (start, length) of each row found in it. */
+    /* all_gather: every rank's K and V, [size][B, 2c, G, D], and their gradients. */
+    float *ag_k, *ag_v, *ag_dk, *ag_dv;
     int32_t *ds_host, *seg_start, *seg_len; /* [batch * seq] */
     int *n_seg;
 } tr_cp;
@@ -61,6 +68,8 @@ tr_status tr_cp_index(int size, int rank, const int32_t *doc_start, int seq_full
 tr_status tr_cp_create(tr_cp *cp, struct tr_device *dev, struct tr_comm *comm, int group, int batch,
                        int seq_local, int heads, int groups, int head_dim);
 void tr_cp_free(tr_cp *cp);
+/* Switches to the all_gather exchange (its whole-sequence buffers on the device). */
+tr_status tr_cp_use_all_gather(tr_cp *cp);
 
 /* Causal attention over the whole sequence for this rank's queries: q, out [B, 2c, H, D], k, v
  * [B, 2c, G, D] (local rows), lse [B, H, 2c]; d describes the local tensors (seq = 2c, causal,
@@ -77,7 +86,7 @@ tr_status tr_cp_attn_bwd(tr_cp *cp, float *dq, float *dk, float *dv, const float
                          const float *lse, const tr_attn_desc *d);
 
 /* Bytes this rank sends over the ring per attention forward and backward of one microbatch:
- * forward size-1 KV blocks; backward size-1 KV blocks and size dK/dV blocks. */
+ * forward size-1 KV blocks; backward size-1 KV blocks and size dK/dV blocks (p2p). */
 int64_t tr_cp_ring_bytes_fwd(const tr_cp *cp);
 int64_t tr_cp_ring_bytes_bwd(const tr_cp *cp);
 

@@ -2,6 +2,7 @@
  * config, the layout checks the runtime makes, the model (or this rank's stages), data,
  * optimizer, data-parallel state and checkpoint load. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/validate.h"
 #include "runtime/peft/lora.h"
@@ -95,6 +96,10 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
         TR_TRY(tr_cp_create(&t->cp, t->dev, t->o->comm, TR_GROUP_CP, t->mbs, ms.seq,
                             t->model.spec.heads, t->model.spec.groups, ms.head_dim));
         t->model.cp = &t->cp;
+        /* runtime.context_parallel has left p2p (null) or allgather, one for every layer. */
+        const tr_str_list *ct = &c->model.cp_comm_type;
+        if (!ct->null && ct->n > 0 && strcmp(ct->v[0], "allgather") == 0)
+            TR_TRY(tr_cp_use_all_gather(&t->cp));
     }
     TR_TRY(tr_loss_buffer_create(&t->losses, t->dev, t->nmb > 0 ? t->nmb : 1));
     TR_TRY(tr_model_init_weights(&t->model, (uint64_t)c->rng.seed));

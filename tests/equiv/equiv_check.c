@@ -368,7 +368,9 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  *   per group of 2.D.(h + qkv bias) elements: G.2D.(h + b).
  * On CP (> 1) the ring (runtime/context_parallel/cp.h): r counts this rank's rows of the
  * microbatch; per layer and microbatch K and V of them (2.r.g.D, g the query groups this TP rank
- * holds) sent and received cp-1 times forward, cp-1 times backward with the dK/dV of cp hops.
+ * holds) sent and received cp-1 times forward, cp-1 times backward with the dK/dV of cp hops;
+ * with cp_comm_type allgather, K and V all-gathered forward and backward and the cp dK/dV slots
+ * reduce-scattered.
  * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
  * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
@@ -428,7 +430,14 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
      * TP exceeds them), cp-1 times forward, cp-1 times with the dK/dV of cp hops backward. */
     int64_t g_local = tp > G ? 1 : G / tp;
     int64_t kv = 2 * r * g_local * D * 4;
-    int64_t cp_bytes = cp > 1 ? L * kv * (iters * nmb * (3 * cp - 2) + eval_mbs * (cp - 1)) : 0;
+    const tr_str_list *ct = &m->cp_comm_type;
+    bool cp_ag = cp > 1 && !ct->null && ct->n > 0 && strcmp(ct->v[0], "allgather") == 0;
+    int64_t cp_bytes =
+        cp > 1 && !cp_ag ? L * kv * (iters * nmb * (3 * cp - 2) + eval_mbs * (cp - 1)) : 0;
+    /* allgather: K and V gathered forward and again backward, the dK/dV slots reduce-scattered
+     * (booked by their whole input, cp slots). */
+    int64_t cp_gather = cp_ag ? L * kv * (iters * nmb * 2 + eval_mbs) : 0;
+    int64_t cp_scatter = cp_ag ? L * kv * cp * iters * nmb : 0;
     struct {
         const char *what;
         int group;
@@ -445,6 +454,8 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
          sharded ? iters * 4 * B / dp / cp : 0},
         {"CP send", TR_GROUP_CP, TR_COMM_SEND, cp_bytes},
         {"CP receive", TR_GROUP_CP, TR_COMM_RECV, cp_bytes},
+        {"CP all-gather", TR_GROUP_CP, TR_COMM_ALL_GATHER, cp_gather},
+        {"CP reduce-scatter", TR_GROUP_CP, TR_COMM_REDUCE_SCATTER, cp_scatter},
         {"PP send", TR_GROUP_PP, TR_COMM_SEND, pp_send},
         {"PP receive", TR_GROUP_PP, TR_COMM_RECV, pp_recv}};
     int bad = 0, rank;

@@ -569,3 +569,10 @@ tr_equiv_test(gpt_cp2_tp2_sp_dropout 4 gpt_tiny_pretrain ${TR_EQUIV_COMMON} trai
               model.attention_dropout=0.1 model.hidden_dropout=0.1 -- ${TR_CP2} ${TR_TP2} ${TR_SP})
 tr_equiv_test(llama_sft_cp2_attention_dropout 2 llama_tiny_sft ${TR_SFT_CP}
               model.attention_dropout=0.1 -- ${TR_CP2})
+# The allgather exchange (whole-sequence K and V gathered, dK/dV reduce-scattered): the ring's
+# blocks in the ring's order, alone at CP 4 and with TP + SP and attention dropout.
+tr_equiv_test(llama_cp4_allgather 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} --
+              model.context_parallel_size=4 model.cp_comm_type=[allgather])
+tr_equiv_test(gpt_cp2_tp2_sp_allgather_dropout 4 gpt_tiny_pretrain ${TR_EQUIV_COMMON}
+              train.micro_batch_size=2 model.attention_dropout=0.1 model.hidden_dropout=0.1 --
+              ${TR_CP2} ${TR_TP2} ${TR_SP} model.cp_comm_type=[allgather])

@@ -1,10 +1,12 @@
 /* Ring attention on real ranks (runtime/context_parallel/cp.h), in isolation from the model: the
  * whole world is the CP group, B sequences of S = 2 c N tokens (N ranks), GQA heads.
  *
- *   mpirun -np N check_cp_ring B c [P]
+ *   mpirun -np N check_cp_ring B c [P [allgather]]
  *
  * P > 0: with attention dropout of probability P (each ring block draws the whole sequence's
  * mask at its tokens' coordinates, so the oracle is the whole-sequence op with the same mask).
+ * allgather: the all_gather exchange instead of the ring (its bytes: one all-gather of K and V
+ * forward; backward that again and the reduce-scatter of every rank's dK/dV slots).
  *
  * Every rank draws the same whole-sequence q, k, v and output weights w. Checks:
  *   - forward: this rank's rows of out and lse equal the causal attention op on the whole
@@ -17,6 +19,7 @@
  *     those the theory gives: forward N-1 KV blocks, backward N-1 KV blocks and N dK/dV blocks.
  * Exits 0 on every rank when all hold. */
 #include <math.h>
+#include <stdbool.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,16 +143,30 @@ static int run(tr_cp *cp, tr_comm *comm, int B, int c, float p, int rank) {
 
     tr_comm_counters_reset(&comm->counters);
     bad += tr_cp_attn_fwd(cp, r.lo, r.llse, r.lq, r.lk, r.lv, &r.d) != TR_OK;
-    uint64_t fwd_bytes = tr_comm_counters_bytes(&comm->counters, TR_GROUP_CP, TR_COMM_SEND);
+    bool ag = cp->type == TR_CP_ALL_GATHER;
+    int fwd_kind = ag ? TR_COMM_ALL_GATHER : TR_COMM_SEND;
+    uint64_t fwd_bytes = tr_comm_counters_bytes(&comm->counters, TR_GROUP_CP, fwd_kind);
     bad += tr_cp_attn_bwd(cp, ldq, ldk, ldv, r.lw, r.lq, r.lk, r.lv, r.lo, r.llse, &r.d) != TR_OK;
     uint64_t sent = tr_comm_counters_bytes(&comm->counters, TR_GROUP_CP, TR_COMM_SEND);
     uint64_t got = tr_comm_counters_bytes(&comm->counters, TR_GROUP_CP, TR_COMM_RECV);
     /* The theory: a KV block is K and V of this rank's rows. */
     uint64_t kv = (uint64_t)(2 * lk_n) * sizeof(float);
     uint64_t want_fwd = (uint64_t)(N - 1) * kv, want = want_fwd + (uint64_t)(2 * N - 1) * kv;
-    if (fwd_bytes != want_fwd || sent != want || got != want ||
-        want_fwd != (uint64_t)tr_cp_ring_bytes_fwd(cp) ||
-        want - want_fwd != (uint64_t)tr_cp_ring_bytes_bwd(cp)) {
+    bool bytes_ok = fwd_bytes == want_fwd && sent == want && got == want &&
+                    want_fwd == (uint64_t)tr_cp_ring_bytes_fwd(cp) &&
+                    want - want_fwd == (uint64_t)tr_cp_ring_bytes_bwd(cp);
+    if (ag) {
+        uint64_t gathered =
+            tr_comm_counters_bytes(&comm->counters, TR_GROUP_CP, TR_COMM_ALL_GATHER);
+        uint64_t scattered =
+            tr_comm_counters_bytes(&comm->counters, TR_GROUP_CP, TR_COMM_REDUCE_SCATTER);
+        want_fwd = kv;
+        want = 2 * kv + (uint64_t)N * kv; /* gathers counted by payload, the scatter by input */
+        got = gathered + scattered;
+        bytes_ok =
+            fwd_bytes == kv && gathered == 2 * kv && scattered == (uint64_t)N * kv && sent == 0;
+    }
+    if (!bytes_ok) {
         fprintf(stderr, "rank %d: ring bytes fwd %llu sent %llu received %llu, theory %llu %llu\n",
                 rank, (unsigned long long)fwd_bytes, (unsigned long long)sent,
                 (unsigned long long)got, (unsigned long long)want_fwd, (unsigned long long)want);
@@ -195,6 +212,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     int B = argc > 1 ? atoi(argv[1]) : 2, c = argc > 2 ? atoi(argv[2]) : 3;
     float p = argc > 3 ? (float)atof(argv[3]) : 0.0f;
+    bool ag = argc > 4 && strcmp(argv[4], "allgather") == 0;
     tr_diags d;
     tr_diags_init(&d);
     tr_parallel_dims dims;
@@ -210,7 +228,8 @@ int main(int argc, char **argv) {
         if (tr_comm_mpi_create(&ps, &co, &d, &comm) == TR_OK) {
             tr_cp cp;
             if (tr_cp_create(&cp, tr_device_host(), comm, TR_GROUP_CP, B, 2 * c, H, G, D) ==
-                TR_OK) {
+                    TR_OK &&
+                (!ag || tr_cp_use_all_gather(&cp) == TR_OK)) {
                 bad = run(&cp, comm, B, c, p, rank);
                 tr_cp_free(&cp);
             }

@@ -230,7 +230,7 @@
       "checkpoint.finetune has a checkpoint to start from.")                                       \
     /* what the training runtime can run (core/rules/runtime.c) */                                 \
     X(tr_check_runtime_context_parallel, "runtime.context_parallel", E, false,                     \
-      "Context parallelism (CP > 1) exchanges KV by p2p or allgather, one for every layer.")       \
+      "CP exchanges by p2p, allgather or a2a (CP dividing heads, groups), one for every layer.")   \
     X(tr_check_runtime_cp_dropout, "runtime.cp_dropout", E, false,                                 \
       "With CP: no adapter dropout, no hidden dropout on fine-tuning documents.")                  \
     X(tr_check_runtime_cp_packed, "runtime.cp_packed", E, false,                                   \

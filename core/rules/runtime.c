@@ -32,8 +32,9 @@ TR_RULE_FN(tr_check_runtime_context_parallel) {
     if (m->context_parallel_size <= 1) return;
     const tr_str_list *t = &m->cp_comm_type;
     for (int i = 0; !t->null && i < t->n; i++) {
-        if (strcmp(t->v[i], "p2p") != 0 && strcmp(t->v[i], "allgather") != 0) {
-            TR_FAIL("model.cp_comm_type", "set model.cp_comm_type=[p2p] or [allgather] (or null)",
+        if (strcmp(t->v[i], "p2p") != 0 && strcmp(t->v[i], "allgather") != 0 &&
+            strcmp(t->v[i], "a2a") != 0) {
+            TR_FAIL("model.cp_comm_type", "set model.cp_comm_type=[p2p], [allgather] or [a2a]",
                     NOT_YET " (cp_comm_type '%s')", "that context-parallel exchange", t->v[i]);
             break;
         }
@@ -44,6 +45,20 @@ TR_RULE_FN(tr_check_runtime_context_parallel) {
             break;
         }
     }
+    /* a2a gives each CP rank CP-th of the heads and of the query groups this TP rank holds. */
+    if (t->null || t->n == 0 || strcmp(t->v[0], "a2a") != 0) return;
+    int64_t tp = m->tensor_model_parallel_size > 0 ? m->tensor_model_parallel_size : 1;
+    int64_t heads = m->num_attention_heads / tp, cp = m->context_parallel_size;
+    int64_t groups =
+        m->num_query_groups != TR_NULL_INT ? m->num_query_groups : m->num_attention_heads;
+    groups = groups > tp ? groups / tp : 1;
+    if (heads % cp || groups % cp)
+        TR_FAIL("model.cp_comm_type,model.context_parallel_size,model.num_query_groups",
+                "use model.cp_comm_type=[p2p], or a CP size dividing the heads and query groups "
+                "of a TP rank",
+                "cp_comm_type a2a splits the %lld heads and %lld query groups of a TP rank over "
+                "context_parallel_size %lld, which does not divide them",
+                tr_ll(heads), tr_ll(groups), tr_ll(cp));
 }
 
 /* Attention dropout and, on pretraining sequences, hidden dropout draw the single-rank run's

@@ -74,13 +74,42 @@ tr_status tr_cp_use_all_gather(tr_cp *cp) {
     return TR_OK;
 }
 
+tr_status tr_cp_use_a2a(tr_cp *cp) {
+    if (cp->heads % cp->size || cp->groups % cp->size) return TR_ERR_INVALID;
+    size_t q =
+        (size_t)cp->batch * (size_t)cp->seq * (size_t)(cp->heads * cp->head_dim) * sizeof(float);
+    size_t kv = (size_t)tr_cp_kv_numel(cp) * sizeof(float);
+    struct {
+        float **p;
+        size_t bytes;
+    } want[] = {{&cp->ag_q, q},     {&cp->ag_o, q},    {&cp->ag_do, q},  {&cp->ag_dq, q},
+                {&cp->ag_k, kv},    {&cp->ag_v, kv},   {&cp->ag_dk, kv}, {&cp->ag_dv, kv},
+                {&cp->a2a_send, q}, {&cp->a2a_recv, q}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!*want[i].p)
+            TR_TRY(tr_device_alloc(cp->dev, TR_MEM_ACTIVATIONS, want[i].bytes, (void **)want[i].p));
+    size_t rows = (size_t)cp->batch * (size_t)cp->seq * (size_t)cp->size;
+    if (!cp->ag_ds)
+        TR_TRY(tr_device_alloc(cp->dev, TR_MEM_ACTIVATIONS, rows * sizeof(int32_t),
+                               (void **)&cp->ag_ds));
+    if (!cp->ag_ds_host) cp->ag_ds_host = malloc(rows * sizeof(int32_t));
+    if (!cp->ag_ds_host) return TR_ERR_NOMEM;
+    cp->type = TR_CP_A2A;
+    return TR_OK;
+}
+
 void tr_cp_free(tr_cp *cp) {
     free(cp->ds_host), free(cp->seg_start), free(cp->seg_len), free(cp->n_seg);
     cp->ds_host = cp->seg_start = cp->seg_len = NULL;
     cp->n_seg = NULL;
     if (!cp->dev) return;
-    float **ag[] = {&cp->ag_k, &cp->ag_v, &cp->ag_dk, &cp->ag_dv};
-    for (int i = 3; i >= 0; i--) {
+    free(cp->ag_ds_host);
+    cp->ag_ds_host = NULL;
+    if (cp->ag_ds) tr_device_free(cp->dev, TR_MEM_ACTIVATIONS, cp->ag_ds);
+    cp->ag_ds = NULL;
+    float **ag[] = {&cp->ag_k, &cp->ag_v,  &cp->ag_dk, &cp->ag_dv,    &cp->ag_q,
+                    &cp->ag_o, &cp->ag_do, &cp->ag_dq, &cp->a2a_send, &cp->a2a_recv};
+    for (int i = 9; i >= 0; i--) {
         tr_device_free(cp->dev, TR_MEM_ACTIVATIONS, *ag[i]);
         *ag[i] = NULL;
     }

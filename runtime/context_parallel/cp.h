@@ -18,9 +18,11 @@
 struct tr_comm;
 struct tr_device;
 
-/* cp_comm_type: the p2p ring, or all_gather (Megatron's "allgather": every rank gathers the
- * whole sequence's K and V at once, the dK/dV are reduce-scattered back; no overlap). */
-enum { TR_CP_P2P, TR_CP_ALL_GATHER };
+/* cp_comm_type: the p2p ring, all_gather (Megatron's "allgather": every rank gathers the
+ * whole sequence's K and V at once, the dK/dV are reduce-scattered back; no overlap), or a2a
+ * (Ulysses: all-to-alls trade heads for sequence, then each rank attends the whole sequence
+ * for its share of the heads). */
+enum { TR_CP_P2P, TR_CP_ALL_GATHER, TR_CP_A2A };
 
 typedef struct tr_cp {
     int size, rank; /* the CP group */
@@ -35,10 +37,16 @@ typedef struct tr_cp {
      * of the attention's outputs and gradients. */
     float *kv[2][2], *dkv[2][2], *dstep[2];
     float *o_blk, *lse_blk, *dq_blk, *dk_blk, *dv_blk;
+    /* all_gather: every rank's K and V, [size][B, 2c, G, D], and their gradients. a2a: the
+     * whole sequence of this rank's heads, [B, S, H / size, D] for q, out, dout, dq (in
+     * ag_q, ag_o, ag_do, ag_dq), [B, S, G / size, D] for k, v and their gradients (in ag_k,
+     * ag_v, ag_dk, ag_dv), the exchange's send and receive blocks, and the whole sequence's
+     * document starts. */
+    float *ag_k, *ag_v, *ag_dk, *ag_dv;
+    float *ag_q, *ag_o, *ag_do, *ag_dq, *a2a_send, *a2a_recv;
+    int32_t *ag_ds, *ag_ds_host;
     /* Packed sequences: the host's copy of the local document starts and the documents
      * (start, length) of each row found in it. */
-    /* all_gather: every rank's K and V, [size][B, 2c, G, D], and their gradients. */
-    float *ag_k, *ag_v, *ag_dk, *ag_dv;
     int32_t *ds_host, *seg_start, *seg_len; /* [batch * seq] */
     int *n_seg;
 } tr_cp;
@@ -70,6 +78,9 @@ tr_status tr_cp_create(tr_cp *cp, struct tr_device *dev, struct tr_comm *comm, i
 void tr_cp_free(tr_cp *cp);
 /* Switches to the all_gather exchange (its whole-sequence buffers on the device). */
 tr_status tr_cp_use_all_gather(tr_cp *cp);
+/* Switches to the a2a exchange (Ulysses: heads scattered, the sequence gathered; heads and
+ * groups divisible by the CP size, else TR_ERR_INVALID). */
+tr_status tr_cp_use_a2a(tr_cp *cp);
 
 /* Causal attention over the whole sequence for this rank's queries: q, out [B, 2c, H, D], k, v
  * [B, 2c, G, D] (local rows), lse [B, H, 2c]; d describes the local tensors (seq = 2c, causal,

@@ -46,5 +46,11 @@ tr_status tr_cp_ag_fwd(tr_cp *cp, float *out, float *lse, const float *q, const 
 tr_status tr_cp_ag_bwd(tr_cp *cp, float *dq, float *dk, float *dv, const float *dout,
                        const float *q, const float *k, const float *v, const float *out,
                        const float *lse, const tr_attn_desc *d);
+/* The a2a exchange (a2a.c). */
+tr_status tr_cp_a2a_fwd(tr_cp *cp, float *out, float *lse, const float *q, const float *k,
+                        const float *v, const tr_attn_desc *d);
+tr_status tr_cp_a2a_bwd(tr_cp *cp, float *dq, float *dk, float *dv, const float *dout,
+                        const float *q, const float *k, const float *v, const float *out,
+                        const float *lse, const tr_attn_desc *d);
 
 #endif

@@ -48,6 +48,7 @@ static tr_status start_kv(tr_cp *cp, const float *k, const float *v, int into,
 tr_status tr_cp_attn_fwd(tr_cp *cp, float *out, float *lse, const float *q, const float *k,
                          const float *v, const tr_attn_desc *d) {
     if (cp->type == TR_CP_ALL_GATHER) return tr_cp_ag_fwd(cp, out, lse, q, k, v, d);
+    if (cp->type == TR_CP_A2A) return tr_cp_a2a_fwd(cp, out, lse, q, k, v, d);
     TR_TRY(tr_cp_check_desc(cp, d));
     TR_TRY(tr_cp_find_segments(cp, d));
     int N = cp->size;
@@ -70,6 +71,7 @@ tr_status tr_cp_attn_bwd(tr_cp *cp, float *dq, float *dk, float *dv, const float
                          const float *lse, const tr_attn_desc *d) {
     if (cp->type == TR_CP_ALL_GATHER)
         return tr_cp_ag_bwd(cp, dq, dk, dv, dout, q, k, v, out, lse, d);
+    if (cp->type == TR_CP_A2A) return tr_cp_a2a_bwd(cp, dq, dk, dv, dout, q, k, v, out, lse, d);
     TR_TRY(tr_cp_check_desc(cp, d));
     TR_TRY(tr_cp_find_segments(cp, d));
     const tr_ops *ops = cp->ops;

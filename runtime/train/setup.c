@@ -96,10 +96,11 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
         TR_TRY(tr_cp_create(&t->cp, t->dev, t->o->comm, TR_GROUP_CP, t->mbs, ms.seq,
                             t->model.spec.heads, t->model.spec.groups, ms.head_dim));
         t->model.cp = &t->cp;
-        /* runtime.context_parallel has left p2p (null) or allgather, one for every layer. */
+        /* runtime.context_parallel has left p2p (null), allgather or a2a, one for every layer. */
         const tr_str_list *ct = &c->model.cp_comm_type;
         if (!ct->null && ct->n > 0 && strcmp(ct->v[0], "allgather") == 0)
             TR_TRY(tr_cp_use_all_gather(&t->cp));
+        if (!ct->null && ct->n > 0 && strcmp(ct->v[0], "a2a") == 0) TR_TRY(tr_cp_use_a2a(&t->cp));
     }
     TR_TRY(tr_loss_buffer_create(&t->losses, t->dev, t->nmb > 0 ? t->nmb : 1));
     TR_TRY(tr_model_init_weights(&t->model, (uint64_t)c->rng.seed));

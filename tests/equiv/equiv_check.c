@@ -432,12 +432,20 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t kv = 2 * r * g_local * D * 4;
     const tr_str_list *ct = &m->cp_comm_type;
     bool cp_ag = cp > 1 && !ct->null && ct->n > 0 && strcmp(ct->v[0], "allgather") == 0;
-    int64_t cp_bytes =
-        cp > 1 && !cp_ag ? L * kv * (iters * nmb * (3 * cp - 2) + eval_mbs * (cp - 1)) : 0;
+    bool cp_a2a = cp > 1 && !ct->null && ct->n > 0 && strcmp(ct->v[0], "a2a") == 0;
+    int64_t cp_bytes = cp > 1 && !cp_ag && !cp_a2a
+                           ? L * kv * (iters * nmb * (3 * cp - 2) + eval_mbs * (cp - 1))
+                           : 0;
     /* allgather: K and V gathered forward and again backward, the dK/dV slots reduce-scattered
      * (booked by their whole input, cp slots). */
     int64_t cp_gather = cp_ag ? L * kv * (iters * nmb * 2 + eval_mbs) : 0;
     int64_t cp_scatter = cp_ag ? L * kv * cp * iters * nmb : 0;
+    /* a2a: all-to-alls of q, k, v and out forward, of q, k, v, out, dout and dq, dk, dv
+     * backward, each booked by its whole send buffer (this rank's rows, all its heads). */
+    int64_t qsz = r * (heads / tp) * D * 4;
+    int64_t cp_a2a_bytes =
+        cp_a2a ? L * ((iters * nmb * 6 + eval_mbs * 2) * qsz + (iters * nmb * 3 + eval_mbs) * kv)
+               : 0;
     struct {
         const char *what;
         int group;
@@ -456,6 +464,7 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"CP receive", TR_GROUP_CP, TR_COMM_RECV, cp_bytes},
         {"CP all-gather", TR_GROUP_CP, TR_COMM_ALL_GATHER, cp_gather},
         {"CP reduce-scatter", TR_GROUP_CP, TR_COMM_REDUCE_SCATTER, cp_scatter},
+        {"CP all-to-all", TR_GROUP_CP, TR_COMM_ALL_TO_ALL, cp_a2a_bytes},
         {"PP send", TR_GROUP_PP, TR_COMM_SEND, pp_send},
         {"PP receive", TR_GROUP_PP, TR_COMM_RECV, pp_recv}};
     int bad = 0, rank;

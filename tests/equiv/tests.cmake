@@ -576,3 +576,9 @@ tr_equiv_test(llama_cp4_allgather 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} --
 tr_equiv_test(gpt_cp2_tp2_sp_allgather_dropout 4 gpt_tiny_pretrain ${TR_EQUIV_COMMON}
               train.micro_batch_size=2 model.attention_dropout=0.1 model.hidden_dropout=0.1 --
               ${TR_CP2} ${TR_TP2} ${TR_SP} model.cp_comm_type=[allgather])
+# The a2a (Ulysses) exchange: heads scattered and the sequence gathered by all-to-alls, each rank
+# attending the whole sequence of its heads; GQA (2 heads per group), with attention dropout at the
+# global heads, and on packed documents.
+tr_equiv_test(llama_cp2_a2a_dropout 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} model.attention_dropout=0.1
+              -- ${TR_CP2} model.cp_comm_type=[a2a])
+tr_equiv_test(llama_sft_cp2_a2a 2 llama_tiny_sft ${TR_SFT_CP} -- ${TR_CP2} model.cp_comm_type=[a2a])

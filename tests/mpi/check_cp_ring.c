@@ -1,10 +1,11 @@
 /* Ring attention on real ranks (runtime/context_parallel/cp.h), in isolation from the model: the
  * whole world is the CP group, B sequences of S = 2 c N tokens (N ranks), GQA heads.
  *
- *   mpirun -np N check_cp_ring B c [P [allgather]]
+ *   mpirun -np N check_cp_ring B c [P [allgather|a2a]]
  *
  * P > 0: with attention dropout of probability P (each ring block draws the whole sequence's
  * mask at its tokens' coordinates, so the oracle is the whole-sequence op with the same mask).
+ * a2a: the Ulysses exchange (heads and groups divisible by N).
  * allgather: the all_gather exchange instead of the ring (its bytes: one all-gather of K and V
  * forward; backward that again and the reduce-scatter of every rank's dK/dV slots).
  *
@@ -155,7 +156,15 @@ static int run(tr_cp *cp, tr_comm *comm, int B, int c, float p, int rank) {
     bool bytes_ok = fwd_bytes == want_fwd && sent == want && got == want &&
                     want_fwd == (uint64_t)tr_cp_ring_bytes_fwd(cp) &&
                     want - want_fwd == (uint64_t)tr_cp_ring_bytes_bwd(cp);
-    if (ag) {
+    if (cp->type == TR_CP_A2A) {
+        /* q, k, v in and out back forward (2 q + 2 kv); q, k, v, out, dout in and dq, dk, dv
+         * back backward (4 q + 4 kv): every all-to-all books its whole send buffer. */
+        uint64_t a2a = tr_comm_counters_bytes(&comm->counters, TR_GROUP_CP, TR_COMM_ALL_TO_ALL);
+        uint64_t qb = (uint64_t)lq_n * sizeof(float), kb = (uint64_t)lk_n * sizeof(float);
+        want = 6 * qb + 6 * kb;
+        got = a2a;
+        bytes_ok = sent == 0 && fwd_bytes == 0 && a2a == want;
+    } else if (ag) {
         uint64_t gathered =
             tr_comm_counters_bytes(&comm->counters, TR_GROUP_CP, TR_COMM_ALL_GATHER);
         uint64_t scattered =
@@ -180,7 +189,8 @@ static int run(tr_cp *cp, tr_comm *comm, int B, int c, float p, int rank) {
             for (int t = 0; t < T; t++)
                 rlse[((int64_t)b * H + h) * T + t] =
                     lse[((int64_t)b * H + h) * S + tr_cp_global_pos(N, cp->rank, T, t)];
-    double e_l = err(r.llse, rlse, (int64_t)B * H * T);
+    /* a2a keeps the lse in its whole-sequence layout of this rank's heads (its own business). */
+    double e_l = cp->type == TR_CP_A2A ? 0.0 : err(r.llse, rlse, (int64_t)B * H * T);
     take(&r, dq, ref, H * D);
     double e_dq = err(ldq, ref, lq_n);
     take(&r, dk, refk, G * D);
@@ -213,6 +223,7 @@ int main(int argc, char **argv) {
     int B = argc > 1 ? atoi(argv[1]) : 2, c = argc > 2 ? atoi(argv[2]) : 3;
     float p = argc > 3 ? (float)atof(argv[3]) : 0.0f;
     bool ag = argc > 4 && strcmp(argv[4], "allgather") == 0;
+    bool a2a = argc > 4 && strcmp(argv[4], "a2a") == 0;
     tr_diags d;
     tr_diags_init(&d);
     tr_parallel_dims dims;
@@ -229,7 +240,8 @@ int main(int argc, char **argv) {
             tr_cp cp;
             if (tr_cp_create(&cp, tr_device_host(), comm, TR_GROUP_CP, B, 2 * c, H, G, D) ==
                     TR_OK &&
-                (!ag || tr_cp_use_all_gather(&cp) == TR_OK)) {
+                (!ag || tr_cp_use_all_gather(&cp) == TR_OK) &&
+                (!a2a || tr_cp_use_a2a(&cp) == TR_OK)) {
                 bad = run(&cp, comm, B, c, p, rank);
                 tr_cp_free(&cp);
             }

@@ -16,7 +16,10 @@ typedef struct capability_case {
 } capability_case;
 
 static const capability_case cases[] = {
-    {"runtime.context_parallel", 2, {"model.context_parallel_size=2", "model.cp_comm_type=[a2a]"}},
+    {"runtime.context_parallel",
+     2,
+     {"model.context_parallel_size=2", "model.cp_comm_type=[a2a+p2p]",
+      "model.hierarchical_context_parallel_sizes=[2,1]"}},
     {"runtime.cp_dropout",
      2,
      {"model.context_parallel_size=2", "peft.scheme=lora", "peft.dropout=0.1"}},

@@ -79,7 +79,7 @@ tr_attn_desc desc_of(int B, int T, int Hh, int G, int D, int causal, int lowp, i
     if (p > 0.0f) {
         d.dropout = p, d.dropout_seed = 0xA77E17D0ull + (uint64_t)T, d.dropout_round = 17;
         d.dropout_layer = 5, d.head_offset = Hh, d.heads_total = 3 * Hh;
-        d.dropout_row0 = 3, d.dropout_q0 = 2 * T + 6 + odd, d.dropout_k0 = T + 4 + 3 * odd;
+        d.dropout_row0 = 3, d.dropout_q0 = 2 * T + 6 + odd, d.dropout_k0 = 2 * T + 4 + 3 * odd;
     }
     return d;
 }

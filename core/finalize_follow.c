@@ -10,15 +10,6 @@ bool tr_user_set(const tr_config *c, int fid) {
     return k == TR_ORIGIN_FILE || k == TR_ORIGIN_CLI || k == TR_ORIGIN_API;
 }
 
-static int64_t gcd(int64_t a, int64_t b) {
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 /* Megatron-Bridge's runner copies dataset.seq_length over model.seq_length; here whichever of
  * the two the user wrote wins, so `model.seq_length=N` alone is not silently undone. */
 static void follow_seq_length(tr_config *c) {
@@ -39,14 +30,17 @@ static void follow_seq_length(tr_config *c) {
  * fits. */
 static void follow_pad_multiple(tr_config *c) {
     tr_dataset_config *d = &c->dataset;
-    if (!d->enable_offline_packing || tr_user_set(c, TR_FID_dataset_pad_seq_to_mult)) return;
     const tr_model_config *m = &c->model;
     int64_t cp = m->context_parallel_size, tp = m->tensor_model_parallel_size;
+    /* packed examples, and every fine-tuning example under CP (each document is split into
+     * 2 x CP pieces), pad to what the final layout needs */
+    bool pads = d->enable_offline_packing || (d->type == TR_DS_SFT && cp > 1);
+    if (!pads || tr_user_set(c, TR_FID_dataset_pad_seq_to_mult)) return;
     if (cp < 1 || tp < 1 || d->pad_seq_to_mult < 1) return; /* validate() says why */
     int64_t need = cp > 1 ? 2 * cp : 1;
-    if (m->sequence_parallel && tp > 1) need = need / gcd(need, cp * tp) * (cp * tp);
+    if (m->sequence_parallel && tp > 1) need = tr_lcm(need, cp * tp);
     int64_t pad = d->pad_seq_to_mult;
-    d->pad_seq_to_mult = pad / gcd(pad, need) * need;
+    d->pad_seq_to_mult = tr_lcm(pad, need);
 }
 
 void tr_finalize_follow(tr_config *c) {

@@ -234,7 +234,11 @@
       "checkpoint.finetune has a checkpoint to start from.")                                       \
     /* what the training runtime can run (core/rules/runtime.c) */                                 \
     X(tr_check_runtime_context_parallel, "runtime.context_parallel", E, false,                     \
-      "Context parallelism (CP > 1) waits for the runtime to implement it.")                       \
+      "CP exchanges by p2p, allgather or a2a (CP dividing heads, groups), one for every layer.")   \
+    X(tr_check_runtime_cp_dropout, "runtime.cp_dropout", E, false,                                 \
+      "With CP: no adapter dropout, no hidden dropout on fine-tuning documents.")                  \
+    X(tr_check_runtime_cp_packed, "runtime.cp_packed", E, false,                                   \
+      "Context parallelism pads each unpacked fine-tuning document to a multiple of 2 x CP.")      \
     X(tr_check_runtime_expert_parallel, "runtime.expert_parallel", E, false,                       \
       "Expert parallelism (EP > 1) waits for the runtime to implement it.")                        \
     X(tr_check_runtime_moe_layers, "runtime.moe_layers", E, false,                                 \

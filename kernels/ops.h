@@ -65,6 +65,10 @@ typedef struct tr_attn_desc {
     uint64_t dropout_seed, dropout_round;
     int dropout_layer;
     int head_offset, heads_total;
+    /* The mask's coordinates of this call's batch row 0, query 0 and key 0 (added to b, t and
+     * j): a block of a longer sequence (context parallelism's ring) draws the whole sequence's
+     * mask. 0 for a whole sequence. */
+    int dropout_row0, dropout_q0, dropout_k0;
 } tr_attn_desc;
 
 typedef struct tr_adamw_params {
@@ -177,6 +181,13 @@ typedef struct tr_ops {
     tr_status (*attention_bwd)(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                const float *k, const float *v, const float *out, const float *lse,
                                const tr_attn_desc *d);
+    /* The log-sum-exp merge of two attentions of the same queries over disjoint key sets
+     * (context parallelism's ring): out [rows, heads, head_dim] with lse (row t of head h at
+     * lse[h * lse_ld + t]) becomes the attention over both sets, given the other set's out_b
+     * [rows, heads, head_dim] and lse_b [heads, rows]. A row whose lse is -inf (no keys yet)
+     * takes out_b as it is, whatever out held. */
+    tr_status (*attention_merge)(float *out, float *lse, int64_t lse_ld, const float *out_b,
+                                 const float *lse_b, int rows, int heads, int head_dim);
 
     /* GeLU, exact (erf) or tanh approximation. Backward needs the forward input. */
     tr_status (*gelu_fwd)(float *y, const float *x, int64_t n, int tanh_approx);

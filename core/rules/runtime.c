@@ -25,9 +25,77 @@ static void refuse_dim(const tr_rule *self, const tr_config *c, const tr_validat
             NOT_YET " (size %lld)", what, (long long)size);
 }
 
+/* Context parallelism runs the p2p ring on pretraining sequences; what it does not run yet is
+ * named here, each with its own key. */
 TR_RULE_FN(tr_check_runtime_context_parallel) {
-    refuse_dim(self, c, opts, d, "model.context_parallel_size", c->model.context_parallel_size,
-               "context parallelism");
+    const tr_model_config *m = &c->model;
+    if (m->context_parallel_size <= 1) return;
+    const tr_str_list *t = &m->cp_comm_type;
+    for (int i = 0; !t->null && i < t->n; i++) {
+        if (strcmp(t->v[i], "p2p") != 0 && strcmp(t->v[i], "allgather") != 0 &&
+            strcmp(t->v[i], "a2a") != 0) {
+            TR_FAIL("model.cp_comm_type", "set model.cp_comm_type=[p2p], [allgather] or [a2a]",
+                    NOT_YET " (cp_comm_type '%s')", "that context-parallel exchange", t->v[i]);
+            break;
+        }
+        if (strcmp(t->v[i], t->v[0]) != 0) {
+            TR_FAIL("model.cp_comm_type", "give one exchange for every layer",
+                    NOT_YET " (cp_comm_type '%s' and '%s')",
+                    "different context-parallel exchanges per layer", t->v[0], t->v[i]);
+            break;
+        }
+    }
+    /* a2a gives each CP rank CP-th of the heads and of the query groups this TP rank holds. */
+    if (t->null || t->n == 0 || strcmp(t->v[0], "a2a") != 0) return;
+    int64_t tp = m->tensor_model_parallel_size > 0 ? m->tensor_model_parallel_size : 1;
+    int64_t heads = m->num_attention_heads / tp, cp = m->context_parallel_size;
+    int64_t groups =
+        m->num_query_groups != TR_NULL_INT ? m->num_query_groups : m->num_attention_heads;
+    groups = groups > tp ? groups / tp : 1;
+    if (heads % cp || groups % cp)
+        TR_FAIL("model.cp_comm_type,model.context_parallel_size,model.num_query_groups",
+                "use model.cp_comm_type=[p2p], or a CP size dividing the heads and query groups "
+                "of a TP rank",
+                "cp_comm_type a2a splits the %lld heads and %lld query groups of a TP rank over "
+                "context_parallel_size %lld, which does not divide them",
+                tr_ll(heads), tr_ll(groups), tr_ll(cp));
+}
+
+/* Attention dropout and, on pretraining sequences, hidden dropout draw the single-rank run's
+ * masks under CP (keyed by whole-sequence positions); the adapters' dropout and hidden dropout
+ * on packed fine-tuning documents do not know those positions yet. */
+TR_RULE_FN(tr_check_runtime_cp_dropout) {
+    const tr_model_config *m = &c->model;
+    if (m->context_parallel_size <= 1) return;
+    const struct {
+        const char *key;
+        double p;
+        const char *what;
+    } rates[] = {{"model.hidden_dropout", c->dataset.type == TR_DS_SFT ? m->hidden_dropout : 0.0,
+                  "hidden dropout on fine-tuning documents with context parallelism"},
+                 {"peft.dropout", c->peft.scheme >= 0 ? c->peft.dropout : 0.0,
+                  "adapter dropout with context parallelism"}};
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++)
+        if (rates[i].p > 0.0)
+            TR_FAIL(rates[i].key, "set it to 0 with context parallelism",
+                    NOT_YET " (%s %g with context_parallel_size %lld)", rates[i].what, rates[i].key,
+                    rates[i].p, (long long)m->context_parallel_size);
+}
+
+/* Fine-tuning under CP splits every document into 2 x CP pieces, so each must pad to that
+ * multiple; finalize derives it unless the user set dataset.pad_seq_to_mult (packed datasets
+ * have the same check among the data rules, dataset.pad_seq_to_mult). */
+TR_RULE_FN(tr_check_runtime_cp_packed) {
+    const tr_dataset_config *ds = &c->dataset;
+    int64_t cp = c->model.context_parallel_size;
+    if (cp <= 1 || ds->type != TR_DS_SFT || ds->enable_offline_packing) return;
+    if (ds->pad_seq_to_mult % (2 * cp) == 0) return;
+    char hint[96];
+    TR_FAIL("dataset.pad_seq_to_mult,model.context_parallel_size",
+            TR_FMT(hint, "set dataset.pad_seq_to_mult=%lld (or leave it unset)", tr_ll(2 * cp)),
+            "dataset.pad_seq_to_mult (%lld) must be a multiple of 2 x context_parallel_size "
+            "(%lld): each fine-tuning document is split into that many pieces",
+            tr_ll(ds->pad_seq_to_mult), tr_ll(2 * cp));
 }
 
 TR_RULE_FN(tr_check_runtime_expert_parallel) {

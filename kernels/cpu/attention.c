@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "kernels/common/attn_dropout.h"
+#include "kernels/common/lse_merge.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd/simd.h"
 #include "kernels/cpu/threadpool.h"
@@ -115,14 +116,16 @@ static inline int64_t kt_off(const attn_ctx *c, int b, int g) {
  * other two words are the neighbouring query's). */
 static void drop_row(const attn_ctx *c, int b, int h, int t, int k0, int lo, int hi, float *mrow) {
     const tr_attn_desc *d = c->d;
-    tr_attn_drop_stream st = tr_attn_drop_stream_of(d->dropout_seed, d->dropout_round,
-                                                    d->dropout_layer, d->head_offset + h, b);
+    tr_attn_drop_stream st =
+        tr_attn_drop_stream_of(d->dropout_seed, d->dropout_round, d->dropout_layer,
+                               d->head_offset + h, b + d->dropout_row0);
+    int gt = t + d->dropout_q0, kb = k0 + d->dropout_k0; /* the mask's coordinates */
     for (int j = lo; j < hi;) {
-        tr_philox4 r = tr_attn_drop_draw(st, t, k0 + j);
-        int end = ((k0 + j) | 1) + 1 - k0;
+        tr_philox4 r = tr_attn_drop_draw(st, gt, kb + j);
+        int end = ((kb + j) | 1) + 1 - kb;
         if (end > hi) end = hi;
         for (; j < end; j++)
-            mrow[j] = tr_attn_drop_kept(r, t, k0 + j, c->drop_thr) ? c->keep_scale : 0.0f;
+            mrow[j] = tr_attn_drop_kept(r, gt, kb + j, c->drop_thr) ? c->keep_scale : 0.0f;
     }
 }
 
@@ -402,4 +405,17 @@ tr_status tr_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dou
     }
     free(c.di), free(c.kt), free(c.vt);
     return st;
+}
+
+tr_status tr_cpu_attention_merge(float *out, float *lse, int64_t lse_ld, const float *out_b,
+                                 const float *lse_b, int rows, int heads, int head_dim) {
+    if (rows < 0 || heads < 1 || head_dim < 1 || lse_ld < rows) return TR_ERR_INVALID;
+    if (rows && (!out || !lse || !out_b || !lse_b)) return TR_ERR_INVALID;
+    for (int t = 0; t < rows; t++)
+        for (int h = 0; h < heads; h++) {
+            int64_t at = ((int64_t)t * heads + h) * head_dim;
+            tr_lse_merge_row(out + at, lse + h * lse_ld + t, out_b + at,
+                             lse_b[(int64_t)h * rows + t], head_dim);
+        }
+    return TR_OK;
 }

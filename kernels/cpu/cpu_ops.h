@@ -64,6 +64,8 @@ tr_status tr_cpu_attention_fwd(float *out, float *lse, const float *q, const flo
 tr_status tr_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                const float *k, const float *v, const float *out, const float *lse,
                                const tr_attn_desc *d);
+tr_status tr_cpu_attention_merge(float *out, float *lse, int64_t lse_ld, const float *out_b,
+                                 const float *lse_b, int rows, int heads, int head_dim);
 
 tr_status tr_cpu_gelu_fwd(float *y, const float *x, int64_t n, int tanh_approx);
 tr_status tr_cpu_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n, int tanh_approx);

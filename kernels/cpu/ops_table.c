@@ -30,6 +30,7 @@ static const tr_ops g_cpu_ops = {
     .rope_bwd = tr_cpu_rope_bwd,
     .attention_fwd = tr_cpu_attention_fwd,
     .attention_bwd = tr_cpu_attention_bwd,
+    .attention_merge = tr_cpu_attention_merge,
     .gelu_fwd = tr_cpu_gelu_fwd,
     .gelu_bwd = tr_cpu_gelu_bwd,
     .swiglu_fwd = tr_cpu_swiglu_fwd,

@@ -168,6 +168,19 @@ tr_status tr_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *do
     return attention_bwd("attention_bwd", dq, dk, dv, dout, q, k, v, out, lse, d);
 }
 
+tr_status tr_cuda_attention_merge(float *out, float *lse, int64_t lse_ld, const float *out_b,
+                                  const float *lse_b, int rows, int heads, int head_dim) {
+    if (rows < 0 || heads < 1 || head_dim < 1 || lse_ld < rows) return TR_ERR_INVALID;
+    if (rows && (!out || !lse || !out_b || !lse_b)) return TR_ERR_INVALID;
+    if (!rows) return TR_OK;
+    TR_CUDA_CTX("attention_merge");
+    int64_t n = (int64_t)rows * heads;
+    attn_merge_kernel<<<tr_cuda_blocks(n, 256), 256, 0, ctx->stream>>>(
+        out, lse, lse_ld, out_b, lse_b, rows, heads, head_dim);
+    TR_CUDA_LAUNCHED();
+    return TR_OK;
+}
+
 typedef __nv_bfloat16 bf16;
 
 extern "C" tr_status tr_cuda_attention_fwd_bf16(uint16_t *out, float *lse, const uint16_t *q,

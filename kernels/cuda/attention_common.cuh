@@ -22,6 +22,7 @@ struct att_shape {
     float keep_scale;
     uint64_t drop_seed, drop_round;
     int drop_layer, head_offset;
+    int drop_row0, drop_q0, drop_k0; /* tr_attn_desc.dropout_row0 / _q0 / _k0 */
 };
 
 static inline att_shape att_shape_of(const tr_attn_desc *d) {
@@ -36,18 +37,21 @@ static inline att_shape att_shape_of(const tr_attn_desc *d) {
         s.drop_round = d->dropout_round;
         s.drop_layer = d->dropout_layer;
         s.head_offset = d->head_offset;
+        s.drop_row0 = d->dropout_row0, s.drop_q0 = d->dropout_q0, s.drop_k0 = d->dropout_k0;
     }
     return s;
 }
 
 /* The mask stream of (batch b, local head h). */
 __device__ __forceinline__ tr_attn_drop_stream att_drop_stream(const att_shape &s, int b, int h) {
-    return tr_attn_drop_stream_of(s.drop_seed, s.drop_round, s.drop_layer, s.head_offset + h, b);
+    return tr_attn_drop_stream_of(s.drop_seed, s.drop_round, s.drop_layer, s.head_offset + h,
+                                  b + s.drop_row0);
 }
 
 /* One entry's mask: 1 / (1 - p) where (query t, key) is kept, 0 where dropped. */
 __device__ __forceinline__ float att_drop_mul(const att_shape &s, tr_attn_drop_stream st, int t,
                                               int key) {
+    t += s.drop_q0, key += s.drop_k0;
     return tr_attn_drop_kept(tr_attn_drop_draw(st, t, key), t, key, s.drop_thr) ? s.keep_scale
                                                                                 : 0.0f;
 }

@@ -3,6 +3,7 @@
 #ifndef TR_CUDA_ATTENTION_KERNELS_CUH
 #define TR_CUDA_ATTENTION_KERNELS_CUH
 
+#include "kernels/common/lse_merge.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/smem.cuh"
 
@@ -272,6 +273,16 @@ static inline size_t attn_dq_smem(int D) {
 }
 static inline size_t attn_dkv_smem(int D) {
     return sizeof(float) * (2 * (size_t)ATT_KT * (D + 1) + 2 * (size_t)ATT_WARPS * D + 3 * ATT_KT);
+}
+
+/* The log-sum-exp merge (tr_ops.attention_merge): one thread per (query row, head). */
+__global__ void attn_merge_kernel(float *out, float *lse, int64_t lse_ld, const float *out_b,
+                                  const float *lse_b, int rows, int heads, int D) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)rows * heads) return;
+    int t = (int)(i / heads), h = (int)(i % heads);
+    tr_lse_merge_row(out + i * D, lse + h * lse_ld + t, out_b + i * D, lse_b[(int64_t)h * rows + t],
+                     D);
 }
 
 #endif

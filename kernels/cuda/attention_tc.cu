@@ -112,6 +112,9 @@ bool tr_attn_tc_eligible(const tr_attn_desc *d) {
     if (d->lowp != TR_LOWP_BF16 && d->lowp != TR_LOWP_F16) return false;
     int D = d->head_dim;
     if (D != 16 && D != 32 && D != 64 && D != 128) return false;
+    /* The fragments draw the mask in 2 x 2 blocks at even coordinates; a block of a sequence
+     * at odd ones takes the SIMT kernels, which draw per entry. */
+    if (d->dropout != 0.0f && ((d->dropout_q0 | d->dropout_k0) & 1)) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)

@@ -220,9 +220,11 @@ __device__ __forceinline__ unsigned tc_drop_bits(const att_shape &s, tr_attn_dro
                                                  const int rows[2], int col0, bool keys_are_rows,
                                                  int lane) {
     const int par = (lane >> 2) & 1; /* the parity of both rows of this lane */
-    const int rr = par ? rows[1] : rows[0];
+    /* The mask's coordinates (even offsets, tr_attn_tc_eligible, keep every parity). */
+    const int rr = (par ? rows[1] : rows[0]) + (keys_are_rows ? s.drop_k0 : s.drop_q0);
+    const int cc = col0 + (keys_are_rows ? s.drop_q0 : s.drop_k0);
     const tr_philox4 d =
-        keys_are_rows ? tr_attn_drop_draw(st, col0, rr) : tr_attn_drop_draw(st, rr, col0);
+        keys_are_rows ? tr_attn_drop_draw(st, cc, rr) : tr_attn_drop_draw(st, rr, cc);
     const unsigned mine = tr_attn_drop_bits(d, s.drop_thr);
     const unsigned theirs = __shfl_xor_sync(0xffffffffu, mine, 4);
     unsigned out = 0;

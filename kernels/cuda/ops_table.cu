@@ -31,6 +31,7 @@ static const tr_ops g_cuda_ops = {
     tr_cuda_rope_bwd,
     tr_cuda_attention_fwd,
     tr_cuda_attention_bwd,
+    tr_cuda_attention_merge,
     tr_cuda_gelu_fwd,
     tr_cuda_gelu_bwd,
     tr_cuda_swiglu_fwd,
@@ -53,7 +54,7 @@ static const tr_ops g_cuda_ops = {
 
 /* C++ before C++20 has no designated initialisers, so the order above must follow tr_ops; this
  * catches a member added to ops.h without a CUDA entry. */
-static_assert(sizeof(tr_ops) == sizeof(void *) * 47, "tr_ops changed: update kernels/cuda");
+static_assert(sizeof(tr_ops) == sizeof(void *) * 48, "tr_ops changed: update kernels/cuda");
 
 extern "C" const tr_ops *tr_ops_cuda(void) {
     return &g_cuda_ops;

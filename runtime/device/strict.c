@@ -232,6 +232,11 @@ static tr_status g_attention_bwd(float *dq, float *dk, float *dv, const float *d
     ENTER("attention_bwd", dq, dk, dv, dout, q, k, v, out, lse, d ? d->doc_start : NULL);
     LEAVE(CPU->attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, d));
 }
+static tr_status g_attention_merge(float *out, float *lse, int64_t lse_ld, const float *out_b,
+                                   const float *lse_b, int rows, int heads, int head_dim) {
+    ENTER("attention_merge", out, lse, out_b, lse_b);
+    LEAVE(CPU->attention_merge(out, lse, lse_ld, out_b, lse_b, rows, heads, head_dim));
+}
 static tr_status g_gelu_fwd(float *y, const float *x, int64_t n, int t) {
     ENTER("gelu_fwd", y, x);
     LEAVE(CPU->gelu_fwd(y, x, n, t));
@@ -344,6 +349,7 @@ static const tr_ops strict_ops = {
     .rope_bwd = g_rope_bwd,
     .attention_fwd = g_attention_fwd,
     .attention_bwd = g_attention_bwd,
+    .attention_merge = g_attention_merge,
     .gelu_fwd = g_gelu_fwd,
     .gelu_bwd = g_gelu_bwd,
     .swiglu_fwd = g_swiglu_fwd,

@@ -255,8 +255,8 @@ static void carve_acts(tr_model *m, carver *c) {
     m->sp_perm = s->sequence_parallel ? carve(c, bt * C) : NULL;
     int64_t big = m->fc1_dim > m->qkv_dim ? m->fc1_dim : m->qkv_dim;
     if (big < C) big = C;
-    m->rope_cos = carve(c, (int64_t)s->seq * (s->head_dim / 2 + 1));
-    m->rope_sin = carve(c, (int64_t)s->seq * (s->head_dim / 2 + 1));
+    m->rope_cos = carve(c, (int64_t)tr_model_pos_rows(s) * (s->head_dim / 2 + 1));
+    m->rope_sin = carve(c, (int64_t)tr_model_pos_rows(s) * (s->head_dim / 2 + 1));
     m->dx = carve(c, bt * C);
     m->dtmp = carve(c, bt * C);
     m->dbig = carve(c, bt * big);

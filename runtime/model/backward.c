@@ -1,5 +1,6 @@
 /* Backward pass of the last forward. Parameter gradients ACCUMULATE into the flat gradient
  * buffer (the ops' convention), so microbatches of one step simply add up. */
+#include "runtime/context_parallel/cp.h"
 #include "runtime/model/internal.h"
 #include "runtime/model/tensor_parallel.h"
 
@@ -74,7 +75,12 @@ static tr_status layer_bwd(tr_model *m, int i) {
     float *dattn = m->dbig;
     TR_TRY(tr_linear_bwd(ops, &proj, a->attn, dy, dattn, rows));
     tr_attn_desc ad = tr_model_layer_attn_desc(m, i);
-    TR_TRY(ops->attention_bwd(m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse, &ad));
+    if (m->cp)
+        TR_TRY(tr_cp_attn_bwd(m->cp, m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse,
+                              &ad));
+    else
+        TR_TRY(
+            ops->attention_bwd(m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse, &ad));
     if (s->rope) {
         TR_TRY(tr_model_rope(m, m->dq, s->heads, false));
         TR_TRY(tr_model_rope(m, m->dk, s->groups, false));

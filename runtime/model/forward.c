@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/context_parallel/cp.h"
 #include "runtime/device/device.h"
 #include "runtime/model/internal.h"
 #include "runtime/model/tensor_parallel.h"
@@ -86,7 +87,8 @@ tr_attn_desc tr_model_layer_attn_desc(const tr_model *m, int layer) {
 /* Dropout site `site` of the current microbatch: a disjoint Philox counter range per site and
  * per microbatch, so backward regenerates exactly the forward mask. */
 uint64_t tr_model_dropout_offset(const tr_model *m, int site) {
-    uint64_t n = (uint64_t)m->batch * (uint64_t)m->spec.seq * (uint64_t)m->spec.hidden;
+    uint64_t n =
+        (uint64_t)m->batch * (uint64_t)tr_model_pos_rows(&m->spec) * (uint64_t)m->spec.hidden;
     uint64_t sites = 2u * (uint64_t)m->spec.num_layers + 1u;
     return (m->dropout_round * sites + (uint64_t)site) * n;
 }
@@ -95,20 +97,27 @@ tr_status tr_model_dropout(const tr_model *m, float *y, const float *x, int site
     float p = m->spec.hidden_dropout;
     if (p <= 0.0f || !m->training) return TR_OK;
     uint64_t base = tr_model_dropout_offset(m, site);
-    int64_t h = m->spec.hidden, T = m->spec.seq;
-    if (!m->spec.sequence_parallel) {
+    int64_t h = m->spec.hidden, T = m->spec.seq, S = tr_model_pos_rows(&m->spec);
+    int cp = m->spec.cp > 1 ? m->spec.cp : 1, cp_rank = m->cp ? m->cp->rank : 0;
+    if (!m->spec.sequence_parallel && cp == 1) {
         int64_t n = (int64_t)m->batch * T * h;
         return forward ? m->ops->dropout_fwd(y, x, n, p, m->dropout_seed, base)
                        : m->ops->dropout_bwd(y, x, n, p, m->dropout_seed, base);
     }
-    /* This rank's chunk of each sequence draws the bits the whole sequence would. */
-    int64_t Tl = T / m->tp.size, seg = Tl * h;
-    for (int b = 0; b < m->batch; b++) {
-        uint64_t off = base + (uint64_t)(((int64_t)b * T + (int64_t)m->tp.rank * Tl) * h);
-        int64_t at = (int64_t)b * seg;
-        TR_TRY(forward ? m->ops->dropout_fwd(y + at, x + at, seg, p, m->dropout_seed, off)
-                       : m->ops->dropout_bwd(y + at, x + at, seg, p, m->dropout_seed, off));
-    }
+    /* This rank's rows of each sequence (its chunk under SP; its runs of consecutive tokens of
+     * the whole sequence under CP) draw the bits the whole sequence would. */
+    int64_t Tl = m->spec.sequence_parallel ? T / m->tp.size : T;
+    int64_t first = m->spec.sequence_parallel ? (int64_t)m->tp.rank * Tl : 0;
+    for (int b = 0; b < m->batch; b++)
+        for (int64_t t = first; t < first + Tl;) {
+            int64_t run = tr_cp_run(cp, (int)T, (int)t, (int)(first + Tl));
+            int64_t g = tr_cp_global_pos(cp, cp_rank, (int)T, (int)t);
+            uint64_t off = base + (uint64_t)(((int64_t)b * S + g) * h);
+            int64_t at = ((int64_t)b * Tl + t - first) * h;
+            TR_TRY(forward ? m->ops->dropout_fwd(y + at, x + at, run * h, p, m->dropout_seed, off)
+                           : m->ops->dropout_bwd(y + at, x + at, run * h, p, m->dropout_seed, off));
+            t += run;
+        }
     return TR_OK;
 }
 
@@ -167,6 +176,7 @@ static tr_status norm_to_linear(tr_model *m, const tr_linear *l, float *y, float
 
 tr_status tr_model_core_attn_fwd(const tr_model *m, int layer, const tr_layer_acts *a) {
     tr_attn_desc ad = tr_model_layer_attn_desc(m, layer);
+    if (m->cp) return tr_cp_attn_fwd(m->cp, a->attn, a->lse, a->q, a->k, a->v, &ad);
     return m->ops->attention_fwd(a->attn, a->lse, a->q, a->k, a->v, &ad);
 }
 

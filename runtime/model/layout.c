@@ -200,8 +200,8 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
     if (has_embedding) {
         TR_TRY(add_word_embedding(l, s, tp, false));
         if (s->learned_pos) {
-            TR_TRY(add_param(l, "embedding.position_embeddings.weight", s->seq, s->hidden, false,
-                             TR_INIT_EMBEDDING));
+            TR_TRY(add_param(l, "embedding.position_embeddings.weight", tr_model_pos_rows(s),
+                             s->hidden, false, TR_INIT_EMBEDDING));
             l->info[l->n - 1].sp_partial = s->sequence_parallel;
         }
     }
@@ -522,7 +522,7 @@ static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *
     if ((st = tr_dora_alloc(m)) != TR_OK) goto fail;
     if ((st = tr_model_wcopy_create(m)) != TR_OK) goto fail;
     if (s->rope) {
-        st = ops->rope_table(m->rope_cos, m->rope_sin, &s->rope_p, s->seq, 0);
+        st = ops->rope_table(m->rope_cos, m->rope_sin, &s->rope_p, tr_model_pos_rows(s), 0);
         if (st != TR_OK) goto fail;
     }
     return TR_OK;

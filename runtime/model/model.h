@@ -45,10 +45,13 @@ typedef struct tr_model_spec {
     int vocab;      /* padded vocabulary: rows of the embedding and of the output layer */
     int vocab_real; /* model.vocab_size: ids from here to vocab are padding, never in the
                      * softmax, so the loss is the unpadded model's (0: no padding) */
-    int seq;        /* model.seq_length: rows of the learned position table */
-    int layernorm;  /* 1: LayerNorm (GPT), 0: RMSNorm (Llama) */
-    int swiglu;     /* gated MLP with silu; else a plain GeLU MLP */
-    int gelu_tanh;  /* tanh-approximated GeLU ("gelu_new") instead of the erf form */
+    int seq;        /* model.seq_length (divided by cp): the rows of a sequence this rank holds */
+    /* Context parallelism (runtime/context_parallel/cp.h): > 1 when seq is this rank's two
+     * chunks of sequences of seq * cp tokens; the position tables cover the whole sequence. */
+    int cp;
+    int layernorm; /* 1: LayerNorm (GPT), 0: RMSNorm (Llama) */
+    int swiglu;    /* gated MLP with silu; else a plain GeLU MLP */
+    int gelu_tanh; /* tanh-approximated GeLU ("gelu_new") instead of the erf form */
     int learned_pos;
     int rope; /* rotary embedding on q and k (rope_p is used only then) */
     tr_rope_params rope_p;
@@ -236,6 +239,9 @@ typedef struct tr_model {
     tr_model_spec spec;
     tr_model_spec full; /* the logical model */
     tr_tp_shard tp;
+    /* Context parallelism: the ring that replaces the attention op (set by the caller before
+     * the first forward when spec.cp > 1); NULL otherwise. */
+    struct tr_cp *cp;
     /* The TP group's collectives (tensor_parallel.h); NULL when tp.size == 1. */
     struct tr_comm *comm;
     int tp_group;
@@ -480,6 +486,11 @@ int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_
 
 /* The parameter named `name` (Megatron's name), or NULL. */
 const tr_param_info *tr_model_find_param(const tr_model *m, const char *name);
+
+/* Rows of the position tables (RoPE, learned positions): the whole sequence under CP. */
+static inline int tr_model_pos_rows(const tr_model_spec *s) {
+    return s->cp > 1 ? s->seq * s->cp : s->seq;
+}
 
 /* Forward FLOPs of one sequence of spec.seq tokens (matmuls and attention), for throughput. */
 double tr_model_flops_per_seq(const tr_model_spec *s);

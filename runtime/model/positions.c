@@ -15,7 +15,7 @@ static tr_status check_layout(const tr_model *m, const int32_t *doc_start, const
     for (int b = 0; b < m->batch; b++)
         for (int t = 0; t < T; t++) {
             int64_t i = (int64_t)b * T + t;
-            if (pos && (pos[i] < 0 || pos[i] >= T)) return TR_ERR_INVALID;
+            if (pos && (pos[i] < 0 || pos[i] >= tr_model_pos_rows(&m->spec))) return TR_ERR_INVALID;
             /* tr_attn_desc's rule in full (a row starts a document at 0; each entry opens one
              * or continues the previous), so the attention may trust it (doc_start_trusted). */
             if (doc_start && doc_start[i] != t && (t == 0 || doc_start[i] != doc_start[i - 1]))
@@ -65,8 +65,10 @@ static tr_status activate(tr_model *m, const int32_t *doc_start, const int32_t *
                               pos_ids + (int64_t)b * s->seq + first,
                               (size_t)chunk * sizeof *m->pos_local));
     if (!s->rope) return TR_OK;
-    TR_TRY(m->ops->embedding_fwd(m->pos_cos, pos_ids, m->rope_cos, rows, half, 0, s->seq));
-    return m->ops->embedding_fwd(m->pos_sin, pos_ids, m->rope_sin, rows, half, 0, s->seq);
+    TR_TRY(m->ops->embedding_fwd(m->pos_cos, pos_ids, m->rope_cos, rows, half, 0,
+                                 tr_model_pos_rows(s)));
+    return m->ops->embedding_fwd(m->pos_sin, pos_ids, m->rope_sin, rows, half, 0,
+                                 tr_model_pos_rows(s));
 }
 
 tr_status tr_model_rope(const tr_model *m, float *x, int heads, bool forward) {
@@ -91,9 +93,11 @@ tr_status tr_model_pos_embedding(tr_model *m, float *x, bool forward) {
                    ? ops->pos_embedding_fwd(x, m->p.pos_emb, m->batch, chunk, s->hidden, offset)
                    : ops->pos_embedding_bwd(m->g.pos_emb, x, m->batch, chunk, s->hidden, offset);
     if (!forward)
-        return ops->embedding_bwd(m->g.pos_emb, m->pos_local, x, lrows, s->hidden, 0, s->seq);
+        return ops->embedding_bwd(m->g.pos_emb, m->pos_local, x, lrows, s->hidden, 0,
+                                  tr_model_pos_rows(s));
     /* dtmp is free while the embedding runs (the layers use it after). */
-    TR_TRY(ops->embedding_fwd(m->dtmp, m->pos_local, m->p.pos_emb, lrows, s->hidden, 0, s->seq));
+    TR_TRY(ops->embedding_fwd(m->dtmp, m->pos_local, m->p.pos_emb, lrows, s->hidden, 0,
+                              tr_model_pos_rows(s)));
     return ops->add(x, m->dtmp, (int64_t)lrows * s->hidden);
 }
 

@@ -38,7 +38,9 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
     s->sequence_parallel = m->sequence_parallel;
     s->tp_overlap = tp_overlap_bits(m);
     s->vocab_real = m->vocab_size != TR_NULL_INT && m->vocab_size < v ? (int)m->vocab_size : 0;
-    s->seq = (int)m->seq_length;
+    /* Context parallelism: the model holds its two chunks of every sequence. */
+    s->cp = (int)m->context_parallel_size;
+    s->seq = (int)(m->seq_length / (s->cp > 1 ? s->cp : 1));
     s->layernorm = m->normalization == TR_NORM_LAYERNORM;
     s->swiglu = m->gated_linear_unit;
     s->gelu_tanh = m->activation_func == TR_ACT_FAST_GELU;

@@ -469,6 +469,7 @@ tr_status tr_pp_exec_forward_only(tr_pp_exec *e, const tr_pp_exec_hooks *h, int 
             if (st == TR_OK)
                 st = tr_model_forward_part(e->m, chunk, 0, ids, tgt, s > 0 ? in : NULL,
                                            p->has_loss ? NULL : out, loss);
+            if (st == TR_OK && p->has_loss && h->eval_loss) st = h->eval_loss(h->ctx, loss);
             if (st == TR_OK && p->has_loss) tr_loss_buffer_commit(&e->losses, 0);
             if (st == TR_OK && s + 1 < stages && packed)
                 st = e->m->ops->cast_lowp((tr_lowp)e->lowp, packed, out, e->act_numel);

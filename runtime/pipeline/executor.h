@@ -37,6 +37,10 @@ typedef struct tr_pp_exec_hooks {
     void (*after_forward)(void *ctx, int mb);
     /* DP_GRAD_REDUCE: the data-parallel reduction must be complete on return (NULL: none). */
     tr_status (*finish_grads)(void *ctx);
+    /* Forward-only: the loss stage's forward of the microbatch just loaded has queued its loss
+     * into `loss` (device memory), which the caller may rescale before it is summed (NULL:
+     * nothing). */
+    tr_status (*eval_loss)(void *ctx, float *loss);
 } tr_pp_exec_hooks;
 
 typedef struct tr_pp_pending {

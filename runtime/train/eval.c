@@ -2,6 +2,14 @@
  * split over data-parallel ranks and through the pipeline stages. */
 #include "runtime/train/trainer.h"
 
+/* Context parallelism: this rank's share of the microbatch's mean (trainer.h, cp_weight), so
+ * the sum over the CP group is the whole microbatch's mean loss, as one rank computes it. */
+static tr_status weigh_loss(void *ctx, float *loss) {
+    trainer *t = ctx;
+    if (t->cp_size == 1) return TR_OK;
+    return t->model.ops->scale(loss, 1, (float)t->cp_weight);
+}
+
 static tr_status pp_eval_load(void *ctx, int mb, const int32_t **ids, const int32_t **targets) {
     trainer *t = ctx;
     int64_t global_mb = t->eval_first + (int64_t)mb * t->eval_stride + t->eval_offset;
@@ -17,7 +25,7 @@ static tr_status pp_eval_load(void *ctx, int mb, const int32_t **ids, const int3
 static tr_status evaluate_pp(trainer *t, int split, int64_t first, int nmb, double *sum) {
     t->eval_split = split;
     t->eval_first = first;
-    tr_pp_exec_hooks h = {.ctx = t, .load = pp_eval_load};
+    tr_pp_exec_hooks h = {.ctx = t, .load = pp_eval_load, .eval_loss = weigh_loss};
     TR_TRY(tr_pp_exec_forward_only(&t->pp, &h, nmb, sum));
     return tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, sum, 1, TR_COMM_F64,
                                      TR_COMM_SUM);
@@ -39,9 +47,10 @@ tr_status tr_trainer_evaluate(trainer *t, int split, int64_t eval_iters, double 
     /* Data parallel: DP rank r evaluates global microbatches r, r + dp, ... of each batch (the
      * pretraining sampler's order) and the loss sums meet over DP; a batch that does not split
      * evenly is evaluated whole by every rank (identical results, replicated work). */
-    int64_t shards = t->distributed && t->dp_size > 1 && nmb % t->dp_size == 0 ? t->dp_size : 1;
+    int64_t dp = t->data_dp_size;
+    int64_t shards = t->distributed && dp > 1 && nmb % dp == 0 ? dp : 1;
     t->eval_stride = shards;
-    t->eval_offset = shards > 1 ? t->dp_rank : 0;
+    t->eval_offset = shards > 1 ? t->data_dp_rank : 0;
     int64_t local = nmb / shards;
     tr_status s = t->distributed ? tr_train_dp_params_ready(&t->dp) : TR_OK;
     for (int64_t it = 0; it < eval_iters && s == TR_OK && t->have_pp; it++) {
@@ -59,15 +68,21 @@ tr_status tr_trainer_evaluate(trainer *t, int split, int64_t eval_iters, double 
             s = tr_trainer_load_microbatch(t, split, global_mb * t->mbs, NULL);
             if (s == TR_OK) s = tr_loss_buffer_slot(&t->losses, &l);
             if (s == TR_OK) s = tr_model_forward_part(m, 0, 0, t->ids, t->tgt, NULL, NULL, l);
+            if (s == TR_OK) s = weigh_loss(t, l);
             if (s == TR_OK) tr_loss_buffer_commit(&t->losses, 0);
         }
     if (s == TR_OK && !t->have_pp) {
         s = tr_loss_buffer_flush(&t->losses);
         sum = t->losses.sum;
     }
-    if (s == TR_OK && shards > 1) s = tr_train_dp_sum(&t->dp, &sum, 1);
+    /* Context parallelism: each CP rank has its share of every microbatch's mean (weigh_loss),
+     * which the sum over the DP x CP group adds up. */
+    bool meet = shards > 1 || t->cp_size > 1;
+    if (s == TR_OK && meet) s = tr_train_dp_sum(&t->dp, &sum, 1);
+    /* Every DP replica's copy was summed too when the batch was evaluated whole by each. */
+    double copies = meet && shards == 1 ? (double)dp : 1.0;
     m->training = 1;
-    *loss = sum / (double)(eval_iters * nmb);
+    *loss = sum / ((double)(eval_iters * nmb) * copies);
     return s;
 }
 

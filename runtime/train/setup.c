@@ -2,6 +2,7 @@
  * config, the layout checks the runtime makes, the model (or this rank's stages), data,
  * optimizer, data-parallel state and checkpoint load. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/validate.h"
 #include "runtime/peft/lora.h"
@@ -18,12 +19,12 @@ static int check_layout(const tr_config *c, bool distributed, tr_diags *d) {
                            "pipeline parallelism (PP %lld) needs a communicator; this caller gave "
                            "none",
                            (long long)mc->pipeline_model_parallel_size) != TR_OK;
-    else if (!distributed &&
-             (c->derived.data_parallel_size > 1 || mc->tensor_model_parallel_size > 1))
+    else if (!distributed && (c->derived.data_parallel_size > 1 ||
+                              mc->tensor_model_parallel_size > 1 || mc->context_parallel_size > 1))
         bad |= tr_diag_add(d, TR_SEV_ERROR, "runtime.no_communicator", NULL, "derived.world_size",
                            "launch through run_recipe under mpirun (it creates the communicator)",
-                           "data and tensor parallelism need a communicator; this caller gave "
-                           "none") != TR_OK;
+                           "data, tensor and context parallelism need a communicator; this caller "
+                           "gave none") != TR_OK;
     return bad;
 }
 
@@ -41,24 +42,35 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
     bad |= tr_train_precision_from_config(c, &t->prec, d) != TR_OK;
     /* One rank keeps the plain loop (bitwise what it always computed); the distributed path
      * starts at two ranks. */
-    t->distributed = t->o->comm != NULL && (c->derived.data_parallel_size > 1 ||
-                                            c->model.tensor_model_parallel_size > 1 ||
-                                            c->model.pipeline_model_parallel_size > 1);
+    t->distributed =
+        t->o->comm != NULL &&
+        (c->derived.data_parallel_size > 1 || c->model.tensor_model_parallel_size > 1 ||
+         c->model.pipeline_model_parallel_size > 1 || c->model.context_parallel_size > 1);
     bad |= check_layout(c, t->distributed, d);
     if (bad) return TR_ERR_CONFIG;
     t->mbs = (int)c->train.micro_batch_size;
     t->gbs = (int)c->train.global_batch_size;
     t->nmb = (int)c->derived.num_microbatches;
     t->seq = ms.seq;
+    t->cp_size = ms.cp > 1 ? ms.cp : 1;
+    t->full_seq = ms.seq * t->cp_size;
     t->eod_mask = c->dataset.eod_mask_loss == 1;
     t->per_token_loss = c->model.calculate_per_token_loss;
     t->opt_spec = os;
     t->dp_size = 1;
     t->dp_rank = 0;
+    t->data_dp_size = 1;
+    t->data_dp_rank = 0;
     if (t->distributed) {
         t->dp_size = tr_comm_group_size(t->o->comm, TR_GROUP_DP_CP);
         t->dp_rank = tr_comm_group_rank(t->o->comm, TR_GROUP_DP_CP);
-        if (t->dp_size != c->derived.data_parallel_size) return TR_ERR_INVALID;
+        t->data_dp_size = tr_comm_group_size(t->o->comm, TR_GROUP_DP);
+        t->data_dp_rank = tr_comm_group_rank(t->o->comm, TR_GROUP_DP);
+        t->cp_rank = tr_comm_group_rank(t->o->comm, TR_GROUP_CP);
+        if (t->data_dp_size != c->derived.data_parallel_size ||
+            t->dp_size != t->data_dp_size * t->cp_size ||
+            tr_comm_group_size(t->o->comm, TR_GROUP_CP) != t->cp_size)
+            return TR_ERR_INVALID;
     }
     /* A launch input (the device is not part of the config), like the communicator. */
     if (ms.moe.experts > 0 && !tr_device_host_visible(t->dev))
@@ -87,6 +99,16 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
         TR_TRY(tr_model_create_parts_on(&t->model, t->dev, &ms, tp, t->mbs, &whole, 1));
     }
     t->model.comm = t->o->comm;
+    if (t->cp_size > 1) {
+        TR_TRY(tr_cp_create(&t->cp, t->dev, t->o->comm, TR_GROUP_CP, t->mbs, ms.seq,
+                            t->model.spec.heads, t->model.spec.groups, ms.head_dim));
+        t->model.cp = &t->cp;
+        /* runtime.context_parallel has left p2p (null), allgather or a2a, one for every layer. */
+        const tr_str_list *ct = &c->model.cp_comm_type;
+        if (!ct->null && ct->n > 0 && strcmp(ct->v[0], "allgather") == 0)
+            TR_TRY(tr_cp_use_all_gather(&t->cp));
+        if (!ct->null && ct->n > 0 && strcmp(ct->v[0], "a2a") == 0) TR_TRY(tr_cp_use_a2a(&t->cp));
+    }
     TR_TRY(tr_loss_buffer_create(&t->losses, t->dev, t->nmb > 0 ? t->nmb : 1));
     TR_TRY(tr_model_init_weights(&t->model, (uint64_t)c->rng.seed));
     t->model.dropout_seed = (uint64_t)c->rng.seed * 0x9E3779B97F4A7C15ull + 1;
@@ -96,7 +118,14 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
         TR_TRY(tr_optimizer_create_on(&t->opt, t->dev, &os, t->model.info, t->model.n_info,
                                       t->model.n_params));
     int64_t bt = (int64_t)t->mbs * t->seq;
-    t->sample = malloc((size_t)(t->seq + 1) * sizeof *t->sample);
+    t->sample = malloc((size_t)(t->full_seq + 1) * sizeof *t->sample);
+    t->full_ids = malloc((size_t)t->full_seq * sizeof *t->full_ids);
+    t->full_tgt = malloc((size_t)t->full_seq * sizeof *t->full_tgt);
+    t->full_ds = malloc((size_t)t->full_seq * sizeof *t->full_ds);
+    t->full_pos = malloc((size_t)t->full_seq * sizeof *t->full_pos);
+    t->cp_index = malloc((size_t)t->full_seq * sizeof *t->cp_index);
+    if (!t->full_ids || !t->full_tgt || !t->full_ds || !t->full_pos || !t->cp_index)
+        return TR_ERR_NOMEM;
     t->ids = malloc((size_t)bt * sizeof *t->ids);
     t->tgt = malloc((size_t)bt * sizeof *t->tgt);
     t->doc_start = malloc((size_t)bt * sizeof *t->doc_start);
@@ -121,10 +150,16 @@ void tr_trainer_teardown(trainer *t) {
     if (t->have_pp) tr_pp_exec_free(&t->pp);
     tr_loss_buffer_free(&t->losses);
     tr_train_dp_free(&t->dp);
+    tr_cp_free(&t->cp);
     tr_model_free(&t->model);
     tr_train_data_close(&t->data);
     free(t->pp_idx);
     free(t->sample);
+    free(t->full_ids);
+    free(t->full_tgt);
+    free(t->full_ds);
+    free(t->full_pos);
+    free(t->cp_index);
     free(t->ids);
     free(t->tgt);
     free(t->doc_start);

@@ -12,14 +12,38 @@
 #include "runtime/data/datasets/sampler.h"
 #include "runtime/train/trainer.h"
 
+/* Context parallelism: how much of the microbatch's loss this rank's tokens carry. */
+static void cp_share(trainer *t, int64_t global) {
+    int64_t mine = 0;
+    for (int64_t i = 0; i < (int64_t)t->mbs * t->seq; i++) mine += t->tgt[i] >= 0;
+    t->cp_weight = global > 0 ? (double)mine / (double)global : 0.0;
+}
+
 /* Fine-tuning data: targets come masked from the dataset, and the model learns where each
  * packed document starts and the positions inside it. */
 static tr_status load_sequences(trainer *t, int split, int64_t first, const int64_t *index) {
+    int64_t global = 0;
     for (int b = 0; b < t->mbs; b++) {
         int64_t at = (int64_t)b * t->seq;
         tr_token_sequence seq = {t->ids + at, t->tgt + at, t->doc_start + at, t->pos + at};
-        TR_TRY(t->data.sequence(&t->data, split, index ? index[b] : first + b, &seq));
+        if (t->cp_size == 1) {
+            TR_TRY(t->data.sequence(&t->data, split, index ? index[b] : first + b, &seq));
+            continue;
+        }
+        /* Context parallelism: the whole packed sequence, then this rank's two pieces of each
+         * document (dataset.pad_seq_to_mult made every length a multiple of 2 CP). */
+        tr_token_sequence full = {t->full_ids, t->full_tgt, t->full_ds, t->full_pos};
+        TR_TRY(t->data.sequence(&t->data, split, index ? index[b] : first + b, &full));
+        TR_TRY(tr_cp_index(t->cp_size, t->cp_rank, t->full_ds, t->full_seq, t->cp_index,
+                           seq.doc_start));
+        for (int i = 0; i < t->seq; i++) {
+            seq.ids[i] = t->full_ids[t->cp_index[i]];
+            seq.targets[i] = t->full_tgt[t->cp_index[i]];
+            seq.pos[i] = t->full_pos[t->cp_index[i]];
+        }
+        for (int i = 0; i < t->full_seq; i++) global += t->full_tgt[i] >= 0;
     }
+    if (t->cp_size > 1) cp_share(t, global);
     return tr_model_set_sequences(&t->model, t->doc_start, t->pos);
 }
 
@@ -28,17 +52,32 @@ static tr_status load_sequences(trainer *t, int split, int64_t first, const int6
  * loss is masked where the INPUT token is end-of-document, as Megatron's GPTDataset does (and as
  * runtime/data/datasets/gpt_dataset.c, checked against megatron-core, does). */
 tr_status tr_trainer_load_microbatch(trainer *t, int split, int64_t first, const int64_t *index) {
+    t->cp_weight = 1.0;
     if (t->data.sequence) return load_sequences(t, split, first, index);
+    bool cp = t->cp_size > 1;
+    int64_t global = 0;
     for (int b = 0; b < t->mbs; b++) {
         TR_TRY(t->data.sample(&t->data, split, index ? index[b] : first + b, t->sample));
         int32_t *ids = t->ids + (int64_t)b * t->seq, *tgt = t->tgt + (int64_t)b * t->seq;
-        for (int i = 0; i < t->seq; i++) {
-            ids[i] = t->sample[i];
-            tgt[i] = t->sample[i + 1];
-            if (t->eod_mask && t->data.eod >= 0 && ids[i] == t->data.eod) tgt[i] = -1;
+        /* Context parallelism: the whole sequence first, then this rank's two chunks. */
+        int32_t *fids = cp ? t->full_ids : ids, *ftgt = cp ? t->full_tgt : tgt;
+        for (int i = 0; i < t->full_seq; i++) {
+            fids[i] = t->sample[i];
+            ftgt[i] = t->sample[i + 1];
+            if (t->eod_mask && t->data.eod >= 0 && fids[i] == t->data.eod) ftgt[i] = -1;
         }
+        if (!cp) continue;
+        for (int i = 0; i < t->full_seq; i++) global += ftgt[i] >= 0;
+        tr_cp_take(t->cp_size, t->cp_rank, fids, t->full_seq, ids);
+        tr_cp_take(t->cp_size, t->cp_rank, ftgt, t->full_seq, tgt);
+        for (int i = 0; i < t->seq; i++)
+            t->pos[(int64_t)b * t->seq + i] =
+                (int32_t)tr_cp_global_pos(t->cp_size, t->cp_rank, t->seq, i);
     }
-    return TR_OK;
+    if (!cp) return TR_OK;
+    cp_share(t, global);
+    /* Global positions for RoPE and learned positions; the ring knows the causal pattern. */
+    return tr_model_set_sequences(&t->model, NULL, t->pos);
 }
 
 /* The samples this rank reads in its microbatch mb of the global batch starting at `consumed`:
@@ -49,8 +88,8 @@ static tr_status microbatch_index(const trainer *t, int64_t consumed, int mb, in
     tr_sampler s = {.total_samples = INT64_MAX / 2,
                     .consumed_samples = consumed,
                     .micro_batch_size = t->mbs,
-                    .dp_rank = t->dp_rank,
-                    .dp_size = t->dp_size,
+                    .dp_rank = t->data_dp_rank,
+                    .dp_size = t->data_dp_size,
                     .drop_last = true};
     return tr_sampler_micro_batch(&s, mb, index) == t->mbs ? TR_OK : TR_ERR_INVALID;
 }
@@ -96,9 +135,9 @@ static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, dou
         if (st == TR_OK) st = tr_trainer_load_microbatch(t, TR_SPLIT_TRAIN, 0, idx);
         /* The dropout masks follow the global microbatch, so every layout draws the masks of
          * the single-rank run. */
-        int64_t global_mb = (int64_t)mb * t->dp_size + t->dp_rank;
+        int64_t global_mb = (int64_t)mb * t->data_dp_size + t->data_dp_rank;
         m->dropout_round =
-            (uint64_t)(iteration - 1) * (uint64_t)(t->nmb * t->dp_size) + (uint64_t)global_mb;
+            (uint64_t)(iteration - 1) * (uint64_t)(t->nmb * t->data_dp_size) + (uint64_t)global_mb;
         float *loss = NULL;
         if (st == TR_OK) st = tr_loss_buffer_slot(&t->losses, &loss);
         if (st == TR_OK) st = tr_model_forward_part(m, 0, 0, t->ids, t->tgt, NULL, NULL, loss);
@@ -184,9 +223,10 @@ static tr_status pp_load(void *ctx, int mb, const int32_t **ids, const int32_t *
     trainer *t = ctx;
     TR_TRY(microbatch_index(t, t->cur_consumed, mb, t->pp_idx));
     TR_TRY(tr_trainer_load_microbatch(t, TR_SPLIT_TRAIN, 0, t->pp_idx));
-    int64_t global_mb = (int64_t)mb * t->dp_size + t->dp_rank;
+    int64_t global_mb = (int64_t)mb * t->data_dp_size + t->data_dp_rank;
     t->model.dropout_round =
-        (uint64_t)(t->cur_iteration - 1) * (uint64_t)(t->nmb * t->dp_size) + (uint64_t)global_mb;
+        (uint64_t)(t->cur_iteration - 1) * (uint64_t)(t->nmb * t->data_dp_size) +
+        (uint64_t)global_mb;
     *ids = t->ids;
     *targets = t->tgt;
     return TR_OK;

@@ -111,7 +111,10 @@ static tr_status loop(trainer *t, tr_train_result *r) {
     /* Per device: the global batch's FLOPs shared by every rank of the run. */
     int world = t->o->comm ? tr_comm_group_size(t->o->comm, TR_COMM_WORLD) : 1;
     if (world < 1) world = 1;
-    double flops_per_iter = 3.0 * tr_model_flops_per_seq(&t->model.full) * t->gbs / world;
+    /* Whole sequences: under CP the model holds seq / CP rows of each. */
+    tr_model_spec whole = t->model.full;
+    whole.seq = t->full_seq;
+    double flops_per_iter = 3.0 * tr_model_flops_per_seq(&whole) * t->gbs / world;
     /* checkpoint: a resumed run continues the iteration count, data cursor and schedule */
     const tr_train_ckpt_pos *from = &t->ckpt.resume;
     int64_t consumed = from->consumed_samples, sched_samples = from->scheduler_samples;
@@ -166,7 +169,8 @@ static tr_status loop(trainer *t, tr_train_result *r) {
         tr_train_log_moe(&t->log, so.moe_lb, so.moe_z);
         TR_TRY(log_moe_tokens(t, tr_train_log_due(&t->log, it, iters, stopping)));
         tr_train_log_iteration(&t->log, it, iters, stopping, consumed, so.loss, so.lr, so.grad_norm,
-                               pnorm, so.skipped, seconds, flops_per_iter, (double)t->gbs * t->seq);
+                               pnorm, so.skipped, seconds, flops_per_iter,
+                               (double)t->gbs * t->full_seq);
         TR_TRY(log_bubble(t, it, tr_train_log_due(&t->log, it, iters, stopping)));
         if (can_eval && it % eval_interval == 0 &&
             (start_eval == TR_NULL_INT || it >= start_eval)) {
@@ -227,7 +231,7 @@ tr_status tr_train_run(const tr_config *c, const tr_train_opts *o, tr_train_resu
                 "model: %lld parameters (%d layers, hidden %d); %d microbatch(es) of %d x %d "
                 "tokens per iteration; %lld training samples per epoch\n",
                 (long long)count_params(&t.model, false), t.model.full.num_layers,
-                t.model.full.hidden, t.nmb, t.mbs, t.seq,
+                t.model.full.hidden, t.nmb, t.mbs, t.full_seq,
                 (long long)t.data.n_samples[TR_SPLIT_TRAIN]);
     if (s == TR_OK && o->log && t.model.spec.lora_rank)
         fprintf(o->log,

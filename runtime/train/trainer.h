@@ -4,6 +4,7 @@
 #ifndef TR_RUNTIME_TRAINER_H
 #define TR_RUNTIME_TRAINER_H
 
+#include "runtime/context_parallel/cp.h"
 #include "runtime/data/train_data.h"
 #include "runtime/device/device.h"
 #include "runtime/model/loss_buffer.h"
@@ -34,7 +35,16 @@ typedef struct trainer {
     int64_t eval_first;                  /* microbatch of the batch, and this rank's share of */
     int64_t eval_stride, eval_offset;    /* it (global microbatch first + mb*stride + offset) */
     bool distributed;                    /* the parallel path is in use */
-    int dp_size, dp_rank;
+    int dp_size, dp_rank;                /* the DP x CP group the gradients are reduced over */
+    /* Context parallelism: this rank's place in the CP group, the data-parallel rank the
+     * sampler reads for, the ring, whole sequences before the split (full_seq tokens). */
+    int cp_size, cp_rank, data_dp_size, data_dp_rank, full_seq;
+    tr_cp cp;
+    int32_t *full_ids, *full_tgt, *full_ds, *full_pos, *cp_index;
+    /* The loaded microbatch's trained tokens on this rank over those of the whole microbatch:
+     * its loss (the mean over this rank's tokens) times this, summed over the CP group, is the
+     * whole microbatch's mean (1 without CP). */
+    double cp_weight;
     tr_lr_schedule sched;
     tr_token_dataset data;
     tr_train_log log;

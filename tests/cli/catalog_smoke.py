@@ -1,8 +1,8 @@
 """The catalog smoke test: every recipe of the registry and every YAML recipe, shrunk to tiny
 shapes with its feature flags kept, either trains 2 iterations on 1 rank (and the dry run accepts
 it), or is refused by --dry-run and by the launch under the same capability rule ids; the same
-again on 2 ranks for a recipe laid out with model parallelism. A recipe added to the registry or
-to recipes/yaml joins by itself.
+again on 2 ranks for a recipe laid out with model parallelism (a context-parallel recipe on as
+many ranks as its own CP size). A recipe added to the registry or to recipes/yaml joins by itself.
 
 usage: catalog_smoke.py RUN_RECIPE SOURCE_DIR MPIEXEC SCRATCH
 """
@@ -135,24 +135,28 @@ def check(label, source, world):
             cfg["checkpoint"].get("finetune")) or cfg["dataset"].get("type") == "sft":
         ov.append("checkpoint.pretrained_checkpoint=" + base_checkpoint(source, ov, name))
     one_rank = verdict(label, source, ov + [f"logger.output_dir={TMP}/run_{name}"], 1)
-    layout = parallel_layout(cfg["model"])
+    layout, np = parallel_layout(cfg["model"])
     if not layout:
         return one_rank, "-"
     two = ov + layout + pipeline_flags(cfg, layout) + [f"logger.output_dir={TMP}/run2_{name}"]
-    return one_rank, verdict(label, source, two, 2) + f" ({' '.join(layout)})"
+    return one_rank, verdict(label, source, two, np) + f" ({' '.join(layout)})"
 
 
 def parallel_layout(m):
-    """The recipe's model-parallel dimension, at size 2 on 2 ranks: CP, EP, PP, else TP (with
-    its sequence parallelism); none for a recipe laid out on data parallelism alone."""
-    for key in ("context_parallel_size", "expert_model_parallel_size",
-                "pipeline_model_parallel_size", "tensor_model_parallel_size"):
+    """The recipe's model-parallel dimension and the ranks it runs on: its own context-parallel
+    size on as many ranks (the long-sequence recipes keep their CP), else EP, PP or TP (with its
+    sequence parallelism) at size 2 on 2 ranks; none for a recipe on data parallelism alone."""
+    cp = int(m.get("context_parallel_size", "1"))
+    if cp > 1:
+        return [f"model.context_parallel_size={cp}"], cp
+    for key in ("expert_model_parallel_size", "pipeline_model_parallel_size",
+                "tensor_model_parallel_size"):
         if int(m.get(key, "1")) > 1:
             extra = []
             if key == "tensor_model_parallel_size" and m.get("sequence_parallel") == "true":
                 extra.append("model.sequence_parallel=true")
-            return [f"model.{key}=2"] + extra
-    return []
+            return [f"model.{key}=2"] + extra, 2
+    return [], 0
 
 
 def pipeline_flags(cfg, layout):
@@ -204,7 +208,8 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         table = list(pool.map(one, entries))
     width = max(len(label) for label, _ in table)
-    print(f"{'recipe':<{width}}  {'1 rank, tiny shapes':<44}  2 ranks, the recipe's parallelism")
+    print(f"{'recipe':<{width}}  {'1 rank, tiny shapes':<44}  the recipe's parallelism "
+          "(2 ranks; CP: its own size)")
     for label, (one_rank, two) in table:
         print(f"{label:<{width}}  {one_rank:<44}  {two}")
     trains = sum(v[0] == "trains" for _, v in table)

@@ -8,10 +8,13 @@ expect_bad_launch 3 parallel.world_divisible_by_model_size \
 expect_bad_launch 2 parallel.world_divisible_by_expert_size \
     --recipe moe_tiny_pretrain model.expert_model_parallel_size=4 logger.output_dir="$TMP/o"
 
-# A world that fits a layout the training runtime cannot run yet (no context parallelism): the
-# capability rule refuses it in validation on every rank, before any group exists, reported once.
+# A world that fits a layout the training runtime cannot run yet (context parallelism over
+# a2a+p2p): the capability rule refuses it in validation on every rank, before any group
+# exists, reported once.
 expect_bad_launch 2 runtime.context_parallel \
-    --recipe llama_tiny_pretrain model.context_parallel_size=2 logger.output_dir="$TMP/o"
+    --recipe llama_tiny_pretrain model.context_parallel_size=2 "model.cp_comm_type=[a2a+p2p]" \
+    "model.hierarchical_context_parallel_sizes=[2,1]" \
+    logger.output_dir="$TMP/o"
 flags="--allow-run-as-root --oversubscribe"
 
 # Data parallel on the same world trains: every rank exits 0, rank 0 alone logs.

@@ -1,11 +1,15 @@
 # --dry-run --print-groups --world-size 8 with TP 2, PP 2, CP 2 prints every group; the
 # expected groups follow from the rank order tp-cp-ep-dp-pp (TP fastest), worked out here.
-# The runtime cannot train CP 2 yet: the plain dry run refuses it under its rule, --config-only
-# checks Megatron's rules alone and prints the layout.
+# The runtime trains CP 2 over the p2p ring, so the plain dry run accepts it; an exchange it has
+# not built (a2a+p2p) is refused under its rule; --config-only checks Megatron's rules alone and
+# prints the layout.
 . "$(dirname "$0")/lib.sh"
 
 rr --recipe llama32_1b_pretrain --dry-run --print-groups --world-size 8 -tp 2 -pp 2 -cp 2
-expect_rc 2 "CP 2 in a dry run"
+expect_rc 0 "CP 2 in a dry run"
+rr --recipe llama32_1b_pretrain --dry-run --print-groups --world-size 8 -tp 2 -pp 2 -cp 2 \
+    "model.cp_comm_type=[a2a+p2p]" "model.hierarchical_context_parallel_sizes=[2,1]"
+expect_rc 2 "CP 2 over a2a+p2p in a dry run"
 expect_in "$TMP/err" "error [runtime.context_parallel]" "the capability rule"
 rr --recipe llama32_1b_pretrain --dry-run --config-only --print-groups --world-size 8 -tp 2 -pp 2 -cp 2
 expect_rc 0 "print groups"

@@ -12,6 +12,7 @@
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/attention_tc_kernels.cuh"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace {
@@ -67,9 +68,10 @@ std::vector<int32_t> doc_starts(int B, int T, int doc_len) {
 }
 
 /* A descriptor; p > 0 adds attention dropout with fixed, nonzero mask coordinates (a TP rank's
- * head offset among them). */
-tr_attn_desc desc_of(int B, int T, int Hh, int G, int D, int causal, int lowp, int trusted,
-                     float p) {
+ * head offset among them, and the call placed as a block of a longer sequence, as context
+ * parallelism's ring places it: at even token coordinates, or odd ones with `odd`). */
+tr_attn_desc desc_of(int B, int T, int Hh, int G, int D, int causal, int lowp, int trusted, float p,
+                     int odd = 0) {
     tr_attn_desc d = {};
     d.batch = B, d.seq = T, d.heads = Hh, d.groups = G, d.head_dim = D;
     d.scale = 1.0f / sqrtf((float)D), d.causal = causal, d.lowp = lowp;
@@ -77,6 +79,7 @@ tr_attn_desc desc_of(int B, int T, int Hh, int G, int D, int causal, int lowp, i
     if (p > 0.0f) {
         d.dropout = p, d.dropout_seed = 0xA77E17D0ull + (uint64_t)T, d.dropout_round = 17;
         d.dropout_layer = 5, d.head_offset = Hh, d.heads_total = 3 * Hh;
+        d.dropout_row0 = 3, d.dropout_q0 = 2 * T + 6 + odd, d.dropout_k0 = 2 * T + 4 + 3 * odd;
     }
     return d;
 }
@@ -278,8 +281,9 @@ template <typename S, bool DROP> void simt_width(const tr_attn_desc &d, const re
 }
 
 template <typename S>
-void simt_case(int B, int T, int Hh, int G, int D, int causal, int doc_len, float p = 0.0f) {
-    tr_attn_desc d = desc_of(B, T, Hh, G, D, causal, 0, 0, p);
+void simt_case(int B, int T, int Hh, int G, int D, int causal, int doc_len, float p = 0.0f,
+               int odd = 0) {
+    tr_attn_desc d = desc_of(B, T, Hh, G, D, causal, 0, 0, p, odd);
     std::vector<int32_t> ds = doc_starts(B, T, doc_len);
     d.doc_start = doc_len ? ds.data() : NULL;
     reference r = cpu_reference(d, std::is_same<S, __nv_bfloat16>::value,
@@ -308,6 +312,7 @@ void test_simt_dropout(void) {
     simt_case<float>(1, 45, 2, 2, 80, 0, 0, 0.5f);
     simt_case<float>(1, 75, 2, 1, 32, 1, 9, 0.3f);
     simt_case<__nv_bfloat16>(1, 40, 4, 2, 64, 1, 0, 0.1f);
+    simt_case<float>(1, 33, 2, 1, 32, 0, 0, 0.3f, 1); /* a block at odd coordinates */
 }
 
 void test_simt(void) {
@@ -358,12 +363,54 @@ void test_host_rounding(void) {
 
 } // namespace
 
+namespace {
+
+/* Context parallelism's log-sum-exp merge: the kernel against the CPU op, the running lse at a
+ * stride (a half of a longer sequence) and some rows without keys yet (lse -inf, out NaN). */
+void test_lse_merge() {
+    const int rows = 37, heads = 3, D = 20, ld = 2 * rows;
+    std::vector<float> o((size_t)rows * heads * D), ob(o.size()), lse((size_t)heads * ld),
+        lseb((size_t)heads * rows);
+    uint64_t x = 12345;
+    auto next = [&x] {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        return (float)((x >> 40) * (1.0 / 16777216.0)) * 4.0f - 2.0f;
+    };
+    for (auto &v : o) v = next();
+    for (auto &v : ob) v = next();
+    for (auto &v : lse) v = next();
+    for (auto &v : lseb) v = next();
+    for (int t = 0; t < rows; t += 5) {
+        lse[(size_t)(t % heads) * ld + t] = -INFINITY;
+        for (int e = 0; e < D; e++) o[((size_t)t * heads + t % heads) * D + e] = NAN;
+    }
+    std::vector<float> ro = o, rlse = lse;
+    CHECK(cpu->attention_merge(ro.data(), rlse.data(), ld, ob.data(), lseb.data(), rows, heads,
+                               D) == TR_OK);
+    dbuf<float> go(o.size()), gl(lse.size()), gob(ob.size()), glb(lseb.size());
+    put(go.p, o), put(gl.p, lse), put(gob.p, ob), put(glb.p, lseb);
+    emu::launch(dim3(tr_cuda_blocks((int64_t)rows * heads, 256)), dim3(256), 0,
+                [&] { attn_merge_kernel(go.p, gl.p, ld, gob.p, glb.p, rows, heads, D); });
+    std::vector<float> eo = get(go.p, o.size()), el = get(gl.p, lse.size());
+    /* Equal values (-inf included) agree; a NaN anywhere does not. */
+    auto off = [](float a, float b) {
+        return a == b ? 0.0 : (a != a || b != b) ? INFINITY : (double)fabsf(a - b);
+    };
+    double worst = 0.0;
+    for (size_t i = 0; i < eo.size(); i++) worst = std::max(worst, off(eo[i], ro[i]));
+    for (size_t i = 0; i < el.size(); i++) worst = std::max(worst, off(el[i], rlse[i]));
+    CHECK(worst <= 1e-6);
+}
+
+} // namespace
+
 int main(int argc, char **argv) {
     cpu = tr_ops_cpu();
     static const tr_test_case tests[] = {
         TR_TEST(test_host_rounding), TR_TEST(test_doc_start_check), TR_TEST(test_simt),
         TR_TEST(test_tc_bf16),       TR_TEST(test_tc_fp16),         TR_TEST(test_tc_bf16_storage),
         TR_TEST(test_tc_misaligned), TR_TEST(test_simt_dropout),    TR_TEST(test_tc_dropout),
+        TR_TEST(test_lse_merge),
     };
     return tr_test_main(argc, argv, tests, (int)(sizeof tests / sizeof tests[0]));
 }

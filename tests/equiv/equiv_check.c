@@ -369,6 +369,11 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  *   gradients (each rank's covers its own heads); with TP larger than the G query groups, once
  *   per iteration and layer the all-reduce that sums the key-value gradient copies, one slot
  *   per group of 2.D.(h + qkv bias) elements: G.2D.(h + b).
+ * On CP (> 1) the ring (runtime/context_parallel/cp.h): r counts this rank's rows of the
+ * microbatch; per layer and microbatch K and V of them (2.r.g.D, g the query groups this TP rank
+ * holds) sent and received cp-1 times forward, cp-1 times backward with the dK/dV of cp hops;
+ * with cp_comm_type allgather, K and V all-gathered forward and backward and the cp dK/dV slots
+ * reduce-scattered.
  * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
  * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
@@ -383,7 +388,8 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
 static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *run) {
     const tr_model_config *m = &c->model;
     int64_t iters = run->iters, nmb = c->derived.num_microbatches;
-    int64_t r = c->train.micro_batch_size * m->seq_length, h = m->hidden_size;
+    int64_t cp = m->context_parallel_size > 1 ? m->context_parallel_size : 1;
+    int64_t r = c->train.micro_batch_size * m->seq_length / cp, h = m->hidden_size;
     int64_t L = run->local_layers, dp = c->derived.data_parallel_size;
     int64_t tp = m->tensor_model_parallel_size;
     bool sp = tp > 1 && m->sequence_parallel;
@@ -409,7 +415,7 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t evals = v->eval_iters > 0 && v->eval_interval != TR_NULL_INT
                         ? iters / v->eval_interval + (iters % v->eval_interval != 0)
                         : 0;
-    int64_t eval_bytes = eval_split ? 8 * evals : 0;
+    int64_t eval_bytes = eval_split || cp > 1 ? 8 * evals : 0;
     int64_t pp = m->pipeline_model_parallel_size, acts_out = 0, acts_in = 0;
     if (pp > 1) {
         int64_t vpp = m->virtual_pipeline_model_parallel_size == TR_NULL_INT
@@ -434,6 +440,26 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     /* Gradients travel against the activations: a stage sends one per activation received. */
     int64_t pp_send = msg * (iters * nmb * (acts_out + acts_in) + eval_mbs * acts_out);
     int64_t pp_recv = msg * (iters * nmb * (acts_in + acts_out) + eval_mbs * acts_in);
+    /* The ring: per layer and microbatch the K and V of this rank's rows (its groups: one when
+     * TP exceeds them), cp-1 times forward, cp-1 times with the dK/dV of cp hops backward. */
+    int64_t g_local = tp > G ? 1 : G / tp;
+    int64_t kv = 2 * r * g_local * D * 4;
+    const tr_str_list *ct = &m->cp_comm_type;
+    bool cp_ag = cp > 1 && !ct->null && ct->n > 0 && strcmp(ct->v[0], "allgather") == 0;
+    bool cp_a2a = cp > 1 && !ct->null && ct->n > 0 && strcmp(ct->v[0], "a2a") == 0;
+    int64_t cp_bytes = cp > 1 && !cp_ag && !cp_a2a
+                           ? L * kv * (iters * nmb * (3 * cp - 2) + eval_mbs * (cp - 1))
+                           : 0;
+    /* allgather: K and V gathered forward and again backward, the dK/dV slots reduce-scattered
+     * (booked by their whole input, cp slots). */
+    int64_t cp_gather = cp_ag ? L * kv * (iters * nmb * 2 + eval_mbs) : 0;
+    int64_t cp_scatter = cp_ag ? L * kv * cp * iters * nmb : 0;
+    /* a2a: all-to-alls of q, k, v and out forward, of q, k, v, out, dout and dq, dk, dv
+     * backward, each booked by its whole send buffer (this rank's rows, all its heads). */
+    int64_t qsz = r * (heads / tp) * D * 4;
+    int64_t cp_a2a_bytes =
+        cp_a2a ? L * ((iters * nmb * 6 + eval_mbs * 2) * qsz + (iters * nmb * 3 + eval_mbs) * kv)
+               : 0;
     struct {
         const char *what;
         int group;
@@ -446,7 +472,13 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"DP all-reduce", TR_GROUP_DP_CP, TR_COMM_ALL_REDUCE,
          iters * (sharded ? 16 : 4 * B + 16) + eval_bytes + moe_bytes},
         {"DP reduce-scatter", TR_GROUP_DP_CP, TR_COMM_REDUCE_SCATTER, sharded ? iters * 4 * B : 0},
-        {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER, sharded ? iters * 4 * B / dp : 0},
+        {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER,
+         sharded ? iters * 4 * B / dp / cp : 0},
+        {"CP send", TR_GROUP_CP, TR_COMM_SEND, cp_bytes},
+        {"CP receive", TR_GROUP_CP, TR_COMM_RECV, cp_bytes},
+        {"CP all-gather", TR_GROUP_CP, TR_COMM_ALL_GATHER, cp_gather},
+        {"CP reduce-scatter", TR_GROUP_CP, TR_COMM_REDUCE_SCATTER, cp_scatter},
+        {"CP all-to-all", TR_GROUP_CP, TR_COMM_ALL_TO_ALL, cp_a2a_bytes},
         {"PP send", TR_GROUP_PP, TR_COMM_SEND, pp_send},
         {"PP receive", TR_GROUP_PP, TR_COMM_RECV, pp_recv}};
     int bad = 0, rank;

@@ -534,3 +534,62 @@ tr_equiv_pp_test(deepseek_moe_pp2_dp2_distopt 4 deepseek_tiny_pretrain ${TR_EQUI
                  ${TR_DS4} -- ${TR_PP2} ${TR_DISTOPT})
 tr_equiv_pp_test(mixtral_moe_pp2_vpp2 2 mixtral_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2}
                  ${TR_VPP2})
+
+# Context parallelism (runtime/context_parallel/): each sequence in 2 x CP chunks, rank r keeping
+# chunks r and 2CP-1-r with their global positions (RoPE; learned positions on GPT), the p2p ring
+# for attention, gradients reduced over DP x CP. --check-volume counts the ring's sends and
+# receives on the CP group against the theory. Alone (CP 2, CP 4), with TP + SP (micro batch 2),
+# PP (also interleaved), DP and the distributed optimizer, the per-token loss with loss masks (end-of-document
+# tokens: the chunks train on different token counts, and the global token mean is exact), and
+# LoRA on the pretrained base.
+set(TR_CP2 model.context_parallel_size=2)
+tr_equiv_test(llama_cp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} -- ${TR_CP2})
+tr_equiv_test(gpt_cp2_learned_pos 2 gpt_tiny_pretrain ${TR_EQUIV_COMMON} model.hidden_dropout=0
+              model.attention_dropout=0 -- ${TR_CP2})
+tr_equiv_test(llama_cp4 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} -- model.context_parallel_size=4)
+tr_equiv_test(llama_cp2_tp2_sp 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} train.micro_batch_size=2 --
+              ${TR_CP2} ${TR_TP2} ${TR_SP})
+tr_equiv_test(llama_cp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} -- ${TR_CP2} ${TR_PP2})
+tr_equiv_test(llama_cp2_pp2_vpp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} model.num_layers=4 --
+              ${TR_CP2} ${TR_PP2} ${TR_VPP2})
+tr_equiv_test(llama_cp2_dp2_distopt 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} -- ${TR_CP2}
+              ${TR_DISTOPT})
+tr_equiv_test(llama_cp2_pertoken_eod_mask 2 llama_tiny_pretrain ${TR_EQUIV_COMMON}
+              model.calculate_per_token_loss=true dataset.eod_mask_loss=true -- ${TR_CP2})
+tr_equiv_lora_dp_test(llama_lora_cp2 2 --check-volume llama_tiny_pretrain ${TR_EQUIV_COMMON}
+                      peft.scheme=lora checkpoint.pretrained_checkpoint=${TR_LORA_BASE} -- ${TR_CP2})
+# Fine-tuning under CP: every document of a pack split into 2 x CP pieces (padded to that
+# multiple, which finalize derives for the CP run and both runs here set alike, so they read the
+# same data), the ring over each document's pieces; packed, with TP + SP on GPT (learned
+# positions), unpacked at micro batch 2, and with PP and the forward-only evaluation.
+set(TR_SFT_CP ${TR_SFT_COMMON} dataset.pad_seq_to_mult=4 model.calculate_per_token_loss=true)
+tr_equiv_test(llama_sft_cp2_eval 2 llama_tiny_sft ${TR_SFT_CP} validation.eval_iters=1
+              validation.eval_interval=5 -- ${TR_CP2})
+tr_equiv_test(gpt_sft_cp2_tp2_sp 4 gpt_tiny_pretrain ${TR_SFT_CP} ${TR_SFT_GPT}
+              model.hidden_dropout=0 model.attention_dropout=0 -- ${TR_CP2} ${TR_TP2} ${TR_SP})
+tr_equiv_test(llama_sft_cp2_unpacked 2 llama_tiny_sft ${TR_SFT_CP} train.micro_batch_size=2
+              dataset.enable_offline_packing=false dataset.packed_sequence_size=null -- ${TR_CP2})
+tr_equiv_test(llama_sft_cp2_pp2_eval 4 llama_tiny_sft ${TR_SFT_CP} model.num_layers=4
+              validation.eval_iters=1 validation.eval_interval=5 -- ${TR_CP2} ${TR_PP2})
+# Dropout under CP draws the single-rank run's masks: attention dropout per ring block at the
+# whole sequence's token coordinates, hidden dropout per run of consecutive tokens (also on
+# sequence-parallel chunks); attention dropout on packed documents.
+tr_equiv_test(gpt_cp2_dropout 2 gpt_tiny_pretrain ${TR_EQUIV_COMMON} model.attention_dropout=0.1
+              model.hidden_dropout=0.1 -- ${TR_CP2})
+tr_equiv_test(gpt_cp2_tp2_sp_dropout 4 gpt_tiny_pretrain ${TR_EQUIV_COMMON} train.micro_batch_size=2
+              model.attention_dropout=0.1 model.hidden_dropout=0.1 -- ${TR_CP2} ${TR_TP2} ${TR_SP})
+tr_equiv_test(llama_sft_cp2_attention_dropout 2 llama_tiny_sft ${TR_SFT_CP}
+              model.attention_dropout=0.1 -- ${TR_CP2})
+# The allgather exchange (whole-sequence K and V gathered, dK/dV reduce-scattered): the ring's
+# blocks in the ring's order, alone at CP 4 and with TP + SP and attention dropout.
+tr_equiv_test(llama_cp4_allgather 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} --
+              model.context_parallel_size=4 model.cp_comm_type=[allgather])
+tr_equiv_test(gpt_cp2_tp2_sp_allgather_dropout 4 gpt_tiny_pretrain ${TR_EQUIV_COMMON}
+              train.micro_batch_size=2 model.attention_dropout=0.1 model.hidden_dropout=0.1 --
+              ${TR_CP2} ${TR_TP2} ${TR_SP} model.cp_comm_type=[allgather])
+# The a2a (Ulysses) exchange: heads scattered and the sequence gathered by all-to-alls, each rank
+# attending the whole sequence of its heads; GQA (2 heads per group), with attention dropout at the
+# global heads, and on packed documents.
+tr_equiv_test(llama_cp2_a2a_dropout 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} model.attention_dropout=0.1
+              -- ${TR_CP2} model.cp_comm_type=[a2a])
+tr_equiv_test(llama_sft_cp2_a2a 2 llama_tiny_sft ${TR_SFT_CP} -- ${TR_CP2} model.cp_comm_type=[a2a])

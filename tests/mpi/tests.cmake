@@ -27,3 +27,16 @@ target_link_libraries(check_tp_overlap PRIVATE trestle_runtime)
 tr_mpirun_test(mpi_tp_overlap_tp2 2 check_tp_overlap 2 16)
 tr_mpirun_test(mpi_tp_overlap_tp4_one_sequence 4 check_tp_overlap 1 32)
 tr_mpirun_test(mpi_tp_overlap_tp4_odd_chunk 4 check_tp_overlap 3 12)
+
+# Context parallelism's ring attention in isolation (check_cp_ring.c): against the attention op
+# on the whole sequence, against central differences of the global loss, and the ring's bytes
+# against the theory; CP 2 (one ring step after the local one) and CP 4, micro batch 2, and with
+# attention dropout (odd chunk length: blocks at odd token coordinates).
+add_executable(check_cp_ring ${CMAKE_SOURCE_DIR}/tests/mpi/check_cp_ring.c)
+target_link_libraries(check_cp_ring PRIVATE trestle_runtime)
+tr_mpirun_test(mpi_cp_ring_cp2 2 check_cp_ring 2 3)
+tr_mpirun_test(mpi_cp_ring_cp4 4 check_cp_ring 2 2)
+tr_mpirun_test(mpi_cp_ring_cp2_dropout 2 check_cp_ring 2 3 0.2)
+tr_mpirun_test(mpi_cp_allgather_cp4 4 check_cp_ring 2 2 0 allgather)
+tr_mpirun_test(mpi_cp_allgather_cp2_dropout 2 check_cp_ring 1 3 0.2 allgather)
+tr_mpirun_test(mpi_cp_a2a_cp2_dropout 2 check_cp_ring 2 3 0.2 a2a)

@@ -618,6 +618,51 @@ static void test_tiny_models(void) {
     done(&x);
 }
 
+/* Packed fine-tuning under CP pads every document to 2 x CP (and with SP to TP x CP) as finalize
+ * derives it from the final layout: an override of CP or TP on an SFT recipe gets the padding
+ * it needs (once a stale recipe value made model.context_parallel_size=2 fail), and a padding
+ * the user sets stays theirs. */
+static void test_packed_padding_follows_the_layout(void) {
+    static const struct {
+        const char *ov[4];
+        int n, world;
+        int64_t want;
+    } cases[] = {
+        /* the recipe: TP 2 with sequence parallelism */
+        {{"model.tensor_model_parallel_size=2"}, 1, 2, 2},
+        {{"model.context_parallel_size=2"}, 1, 4, 4},
+        {{"model.context_parallel_size=4"}, 1, 8, 8},
+        {{"model.context_parallel_size=2", "model.tensor_model_parallel_size=4"}, 2, 8, 8},
+        {{"model.context_parallel_size=2", "model.tensor_model_parallel_size=1",
+          "model.sequence_parallel=false"},
+         3,
+         2,
+         4},
+        {{"model.context_parallel_size=2", "dataset.pad_seq_to_mult=12"}, 2, 4, 12},
+        {{"dataset.pad_seq_to_mult=6"}, 1, 2, 6},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tr_diags d;
+        tr_diags_init(&d);
+        tr_config c;
+        tr_resolve_opts o;
+        memset(&o, 0, sizeof o);
+        o.recipe = "llama3_8b_sft";
+        /* Megatron-Bridge's condition for fine-tuning under CP (data.cp_sft_loss). */
+        const char *ov[5] = {"model.calculate_per_token_loss=true"};
+        for (int k = 0; k < cases[i].n; k++) ov[k + 1] = cases[i].ov[k];
+        o.overrides = ov;
+        o.n_overrides = cases[i].n + 1;
+        o.world = (tr_world){cases[i].world, cases[i].world};
+        o.validate.catalog_mode = true;
+        CHECK_INT_EQ(tr_resolve(&o, &c, &d), TR_OK);
+        print_errors("llama3_8b_sft", &d);
+        CHECK_INT_EQ(c.dataset.pad_seq_to_mult, cases[i].want);
+        tr_config_free(&c);
+        tr_diags_free(&d);
+    }
+}
+
 TR_TEST_MAIN(TR_TEST(test_capability_refusals_name_their_rule),
              TR_TEST(test_every_recipe_validates_at_min_world),
              TR_TEST(test_min_world_size_matches_layout), TR_TEST(test_names_unique_and_documented),
@@ -627,5 +672,5 @@ TR_TEST_MAIN(TR_TEST(test_capability_refusals_name_their_rule),
              TR_TEST(test_ref_llama32_1b_lora), TR_TEST(test_ref_llama3_8b),
              TR_TEST(test_ref_llama3_70b), TR_TEST(test_ref_vanilla_gpt),
              TR_TEST(test_ref_gpt3_175b), TR_TEST(test_ref_deepseek_v3),
-             TR_TEST(test_ref_qwen3_30b_a3b), TR_TEST(test_ref_templates),
-             TR_TEST(test_tiny_models))
+             TR_TEST(test_packed_padding_follows_the_layout), TR_TEST(test_ref_qwen3_30b_a3b),
+             TR_TEST(test_ref_templates), TR_TEST(test_tiny_models))

@@ -16,7 +16,16 @@ typedef struct capability_case {
 } capability_case;
 
 static const capability_case cases[] = {
-    {"runtime.context_parallel", 2, {"model.context_parallel_size=2"}},
+    {"runtime.context_parallel",
+     2,
+     {"model.context_parallel_size=2", "model.cp_comm_type=[a2a+p2p]",
+      "model.hierarchical_context_parallel_sizes=[2,1]"}},
+    {"runtime.cp_dropout",
+     2,
+     {"model.context_parallel_size=2", "peft.scheme=lora", "peft.dropout=0.1"}},
+    {"runtime.cp_packed",
+     2,
+     {"model.context_parallel_size=2", "dataset.type=sft", "dataset.pad_seq_to_mult=2"}},
     {"runtime.expert_parallel",
      2,
      {"model.num_moe_experts=4", "model.expert_model_parallel_size=2"}},

@@ -1,7 +1,6 @@
-/* What the training loop refuses about parallel layouts: parallelism it does not implement
- * (pipeline, context), and data or tensor parallelism without a communicator, each naming the key
- * to change. (Parallel runs themselves are checked on real ranks by
- * tests/equiv.) */
+/* What the training loop refuses about parallel layouts: data, tensor, context or pipeline
+ * parallelism without a communicator, each naming the key to change. (Parallel runs themselves are
+ * checked on real ranks by tests/equiv.) */
 #include <string.h>
 
 #include "tests/unit/harness.h"
@@ -50,7 +49,7 @@ static void test_model_parallel_refused_by_key(void) {
     tr_diags_free(&d);
     const char *cp[] = {"train.train_iters=1", "model.context_parallel_size=2"};
     CHECK(train_on_world(2, cp, 2, &d) != TR_OK);
-    CHECK(find_key(&d, "runtime.context_parallel", "model.context_parallel_size") != NULL);
+    CHECK(find_key(&d, "runtime.no_communicator", "derived.world_size") != NULL);
     tr_diags_free(&d);
     const char *pp[] = {"train.train_iters=1", "model.pipeline_model_parallel_size=2"};
     CHECK(train_on_world(2, pp, 2, &d) != TR_OK);

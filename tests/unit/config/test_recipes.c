@@ -628,11 +628,16 @@ static void test_packed_padding_follows_the_layout(void) {
         int n, world;
         int64_t want;
     } cases[] = {
-        /* the recipe: TP 2 with sequence parallelism */
-        {{"model.tensor_model_parallel_size=2"}, 1, 2, 2},
+        /* the recipe: TP 2, sequence parallelism off (Megatron-Bridge's); turned on here where
+         * it changes the multiple */
+        {{"model.tensor_model_parallel_size=2", "model.sequence_parallel=true"}, 2, 2, 2},
         {{"model.context_parallel_size=2"}, 1, 4, 4},
         {{"model.context_parallel_size=4"}, 1, 8, 8},
-        {{"model.context_parallel_size=2", "model.tensor_model_parallel_size=4"}, 2, 8, 8},
+        {{"model.context_parallel_size=2", "model.tensor_model_parallel_size=4",
+          "model.sequence_parallel=true"},
+         3,
+         8,
+         8},
         {{"model.context_parallel_size=2", "model.tensor_model_parallel_size=1",
           "model.sequence_parallel=false"},
          3,

@@ -30,6 +30,10 @@ typedef struct tr_validate_opts {
     /* Megatron's rules alone: leave out the capability rules (runtime.*), what this runtime
      * cannot run yet. For checks of a configuration's meaning apart from this runtime. */
     bool skip_capability;
+    /* Errors alone: leave out the rules whose severity is a warning or a note. A rule reports
+     * only at its own severity (tr_rule_fail), so the errors are those of a full run; for
+     * callers that need only the verdict (the layout search, docs/plan.md). */
+    bool errors_only;
 } tr_validate_opts;
 
 /* Run every rule. Returns TR_ERR_CONFIG when any error was reported, TR_OK otherwise

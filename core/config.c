@@ -483,6 +483,20 @@ void tr_config_drop_history(tr_config *c) {
     c->no_history = true;
 }
 
+tr_status tr_config_reset_to(tr_config *c, const tr_config *from) {
+    if (c->n_history || from->n_history || c->recipe_snapshot || from->recipe_snapshot)
+        return TR_ERR_INVALID;
+    for (int i = 0; i < tr_field_count; i++)
+        if (!tr_config_field_equal(c, from, &tr_fields[i]))
+            TR_TRY(copy_field(c, from, &tr_fields[i]));
+    /* origins name files through from's interned strings, which outlive the reset */
+    memcpy(c->origin, from->origin, sizeof c->origin);
+    c->recipe_name = from->recipe_name;
+    c->finalized = from->finalized;
+    c->no_history = from->no_history;
+    return TR_OK;
+}
+
 /* Origins point into src->interned; make them point into dst's copies. */
 static const char *remap_name(const tr_config *src, tr_config *dst, const char *name) {
     for (int i = 0; i < src->n_interned; i++)

@@ -79,6 +79,10 @@ tr_status tr_config_copy(tr_config *dst, const tr_config *src); /* deep; history
  * are only finalized and validated, which read neither, so that copying them (and finalize's own
  * copy and record of its changes) is cheap. */
 void tr_config_drop_history(tr_config *c);
+/* Give c (a copy of `from`, or one reset to it before) the values, origins and flags of `from`
+ * again, copying only the fields that differ: a scratch config reused for many variations of one
+ * base. Neither may hold history (tr_config_drop_history) or a recipe snapshot. */
+tr_status tr_config_reset_to(tr_config *c, const tr_config *from);
 
 /* Address of a field's storage inside c. */
 void *tr_config_field_ptr(tr_config *c, const tr_field *f);

@@ -212,16 +212,17 @@ static void reject(tr_plan_search *s, tr_plan_verdict *v, const char *id) {
     snprintf(v->why + at, sizeof v->why - at, "%s%s", at ? "," : "", id);
 }
 
-static void try_one(const tr_config *base, tr_world w, const tr_plan_gpu *gpu, int top_k,
-                    const tr_plan_search_opts *so, tr_plan_cache *cache, tr_plan_candidate *k,
-                    tr_plan_search *s) {
-    tr_config c;
+/* scratch: NULL for a fresh deep copy of base (the plain path), else a config reset to base */
+static void try_one(const tr_config *base, tr_config *scratch, tr_world w, const tr_plan_gpu *gpu,
+                    int top_k, const tr_plan_search_opts *so, tr_plan_cache *cache,
+                    tr_plan_candidate *k, tr_plan_search *s) {
+    tr_config own, *c = scratch ? scratch : &own;
     tr_diags d;
     tr_diags_init(&d);
     tr_plan_verdict v = {.k = k};
     s->tried++;
     double t0 = now_s();
-    if (tr_config_copy(&c, base) != TR_OK) {
+    if ((scratch ? tr_config_reset_to(scratch, base) : tr_config_copy(&own, base)) != TR_OK) {
         tr_diags_free(&d);
         return;
     }
@@ -229,17 +230,17 @@ static void try_one(const tr_config *base, tr_world w, const tr_plan_gpu *gpu, i
     tr_validate_opts vo = {.check_files = false, .errors_only = !so->plain};
     ov o[MAX_OV];
     int n = candidate_ovs(k, o);
-    tr_status st = so->plain ? apply_text(&c, o, n, &d) : apply_typed(&c, o, n);
-    if (st == TR_OK) st = tr_config_finalize(&c, &w, &d);
-    if (st == TR_OK) st = tr_config_validate(&c, &vo, &d);
+    tr_status st = so->plain ? apply_text(c, o, n, &d) : apply_typed(c, o, n);
+    if (st == TR_OK) st = tr_config_finalize(c, &w, &d);
+    if (st == TR_OK) st = tr_config_validate(c, &vo, &d);
     double t1 = now_s();
     s->validate_seconds += t1 - t0;
     if (st == TR_OK && d.n_errors == 0) {
         s->valid++;
-        k->dp = (int)c.derived.data_parallel_size;
+        k->dp = (int)c->derived.data_parallel_size;
         tr_diags pd;
         tr_diags_init(&pd);
-        tr_status ps = tr_plan_make_cached(&c, gpu, so->plain ? NULL : cache, &k->plan, &pd);
+        tr_status ps = tr_plan_make_cached(c, gpu, so->plain ? NULL : cache, &k->plan, &pd);
         s->plan_seconds += now_s() - t1;
         v.planned = ps == TR_OK;
         if (ps != TR_OK) {
@@ -264,7 +265,7 @@ static void try_one(const tr_config *base, tr_world w, const tr_plan_gpu *gpu, i
         if (d.n_errors == 0) reject(s, &v, "config.set");
     }
     if (so->each) so->each(so->ctx, &v);
-    tr_config_free(&c);
+    if (!scratch) tr_config_free(c);
     tr_diags_free(&d);
 }
 
@@ -287,7 +288,7 @@ tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const t
     double t0 = now_s();
     /* the candidates' scratch base: the values and origins, without the history and the recipe
      * snapshot that each copy (and finalize's copy of it) would otherwise duplicate */
-    tr_config lean;
+    tr_config lean, scratch;
     const tr_config *from = base;
     if (!so->plain) {
         tr_status cs = tr_config_copy(&lean, base);
@@ -297,6 +298,12 @@ tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const t
         }
         tr_config_drop_history(&lean);
         from = &lean;
+        cs = tr_config_copy(&scratch, &lean);
+        if (cs != TR_OK) {
+            tr_config_free(&lean);
+            if (cache != so->cache) tr_plan_cache_free(cache);
+            return cs;
+        }
     }
     for (int a = 0; a < N(tps); a++)
         for (int b = 0; b < N(cps); b++)
@@ -322,9 +329,13 @@ tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const t
                                                        .recompute = r,
                                                        .dist_opt = o == 0,
                                                        .sp = tp > 1};
-                                try_one(from, w, gpu, top_k, so, cache, &k, s);
+                                try_one(from, so->plain ? NULL : &scratch, w, gpu, top_k, so, cache,
+                                        &k, s);
                             }
-    if (!so->plain) tr_config_free(&lean);
+    if (!so->plain) {
+        tr_config_free(&scratch);
+        tr_config_free(&lean);
+    }
     s->seconds = now_s() - t0;
     tr_plan_cache_stats(cache, &s->memo_hits, &s->memo_misses);
     if (cache != so->cache) tr_plan_cache_free(cache);

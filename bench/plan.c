@@ -3,8 +3,12 @@
  * and through it (tr_plan_make_cached: after the first round every sizing input repeats, so this
  * is the memo's floor, the rate for layouts whose parts were sized before), next to the peer
  * measured in the same run: the validator (tr_config_validate) on the same configs, the step
- * that decides which layouts exist. The search's own split (a cold memo over its candidates)
- * is printed by run_recipe --search-layouts.
+ * that decides which layouts exist. Then the search (tr_plan_search_layouts, llama3_70b at 64 x
+ * H100, as run_recipe --search-layouts runs it): layouts tried per second for a fresh search (a
+ * cold memo each time), for searches through one memo kept from search to search, and, as its
+ * peer in the same run, the plain reference path (tr_plan_search_opts.plain: a deep copy, the
+ * text parser and every rule per candidate, no memo). Rates per second of wall time and of this
+ * process's CPU time (the machine is shared: CPU time is the one core's share it got).
  *
  *   bench_plan [--rounds R] [--smoke]
  *
@@ -22,6 +26,32 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Searches of base until the budget is spent: layouts tried per wall second and per CPU second. */
+static int search_rate(const tr_config *base, const tr_plan_gpu *g, const tr_plan_search_opts *o,
+                       double budget, double *wall_rate, double *cpu_rate) {
+    long tried = 0;
+    double t0 = now_s(), c0 = cpu_s(), t;
+    tr_diags d;
+    tr_diags_init(&d);
+    do {
+        tr_plan_search s;
+        if (tr_plan_search_layouts_with(base, (tr_world){64, 8}, g, 5, o, &s, &d) != TR_OK)
+            return 0;
+        tried += s.tried;
+        tr_plan_search_free(&s);
+    } while ((t = now_s() - t0) < budget);
+    *wall_rate = tried / t;
+    *cpu_rate = tried / (cpu_s() - c0);
+    tr_diags_free(&d);
+    return 1;
 }
 
 static int resolve(const char *recipe, const char *const *ov, int n, int world, tr_config *c) {
@@ -81,6 +111,22 @@ int main(int argc, char **argv) {
            NC);
     const tr_plan_gpu *g = tr_plan_gpu_find("h100-80gb");
     double budget = smoke ? 0.05 : 1.0;
+    /* the search's base: the recipe's inputs before finalize, as run_recipe resolves them */
+    tr_config base;
+    memset(&base, 0, sizeof base);
+    {
+        tr_diags d;
+        tr_diags_init(&d);
+        tr_resolve_opts o;
+        memset(&o, 0, sizeof o);
+        o.recipe = "llama3_70b_pretrain";
+        o.world = (tr_world){64, 8};
+        int ok = tr_resolve_inputs(&o, &base, &d) == TR_OK && d.n_errors == 0;
+        tr_diags_free(&d);
+        if (!ok) return 1;
+    }
+    tr_plan_cache *kept = NULL;
+    if (tr_plan_cache_create(&kept) != TR_OK) return 1;
     for (int r = 0; r < rounds; r++) {
         long n = 0;
         double t0 = now_s(), t;
@@ -119,7 +165,19 @@ int main(int argc, char **argv) {
                "validator %.2f, memo / validator %.2f\n",
                r, plan_rate, n, budget, memo_rate, val_rate, plan_rate / val_rate,
                memo_rate / val_rate);
+        tr_plan_search_opts fresh = {0}, cached = {.cache = kept}, plain = {.plain = true};
+        double fw, fc, cw, cc, pw, pc;
+        if (!search_rate(&base, g, &fresh, budget, &fw, &fc) ||
+            !search_rate(&base, g, &cached, budget, &cw, &cc) ||
+            !search_rate(&base, g, &plain, budget, &pw, &pc))
+            return 1;
+        printf("round %d: search (llama3_70b, 64 x h100-80gb): fresh %.0f layouts/s (%.0f per CPU "
+               "s), through a kept memo %.0f layouts/s (%.0f per CPU s); peer, the plain path: "
+               "%.0f layouts/s (%.0f per CPU s); fresh / plain %.1f, kept / plain %.1f\n",
+               r, fw, fc, cw, cc, pw, pc, fw / pw, cw / pw);
     }
+    tr_plan_cache_free(kept);
+    tr_config_free(&base);
     for (int i = 0; i < NC; i++) tr_config_free(&c[i]);
     return 0;
 }

@@ -139,6 +139,7 @@ const char *tr_config_intern(tr_config *c, const char *s) {
 }
 
 static tr_status history_add(tr_config *c, const tr_field *f, const tr_origin *o) {
+    if (c->no_history) return TR_OK;
     if (c->n_history == c->cap_history) {
         int cap = c->cap_history ? c->cap_history * 2 : 64;
         tr_history_entry *h = realloc(c->history, (size_t)cap * sizeof *h);
@@ -469,6 +470,33 @@ void tr_config_free(tr_config *c) {
     memset(c, 0, sizeof *c);
 }
 
+void tr_config_drop_history(tr_config *c) {
+    for (int i = 0; i < c->n_history; i++) free(c->history[i].value_text);
+    free(c->history);
+    c->history = NULL;
+    c->n_history = c->cap_history = 0;
+    if (c->recipe_snapshot) {
+        tr_config_free(c->recipe_snapshot);
+        free(c->recipe_snapshot);
+        c->recipe_snapshot = NULL;
+    }
+    c->no_history = true;
+}
+
+tr_status tr_config_reset_to(tr_config *c, const tr_config *from) {
+    if (c->n_history || from->n_history || c->recipe_snapshot || from->recipe_snapshot)
+        return TR_ERR_INVALID;
+    for (int i = 0; i < tr_field_count; i++)
+        if (!tr_config_field_equal(c, from, &tr_fields[i]))
+            TR_TRY(copy_field(c, from, &tr_fields[i]));
+    /* origins name files through from's interned strings, which outlive the reset */
+    memcpy(c->origin, from->origin, sizeof c->origin);
+    c->recipe_name = from->recipe_name;
+    c->finalized = from->finalized;
+    c->no_history = from->no_history;
+    return TR_OK;
+}
+
 /* Origins point into src->interned; make them point into dst's copies. */
 static const char *remap_name(const tr_config *src, tr_config *dst, const char *name) {
     for (int i = 0; i < src->n_interned; i++)
@@ -507,6 +535,7 @@ tr_status tr_config_copy(tr_config *dst, const tr_config *src) {
     }
     dst->recipe_name = src->recipe_name;
     dst->finalized = src->finalized;
+    dst->no_history = src->no_history;
     if (s == TR_OK && src->recipe_snapshot) {
         dst->recipe_snapshot = malloc(sizeof *dst->recipe_snapshot);
         if (!dst->recipe_snapshot)

@@ -67,12 +67,22 @@ typedef struct tr_config {
     const char *recipe_name;           /* static string of the recipe that filled it, or NULL */
     struct tr_config *recipe_snapshot; /* values right after the recipe, for `~key` */
     bool finalized;
+    bool no_history; /* tr_config_drop_history: values change without history entries */
 } tr_config;
 
 /* Lifecycle. init fills every field with its table default. */
 tr_status tr_config_init(tr_config *c, tr_diags *d);
 void tr_config_free(tr_config *c);
 tr_status tr_config_copy(tr_config *dst, const tr_config *src); /* deep; history included */
+/* Forget c's history and recipe snapshot and keep no more history (--explain and `~key` no
+ * longer answer on it or its copies; values and origins stay as ever): for scratch copies that
+ * are only finalized and validated, which read neither, so that copying them (and finalize's own
+ * copy and record of its changes) is cheap. */
+void tr_config_drop_history(tr_config *c);
+/* Give c (a copy of `from`, or one reset to it before) the values, origins and flags of `from`
+ * again, copying only the fields that differ: a scratch config reused for many variations of one
+ * base. Neither may hold history (tr_config_drop_history) or a recipe snapshot. */
+tr_status tr_config_reset_to(tr_config *c, const tr_config *from);
 
 /* Address of a field's storage inside c. */
 void *tr_config_field_ptr(tr_config *c, const tr_field *f);

@@ -372,17 +372,20 @@ const tr_rule tr_rules[] = {TR_RULE_LIST(TR_ROW) TR_FINALIZE_RULE_LIST(TR_FROW)}
 const int tr_rule_count = (int)(sizeof tr_rules / sizeof tr_rules[0]);
 
 tr_status tr_config_validate(const tr_config *c, const tr_validate_opts *opts, tr_diags *d) {
-    static const tr_validate_opts defaults = {false, false, false, false};
+    static const tr_validate_opts defaults = {0};
     if (!opts) opts = &defaults;
     int errors = d->n_errors;
-    for (int i = 0; i < tr_rule_count; i++)
-        if (tr_rules[i].check && !(opts->skip_capability && tr_rule_is_capability(&tr_rules[i])))
-            tr_rules[i].check(c, opts, &tr_rules[i], d);
+    for (int i = 0; i < tr_rule_count; i++) {
+        const tr_rule *r = &tr_rules[i];
+        if (!r->check || (opts->skip_capability && tr_rule_is_capability(r))) continue;
+        if (opts->errors_only && r->severity != TR_SEV_ERROR) continue;
+        r->check(c, opts, r, d);
+    }
     return d->n_errors > errors ? TR_ERR_CONFIG : TR_OK;
 }
 
 tr_status tr_runtime_check(const tr_config *c, tr_diags *d) {
-    static const tr_validate_opts launch = {false, false, false, false};
+    static const tr_validate_opts launch = {0};
     int errors = d->n_errors;
     bool heard = false;
     /* A launch that validated into the same diagnostics has heard each rule once already; an

@@ -33,6 +33,10 @@ typedef struct tr_validate_opts {
     /* Inspecting a config (--print-config, --explain, a plain --dry-run): rules about launch
      * inputs are notes "launch.<id>", as in catalog mode, while every other rule still fails. */
     bool defer_launch_inputs;
+    /* Errors alone: leave out the rules whose severity is a warning or a note. A rule reports
+     * only at its own severity (tr_rule_fail), so the errors are those of a full run; for
+     * callers that need only the verdict (the layout search, docs/plan.md). */
+    bool errors_only;
 } tr_validate_opts;
 
 /* Run every rule. Returns TR_ERR_CONFIG when any error was reported, TR_OK otherwise

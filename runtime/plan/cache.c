@@ -24,7 +24,7 @@ struct tr_plan_cache {
 tr_status tr_plan_cache_create(tr_plan_cache **out) {
     tr_plan_cache *c = calloc(1, sizeof *c);
     if (!c) return TR_ERR_NOMEM;
-    c->cap = 1024;
+    c->cap = 4096; /* a search of a few thousand layouts without growing */
     c->e = calloc(c->cap, sizeof *c->e);
     if (!c->e) {
         free(c);

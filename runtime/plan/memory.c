@@ -133,8 +133,10 @@ static tr_status rank_parts(const tr_config *c, const tr_pp_layout *lay, int pp_
     return TR_OK;
 }
 
-/* The parameter list and the data-parallel layout of a rank's parts: keyed by the spec, the TP
- * size, the parts (slots aside) and what tr_ddp_options_from_config reads. */
+/* The parameter list and the data-parallel layout of a rank's parts: keyed by the spec (less its
+ * recomputation choice, which only the activations read: tr_model_param_list lays out the same
+ * tensors whatever it is, so a search's three choices share one entry), the TP size, the parts
+ * (slots aside) and what tr_ddp_options_from_config reads. */
 typedef struct param_key {
     tr_model_spec ms;
     int tp, dp, n_parts;
@@ -156,6 +158,10 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
     param_key k;
     memset(&k, 0, sizeof k);
     memcpy(&k.ms, ms, sizeof *ms);
+    k.ms.recompute = 0;
+    k.ms.recompute_block = 0;
+    k.ms.recompute_layers = 0;
+    k.ms.recompute_modules = 0;
     k.tp = shard.size;
     k.dp = dp;
     k.n_parts = n_parts;

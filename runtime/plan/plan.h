@@ -147,6 +147,31 @@ typedef struct tr_plan_search {
  * world, plans the valid ones and keeps the top_k fitting ones by predicted step time. */
 tr_status tr_plan_search_layouts(const tr_config *base, tr_world w, const tr_plan_gpu *gpu,
                                  int top_k, tr_plan_search *out, tr_diags *d);
+/* What the search decided for one candidate: why it was left out (the rule ids it breaks, each
+ * once in the order validate() reports them, or "memory", "config.set", a plan error id; empty
+ * when it fits) and its plan (k->plan, when planned). */
+typedef struct tr_plan_verdict {
+    const tr_plan_candidate *k;
+    bool planned;
+    char why[512];
+} tr_plan_verdict;
+
+typedef struct tr_plan_search_opts {
+    /* The reference path: a deep copy of the base per candidate (history and snapshot
+     * included), every override through the text parser, every rule (warnings and notes too).
+     * The default, fast path stores the same values through the field table's types on a copy
+     * without history and runs the error rules alone: the same verdicts and plans (test_plan).
+     * The plain path plans without the memo. */
+    bool plain;
+    /* The memo the fast path plans through: NULL for a fresh one (a cold search); a caller's
+     * memo carries over from search to search (its counts are cumulative). */
+    tr_plan_cache *cache;
+    void (*each)(void *ctx, const tr_plan_verdict *v); /* called per candidate; may be NULL */
+    void *ctx;
+} tr_plan_search_opts;
+tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const tr_plan_gpu *gpu,
+                                      int top_k, const tr_plan_search_opts *o, tr_plan_search *out,
+                                      tr_diags *d);
 void tr_plan_search_free(tr_plan_search *s);
 /* The overrides that select a candidate ("model.tensor_model_parallel_size=4 ..."). */
 void tr_plan_candidate_overrides(const tr_plan_candidate *k, char *buf, size_t n);

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/field.h"
+#include "core/field_parse.h"
 #include "core/validate.h"
 #include "runtime/plan/plan_internal.h"
 
@@ -24,30 +26,89 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void tr_plan_candidate_overrides(const tr_plan_candidate *k, char *buf, size_t n) {
-    static const char *const rc[] = {
-        "model.recompute_granularity=null",
-        "model.recompute_granularity=selective model.recompute_modules=[core_attn]",
-        "model.recompute_granularity=full model.recompute_method=uniform "
-        "model.recompute_num_layers=1"};
-    char vpp[64] = "model.virtual_pipeline_model_parallel_size=null";
+/* A candidate's overrides as field-table entries: the one list both the printed text (what a
+ * user gives to select the layout) and the typed fast path are made from. */
+enum { OV_INT, OV_BOOL, OV_NULL, OV_ENUM, OV_LIST };
+typedef struct ov {
+    int fid, kind;
+    int64_t i;
+    const char *s; /* OV_ENUM: the value's name; OV_LIST: the one item */
+} ov;
+enum { MAX_OV = 24 };
+
+static int candidate_ovs(const tr_plan_candidate *k, ov *o) {
+    int n = 0;
+#define PUT(f, kd, iv, sv) o[n++] = (ov){TR_FID_##f, kd, iv, sv}
+    PUT(model_tensor_model_parallel_size, OV_INT, k->tp, NULL);
+    PUT(model_pipeline_model_parallel_size, OV_INT, k->pp, NULL);
     if (k->vpp > 1)
-        snprintf(vpp, sizeof vpp, "model.virtual_pipeline_model_parallel_size=%d", k->vpp);
+        PUT(model_virtual_pipeline_model_parallel_size, OV_INT, k->vpp, NULL);
+    else
+        PUT(model_virtual_pipeline_model_parallel_size, OV_NULL, 0, NULL);
+    PUT(model_context_parallel_size, OV_INT, k->cp, NULL);
+    PUT(model_expert_model_parallel_size, OV_INT, k->ep, NULL);
+    PUT(model_sequence_parallel, OV_BOOL, k->sp, NULL);
+    PUT(train_micro_batch_size, OV_INT, k->mbs, NULL);
+    if (k->recompute == 0) PUT(model_recompute_granularity, OV_NULL, 0, NULL);
+    if (k->recompute == 1) {
+        PUT(model_recompute_granularity, OV_ENUM, 0, "selective");
+        PUT(model_recompute_modules, OV_LIST, 0, "core_attn");
+    }
+    if (k->recompute == 2) {
+        PUT(model_recompute_granularity, OV_ENUM, 0, "full");
+        PUT(model_recompute_method, OV_ENUM, 0, "uniform");
+        PUT(model_recompute_num_layers, OV_INT, 1, NULL);
+    }
+    PUT(ddp_use_distributed_optimizer, OV_BOOL, k->dist_opt, NULL);
+    PUT(optimizer_use_distributed_optimizer, OV_BOOL, k->dist_opt, NULL);
     /* TP communication overlap needs TP (and SP); the parameter all-gather overlap needs the
      * distributed optimizer: a recipe's switches are turned off where the layout has neither */
-    const char *tpo =
-        k->tp > 1 ? "" : " comm_overlap.tp_comm_overlap=false model.tp_comm_overlap=false";
-    const char *pgo = k->dist_opt
-                          ? ""
-                          : " comm_overlap.overlap_param_gather=false "
-                            "ddp.overlap_param_gather=false optimizer.overlap_param_gather=false";
-    snprintf(buf, n,
-             "model.tensor_model_parallel_size=%d model.pipeline_model_parallel_size=%d %s "
-             "model.context_parallel_size=%d model.expert_model_parallel_size=%d "
-             "model.sequence_parallel=%s train.micro_batch_size=%d %s "
-             "ddp.use_distributed_optimizer=%s optimizer.use_distributed_optimizer=%s%s%s",
-             k->tp, k->pp, vpp, k->cp, k->ep, k->sp ? "true" : "false", k->mbs, rc[k->recompute],
-             k->dist_opt ? "true" : "false", k->dist_opt ? "true" : "false", tpo, pgo);
+    if (k->tp <= 1) {
+        PUT(comm_overlap_tp_comm_overlap, OV_BOOL, 0, NULL);
+        PUT(model_tp_comm_overlap, OV_BOOL, 0, NULL);
+    }
+    if (!k->dist_opt) {
+        PUT(comm_overlap_overlap_param_gather, OV_BOOL, 0, NULL);
+        PUT(ddp_overlap_param_gather, OV_BOOL, 0, NULL);
+        PUT(optimizer_overlap_param_gather, OV_BOOL, 0, NULL);
+    }
+#undef PUT
+    return n;
+}
+
+static void ov_text(const ov *v, char *buf, size_t n) {
+    const char *path = tr_fields[v->fid].path;
+    switch (v->kind) {
+    case OV_INT:
+        snprintf(buf, n, "%s=%lld", path, (long long)v->i);
+        break;
+    case OV_BOOL:
+        snprintf(buf, n, "%s=%s", path, v->i ? "true" : "false");
+        break;
+    case OV_NULL:
+        snprintf(buf, n, "%s=null", path);
+        break;
+    case OV_ENUM:
+        snprintf(buf, n, "%s=%s", path, v->s);
+        break;
+    default:
+        snprintf(buf, n, "%s=[%s]", path, v->s);
+        break;
+    }
+}
+
+void tr_plan_candidate_overrides(const tr_plan_candidate *k, char *buf, size_t n) {
+    ov o[MAX_OV];
+    int m = candidate_ovs(k, o);
+    size_t at = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < m && at + 1 < n; i++) {
+        char one[160];
+        ov_text(&o[i], one, sizeof one);
+        int w = snprintf(buf + at, n - at, "%s%s", i ? " " : "", one);
+        if (w < 0) break;
+        at += (size_t)w;
+    }
 }
 
 static void count_why(tr_plan_search *s, const char *id) {
@@ -63,24 +124,73 @@ static void count_why(tr_plan_search *s, const char *id) {
     w[s->n_why++].count = 1;
 }
 
-/* Applies candidate k to a copy of base; every override goes through the field table's parser. */
-static tr_status apply(tr_config *c, const tr_plan_candidate *k, tr_diags *d) {
-    char buf[1024];
-    tr_plan_candidate_overrides(k, buf, sizeof buf);
-    tr_origin o = tr_origin_make(TR_ORIGIN_API, "search-layouts");
-    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+/* The plain path: every override as the text a user types, through the field table's parser. */
+static tr_status apply_text(tr_config *c, const ov *o, int n, tr_diags *d) {
+    tr_origin org = tr_origin_make(TR_ORIGIN_API, "search-layouts");
+    for (int i = 0; i < n; i++) {
+        char tok[160];
+        ov_text(&o[i], tok, sizeof tok);
         char *eq = strchr(tok, '=');
-        if (!eq) return TR_ERR_INVALID;
         *eq = 0;
         /* a list value in the override's [a,b] form */
         if (eq[1] == '[') {
             char *item = eq + 2;
             item[strcspn(item, "]")] = 0;
             const char *items[1] = {item};
-            TR_TRY(tr_config_set_strlist(c, TR_FID_model_recompute_modules, items, 1));
+            TR_TRY(tr_config_set_strlist(c, o[i].fid, items, 1));
             continue;
         }
-        TR_TRY(tr_config_set_text(c, tok, eq + 1, &o, d));
+        TR_TRY(tr_config_set_text(c, tok, eq + 1, &org, d));
+    }
+    return TR_OK;
+}
+
+/* The fast path: the same values stored through the field table's types (the storage
+ * tr_config_set writes, its range check, the origin it records), without the text round trip
+ * or a history entry (a scratch candidate has none). */
+static tr_status apply_typed(tr_config *c, const ov *o, int n) {
+    tr_origin org = tr_origin_make(TR_ORIGIN_API, "search-layouts");
+    for (int i = 0; i < n; i++) {
+        const tr_field *f = &tr_fields[o[i].fid];
+        void *p = tr_config_field_ptr(c, f);
+        if (o[i].kind == OV_LIST) {
+            TR_TRY(tr_config_set_strlist(c, o[i].fid, &o[i].s, 1));
+            continue;
+        }
+        bool null = o[i].kind == OV_NULL;
+        if (null && !tr_field_is_nullable(f)) return TR_ERR_INVALID;
+        switch (f->type) {
+        case TR_T_BOOL:
+            if (null || o[i].kind != OV_BOOL) return TR_ERR_INVALID;
+            *(bool *)p = o[i].i != 0;
+            break;
+        case TR_T_OBOOL:
+            if (!null && o[i].kind != OV_BOOL) return TR_ERR_INVALID;
+            *(int8_t *)p = null ? -1 : o[i].i != 0;
+            break;
+        case TR_T_INT:
+        case TR_T_OINT: {
+            if (null) {
+                *(int64_t *)p = TR_NULL_INT;
+                break;
+            }
+            char why[96];
+            if (o[i].kind != OV_INT || !tr_range_check(f->range, (double)o[i].i, why, sizeof why))
+                return TR_ERR_INVALID;
+            *(int64_t *)p = o[i].i;
+            break;
+        }
+        case TR_T_ENUM:
+        case TR_T_OENUM: {
+            int idx = null ? -1 : o[i].kind == OV_ENUM ? tr_enum_lookup(f->enm, o[i].s) : -1;
+            if (!null && idx < 0) return TR_ERR_INVALID;
+            *(int32_t *)p = idx;
+            break;
+        }
+        default:
+            return TR_ERR_INVALID;
+        }
+        c->origin[f->id] = org;
     }
     return TR_OK;
 }
@@ -95,34 +205,48 @@ static void keep(tr_plan_search *s, const tr_plan_candidate *k, int top_k) {
     s->n_best = n;
 }
 
-static void try_one(const tr_config *base, tr_world w, const tr_plan_gpu *gpu, int top_k,
-                    tr_plan_cache *cache, tr_plan_candidate *k, tr_plan_search *s) {
-    tr_config c;
+/* The rejecting ids of a candidate, as counted and as the verdict reports them. */
+static void reject(tr_plan_search *s, tr_plan_verdict *v, const char *id) {
+    count_why(s, id);
+    size_t at = strlen(v->why);
+    snprintf(v->why + at, sizeof v->why - at, "%s%s", at ? "," : "", id);
+}
+
+/* scratch: NULL for a fresh deep copy of base (the plain path), else a config reset to base */
+static void try_one(const tr_config *base, tr_config *scratch, tr_world w, const tr_plan_gpu *gpu,
+                    int top_k, const tr_plan_search_opts *so, tr_plan_cache *cache,
+                    tr_plan_candidate *k, tr_plan_search *s) {
+    tr_config own, *c = scratch ? scratch : &own;
     tr_diags d;
     tr_diags_init(&d);
+    tr_plan_verdict v = {.k = k};
     s->tried++;
-    if (tr_config_copy(&c, base) != TR_OK) {
+    double t0 = now_s();
+    if ((scratch ? tr_config_reset_to(scratch, base) : tr_config_copy(&own, base)) != TR_OK) {
         tr_diags_free(&d);
         return;
     }
-    tr_validate_opts vo = {.check_files = false};
-    double t0 = now_s();
-    tr_status st = apply(&c, k, &d);
-    if (st == TR_OK) st = tr_config_finalize(&c, &w, &d);
-    if (st == TR_OK) st = tr_config_validate(&c, &vo, &d);
+    /* the verdict is the errors; the fast path runs the error rules alone (the same errors) */
+    tr_validate_opts vo = {.check_files = false, .errors_only = !so->plain};
+    ov o[MAX_OV];
+    int n = candidate_ovs(k, o);
+    tr_status st = so->plain ? apply_text(c, o, n, &d) : apply_typed(c, o, n);
+    if (st == TR_OK) st = tr_config_finalize(c, &w, &d);
+    if (st == TR_OK) st = tr_config_validate(c, &vo, &d);
     double t1 = now_s();
     s->validate_seconds += t1 - t0;
     if (st == TR_OK && d.n_errors == 0) {
         s->valid++;
-        k->dp = (int)c.derived.data_parallel_size;
+        k->dp = (int)c->derived.data_parallel_size;
         tr_diags pd;
         tr_diags_init(&pd);
-        tr_status ps = tr_plan_make_cached(&c, gpu, cache, &k->plan, &pd);
+        tr_status ps = tr_plan_make_cached(c, gpu, so->plain ? NULL : cache, &k->plan, &pd);
         s->plan_seconds += now_s() - t1;
+        v.planned = ps == TR_OK;
         if (ps != TR_OK) {
-            count_why(s, pd.n > 0 ? pd.items[0].id : "plan.failed");
+            reject(s, &v, pd.n > 0 ? pd.items[0].id : "plan.failed");
         } else if (!k->plan.fits) {
-            count_why(s, "memory");
+            reject(s, &v, "memory");
         } else {
             s->fit++;
             keep(s, k, top_k);
@@ -136,24 +260,51 @@ static void try_one(const tr_config *base, tr_world w, const tr_plan_gpu *gpu, i
             for (int j = 0; j < i && !seen; j++)
                 seen = d.items[j].severity == TR_SEV_ERROR &&
                        strcmp(d.items[j].id, d.items[i].id) == 0;
-            if (!seen) count_why(s, d.items[i].id);
+            if (!seen) reject(s, &v, d.items[i].id);
         }
-        if (d.n_errors == 0) count_why(s, "config.set");
+        if (d.n_errors == 0) reject(s, &v, "config.set");
     }
-    tr_config_free(&c);
+    if (so->each) so->each(so->ctx, &v);
+    if (!scratch) tr_config_free(c);
     tr_diags_free(&d);
 }
 
 tr_status tr_plan_search_layouts(const tr_config *base, tr_world w, const tr_plan_gpu *gpu,
                                  int top_k, tr_plan_search *s, tr_diags *d) {
+    tr_plan_search_opts o = {0};
+    return tr_plan_search_layouts_with(base, w, gpu, top_k, &o, s, d);
+}
+
+tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const tr_plan_gpu *gpu,
+                                      int top_k, const tr_plan_search_opts *so, tr_plan_search *s,
+                                      tr_diags *d) {
     (void)d;
     memset(s, 0, sizeof *s);
     if (top_k < 1) top_k = 1;
     s->best = calloc((size_t)top_k + 1, sizeof *s->best);
     if (!s->best) return TR_ERR_NOMEM;
-    tr_plan_cache *cache = NULL;
-    TR_TRY(tr_plan_cache_create(&cache));
+    tr_plan_cache *cache = so->cache;
+    if (!cache) TR_TRY(tr_plan_cache_create(&cache));
     double t0 = now_s();
+    /* the candidates' scratch base: the values and origins, without the history and the recipe
+     * snapshot that each copy (and finalize's copy of it) would otherwise duplicate */
+    tr_config lean, scratch;
+    const tr_config *from = base;
+    if (!so->plain) {
+        tr_status cs = tr_config_copy(&lean, base);
+        if (cs != TR_OK) {
+            if (cache != so->cache) tr_plan_cache_free(cache);
+            return cs;
+        }
+        tr_config_drop_history(&lean);
+        from = &lean;
+        cs = tr_config_copy(&scratch, &lean);
+        if (cs != TR_OK) {
+            tr_config_free(&lean);
+            if (cache != so->cache) tr_plan_cache_free(cache);
+            return cs;
+        }
+    }
     for (int a = 0; a < N(tps); a++)
         for (int b = 0; b < N(cps); b++)
             for (int p = 0; p < N(pps); p++)
@@ -178,11 +329,16 @@ tr_status tr_plan_search_layouts(const tr_config *base, tr_world w, const tr_pla
                                                        .recompute = r,
                                                        .dist_opt = o == 0,
                                                        .sp = tp > 1};
-                                try_one(base, w, gpu, top_k, cache, &k, s);
+                                try_one(from, so->plain ? NULL : &scratch, w, gpu, top_k, so, cache,
+                                        &k, s);
                             }
+    if (!so->plain) {
+        tr_config_free(&scratch);
+        tr_config_free(&lean);
+    }
     s->seconds = now_s() - t0;
     tr_plan_cache_stats(cache, &s->memo_hits, &s->memo_misses);
-    tr_plan_cache_free(cache);
+    if (cache != so->cache) tr_plan_cache_free(cache);
     return TR_OK;
 }
 

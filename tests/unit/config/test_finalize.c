@@ -309,7 +309,7 @@ static void test_catalog_mode_and_strict(void) {
     env e;
     setup(&e, 0, "peft.scheme=lora");
     finalize(&e, 1);
-    tr_validate_opts catalog = {true, false, false, false};
+    tr_validate_opts catalog = {.catalog_mode = true};
     CHECK_INT_EQ(tr_config_validate(&e.c, &catalog, &e.d), TR_OK);
     const tr_diag *g = tr_diags_find(&e.d, "launch.checkpoint.peft_needs_pretrained");
     CHECK(g && g->severity == TR_SEV_NOTE);

@@ -389,7 +389,7 @@ static void run_case(const rule_case *rc, bool fixed) {
     CHECK_INT_EQ(rc->moe ? fixture_moe(&c, &d) : fixture_dense(&c, &d), TR_OK);
     CHECK_INT_EQ(fixture_apply(&c, rc->bad, &d), TR_OK);
     if (fixed) CHECK_INT_EQ(fixture_apply(&c, rc->fix, &d), TR_OK);
-    tr_validate_opts opts = {false, rc->files, true, false};
+    tr_validate_opts opts = {.check_files = rc->files, .skip_capability = true};
     fixture_resolve(&c, rc->world, rc->gpn, &opts, &d);
     const tr_diag *g = tr_diags_find(&d, rc->id);
     if (fixed) {

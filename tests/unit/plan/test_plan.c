@@ -3,7 +3,12 @@
  *  - the memo changes no number: every layout planned with and without it, twice through it;
  *  - context parallelism and MoE layers are refused (plan.unsupported), not guessed;
  *  - every layout the search prints is selected by its overrides: resolved with them from the
- *    recipe it validates and plans to the same numbers. */
+ *    recipe it validates and plans to the same numbers;
+ *  - the search's fast path (typed overrides on a history-less copy, the error rules alone, the
+ *    memo) decides every candidate as the plain path does (a deep copy, the text parser, every
+ *    rule, no memo): the same rejecting rule ids and the same plan, byte for byte. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "recipes/resolve.h"
@@ -135,5 +140,74 @@ static void test_search_overrides_select_the_layout(void) {
     tr_diags_free(&d);
 }
 
+/* Every verdict of one search, in the order the candidates are tried. */
+typedef struct verdicts {
+    int n, cap;
+    tr_plan_candidate *k;
+    bool *planned;
+    char (*why)[512];
+} verdicts;
+
+static void record(void *ctx, const tr_plan_verdict *v) {
+    verdicts *r = ctx;
+    if (r->n == r->cap) return;
+    r->k[r->n] = *v->k;
+    r->planned[r->n] = v->planned;
+    memcpy(r->why[r->n], v->why, sizeof v->why);
+    r->n++;
+}
+
+static void search_paths_agree(const char *recipe, int world, const char *gpu) {
+    tr_diags d;
+    tr_diags_init(&d);
+    tr_config base;
+    CHECK(resolve(recipe, NULL, 0, world, false, &base, &d) == TR_OK);
+    const tr_plan_gpu *g = tr_plan_gpu_find(gpu);
+    tr_world w = {world, world < 8 ? world : 8};
+    verdicts r[2];
+    tr_plan_search s[2];
+    for (int i = 0; i < 2; i++) {
+        r[i] = (verdicts){0, 4096, calloc(4096, sizeof *r[i].k), calloc(4096, sizeof(bool)),
+                          calloc(4096, sizeof *r[i].why)};
+        CHECK(r[i].k && r[i].planned && r[i].why);
+        tr_plan_search_opts o = {.plain = i == 1, .each = record, .ctx = &r[i]};
+        CHECK(tr_plan_search_layouts_with(&base, w, g, 5, &o, &s[i], &d) == TR_OK);
+    }
+    CHECK(r[0].n == s[0].tried && r[0].n == r[1].n && r[0].n > 100);
+    int valid = 0, fit = 0, differ = 0;
+    for (int i = 0; i < r[0].n; i++) {
+        const tr_plan_candidate *a = &r[0].k[i], *b = &r[1].k[i];
+        bool same = a->tp == b->tp && a->pp == b->pp && a->vpp == b->vpp && a->cp == b->cp &&
+                    a->mbs == b->mbs && a->recompute == b->recompute &&
+                    a->dist_opt == b->dist_opt && !strcmp(r[0].why[i], r[1].why[i]) &&
+                    r[0].planned[i] == r[1].planned[i];
+        if (same && r[0].planned[i])
+            same = a->dp == b->dp && !memcmp(&a->plan, &b->plan, sizeof a->plan);
+        if (!same && differ++ < 5)
+            fprintf(stderr, "  %s: candidate %d differs: fast '%s', plain '%s'\n", recipe, i,
+                    r[0].why[i], r[1].why[i]);
+        valid += r[0].planned[i];
+        fit += r[0].why[i][0] == 0;
+    }
+    CHECK(differ == 0);
+    /* both kinds of verdict are in it: rejected by rules, by memory, and fitting */
+    CHECK(valid > 0 && fit > 0 && valid < r[0].n);
+    CHECK(s[0].valid == s[1].valid && s[0].fit == s[1].fit && s[0].n_why == s[1].n_why);
+    for (int i = 0; i < s[0].n_why; i++)
+        CHECK(!strcmp(s[0].why[i].id, s[1].why[i].id) && s[0].why[i].count == s[1].why[i].count);
+    for (int i = 0; i < 2; i++) {
+        free(r[i].k), free(r[i].planned), free(r[i].why);
+        tr_plan_search_free(&s[i]);
+    }
+    tr_config_free(&base);
+    tr_diags_free(&d);
+}
+
+static void test_search_fast_path_matches_plain(void) {
+    search_paths_agree("llama3_70b_pretrain", 64, "h100-80gb");
+    search_paths_agree("llama_tiny_pretrain", 8, "cpu");
+}
+
 TR_TEST_MAIN(TR_TEST(test_memo_changes_nothing), TR_TEST(test_cp_and_moe_refused),
-             TR_TEST(test_search_overrides_select_the_layout))
+             TR_TEST(test_search_overrides_select_the_layout),
+             TR_TEST(test_search_fast_path_matches_plain))

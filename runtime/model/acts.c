@@ -97,6 +97,10 @@ static float *carve(carver *c, int64_t n) {
     return p;
 }
 
+static float *carve_cb(void *c, int64_t n) {
+    return carve(c, n);
+}
+
 /* n bf16/fp16 values, in whole floats of the same allocation (aligned as every buffer). */
 static uint16_t *carve_half(carver *c, int64_t n) {
     return (uint16_t *)carve(c, (n + 1) / 2);
@@ -142,6 +146,9 @@ static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a, const tr
         a->q_raw = from->q_raw, a->k_raw = from->k_raw;
         a->qn_mean = from->qn_mean, a->qn_rstd = from->qn_rstd;
         a->kn_mean = from->kn_mean, a->kn_rstd = from->kn_rstd;
+    } else if (s->mla.on) { /* MLA keeps its own attention operands */
+        tr_mla_carve_acts(&s->mla, s->heads, bt, &a->mla, carve_cb, c);
+        a->x_mid = carve(c, bt * C);
     } else {
         a->q = carve(c, bt * hd);
         a->k = carve(c, bt * gd);
@@ -258,6 +265,7 @@ static void carve_acts(tr_model *m, carver *c) {
     m->dq = carve(c, bt * hd);
     m->dk = carve(c, bt * gd);
     m->dv = carve(c, bt * gd);
+    if (s->mla.on) tr_mla_carve_scratch(&s->mla, s->heads, bt, s->seq, &m->mla_sc, carve_cb, c);
     m->dq_raw = s->qk_norm ? carve(c, bt * hd) : NULL;
     m->dk_raw = s->qk_norm ? carve(c, bt * gd) : NULL;
     m->loss_dev = carve(c, 1);

@@ -59,17 +59,23 @@ static tr_status layer_bwd(tr_model *m, int i) {
     tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
     float *dattn = m->dbig;
     TR_TRY(tr_linear_bwd(ops, &proj, a->attn, dy, dattn, rows));
-    tr_attn_desc ad = tr_model_layer_attn_desc(m, i);
-    TR_TRY(ops->attention_bwd(m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse, &ad));
-    if (s->rope) {
-        TR_TRY(tr_model_rope(m, m->dq, s->heads, false));
-        TR_TRY(tr_model_rope(m, m->dk, s->groups, false));
+    if (s->mla.on) {
+        tr_mla_run run = tr_model_mla_run(m, i);
+        TR_TRY(tr_mla_bwd(&run, &p->mla, &g->mla, &a->mla, a->ln1, dattn, m->dtmp));
+    } else {
+        tr_attn_desc ad = tr_model_layer_attn_desc(m, i);
+        TR_TRY(
+            ops->attention_bwd(m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse, &ad));
+        if (s->rope) {
+            TR_TRY(tr_model_rope(m, m->dq, s->heads, false));
+            TR_TRY(tr_model_rope(m, m->dk, s->groups, false));
+        }
+        const float *dq = m->dq, *dk = m->dk;
+        if (s->qk_norm) TR_TRY(tr_model_qk_norm_bwd(m, i, &dq, &dk));
+        TR_TRY(tr_model_qkv_merge(m, m->dbig, dq, dk, m->dv, rows));
+        tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
+        TR_TRY(linear_input_bwd(m, &qkv, sp ? a->ln1_full : a->ln1, a->ln1_h, m->dbig, rows));
     }
-    const float *dq = m->dq, *dk = m->dk;
-    if (s->qk_norm) TR_TRY(tr_model_qk_norm_bwd(m, i, &dq, &dk));
-    TR_TRY(tr_model_qkv_merge(m, m->dbig, dq, dk, m->dv, rows));
-    tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
-    TR_TRY(linear_input_bwd(m, &qkv, sp ? a->ln1_full : a->ln1, a->ln1_h, m->dbig, rows));
     return norm_bwd(m, m->dx, g->ln1_w, g->ln1_b, m->dtmp, a->x_in, p->ln1_w, a->ln1_mean,
                     a->ln1_rstd, lrows);
 }

@@ -83,6 +83,24 @@ tr_attn_desc tr_model_layer_attn_desc(const tr_model *m, int layer) {
     return d;
 }
 
+tr_mla_run tr_model_mla_run(const tr_model *m, int layer) {
+    const tr_model_spec *s = &m->spec;
+    return (tr_mla_run){.ops = m->ops,
+                        .s = &s->mla,
+                        .comm = m->comm,
+                        .group = m->tp_group,
+                        .tp = m->tp.size,
+                        .hidden = s->hidden,
+                        .heads = s->heads,
+                        .batch = m->batch,
+                        .seq = s->seq,
+                        .eps = s->eps,
+                        .zero_centered = s->zero_centered,
+                        .attn = tr_model_layer_attn_desc(m, layer),
+                        .pos_ids = m->pos_ids,
+                        .sc = &m->mla_sc};
+}
+
 /* Dropout site `site` of the current microbatch: a disjoint Philox counter range per site and
  * per microbatch, so backward regenerates exactly the forward mask. */
 uint64_t tr_model_dropout_offset(const tr_model *m, int site) {
@@ -193,18 +211,25 @@ tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out
     int64_t n = (int64_t)lrows * s->hidden;
     TR_TRY(tr_model_copy(m, a->x_in, x_in, n));
 
-    tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
-    TR_TRY(norm_to_linear(m, &qkv, a->ln1, a->ln1_full, a->ln1_h, a->ln1_mean, a->ln1_rstd, a->x_in,
-                          p->ln1_w, p->ln1_b, m->dbig));
-    /* With qk_norm the split lands in the norms' saved inputs and the norms write q and k. */
-    TR_TRY(tr_model_qkv_split(m, m->dbig, s->qk_norm ? a->q_raw : a->q,
-                              s->qk_norm ? a->k_raw : a->k, a->v, rows));
-    if (s->qk_norm) TR_TRY(tr_model_qk_norm_fwd(m, i));
-    if (s->rope) {
-        TR_TRY(tr_model_rope(m, a->q, s->heads, true));
-        TR_TRY(tr_model_rope(m, a->k, s->groups, true));
+    if (s->mla.on) {
+        TR_TRY(tr_model_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, p->ln1_w, p->ln1_b,
+                                 lrows));
+        tr_mla_run run = tr_model_mla_run(m, i);
+        TR_TRY(tr_mla_fwd(&run, &p->mla, &a->mla, a->ln1, a->attn));
+    } else {
+        tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
+        TR_TRY(norm_to_linear(m, &qkv, a->ln1, a->ln1_full, a->ln1_h, a->ln1_mean, a->ln1_rstd,
+                              a->x_in, p->ln1_w, p->ln1_b, m->dbig));
+        /* With qk_norm the split lands in the norms' saved inputs and the norms write q and k. */
+        TR_TRY(tr_model_qkv_split(m, m->dbig, s->qk_norm ? a->q_raw : a->q,
+                                  s->qk_norm ? a->k_raw : a->k, a->v, rows));
+        if (s->qk_norm) TR_TRY(tr_model_qk_norm_fwd(m, i));
+        if (s->rope) {
+            TR_TRY(tr_model_rope(m, a->q, s->heads, true));
+            TR_TRY(tr_model_rope(m, a->k, s->groups, true));
+        }
+        TR_TRY(tr_model_core_attn_fwd(m, i, a));
     }
-    TR_TRY(tr_model_core_attn_fwd(m, i, a));
     tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
     TR_TRY(tr_linear_fwd(ops, &proj, a->attn, m->dtmp, rows));
     TR_TRY(dropout_fwd(m, m->dtmp, 1 + 2 * i));

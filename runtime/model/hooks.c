@@ -61,7 +61,8 @@ static tr_status notify(const tr_model *m, const float *base, const float *const
 
 /* A layer's tensors: the base ones (with the q/k norms), then the LoRA adapters and DoRA
  * magnitudes (NULL when absent). */
-enum { LAYER_BASE = 16, LAYER_TENSORS = LAYER_BASE + 3 * TR_LORA_TARGETS };
+enum { LAYER_BASE = 16, LAYER_MLA = LAYER_BASE + 3 * TR_LORA_TARGETS };
+enum { LAYER_TENSORS = LAYER_MLA + TR_MLA_MAX_TENSORS };
 
 static int layer_list(const tr_layer_views *v, const float *out[LAYER_TENSORS]) {
     const float *l[LAYER_BASE] = {v->ln1_w, v->ln1_b, v->qkv_w, v->qkv_b, v->proj_w, v->proj_b,
@@ -73,6 +74,8 @@ static int layer_list(const tr_layer_views *v, const float *out[LAYER_TENSORS]) 
         out[LAYER_BASE + 1 + 3 * t] = v->lora_b[t];
         out[LAYER_BASE + 2 + 3 * t] = v->lora_m[t];
     }
+    tr_mla_weights mla = v->mla;
+    for (int k = 0; k < TR_MLA_MAX_TENSORS; k++) out[LAYER_MLA + k] = *tr_mla_field(&mla, k);
     return LAYER_TENSORS;
 }
 

@@ -156,6 +156,21 @@ static void mark_kv(layout *l, int first, const tr_model_spec *s, int kv_rep, in
     }
 }
 
+/* Multi-latent attention's tensors (runtime/mla/mla.h): the up projections column-parallel,
+ * the down projections and their norms the same on every rank. */
+static tr_status add_mla(layout *l, const tr_model_spec *s, int layer, int tp) {
+    tr_mla_tensor t[TR_MLA_MAX_TENSORS];
+    int n = tr_mla_tensors(&s->mla, s->heads, s->hidden, t);
+    char name[80];
+    for (int k = 0; k < n; k++) {
+        snprintf(name, sizeof name, "decoder.layers.%d.%s", layer, t[k].name);
+        int init = t[k].norm ? (s->zero_centered ? TR_INIT_ZERO : TR_INIT_ONE) : TR_INIT_NORMAL;
+        TR_TRY(add_param_split(l, name, t[k].rows, t[k].cols, t[k].norm, init,
+                               (split){t[k].column ? 0 : -1, false, tp}));
+    }
+    return TR_OK;
+}
+
 static bool holds_layer(const tr_model_part *parts, int n_parts, int layer) {
     for (int k = 0; k < n_parts; k++)
         if (layer >= parts[k].first_layer && layer < parts[k].first_layer + parts[k].num_layers)
@@ -195,13 +210,17 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
         if (!holds_layer(parts, n_parts, i)) continue;
         snprintf(pre, sizeof pre, "decoder.layers.%d.input_layernorm", i);
         TR_TRY(add_norm(l, s, pre));
-        snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_qkv", i);
-        int first = l->n;
-        TR_TRY(
-            add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL, true, false, tp));
-        TR_TRY(add_adapter(l, s, pre, TR_LORA_QKV, qkv_dim, s->hidden, true, false, tp));
-        mark_kv(l, first, s, kv_rep, tp);
-        TR_TRY(add_qk_norms(l, s, i, tp));
+        if (s->mla.on) {
+            TR_TRY(add_mla(l, s, i, tp));
+        } else {
+            snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_qkv", i);
+            int first = l->n;
+            TR_TRY(add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL, true, false,
+                              tp));
+            TR_TRY(add_adapter(l, s, pre, TR_LORA_QKV, qkv_dim, s->hidden, true, false, tp));
+            mark_kv(l, first, s, kv_rep, tp);
+            TR_TRY(add_qk_norms(l, s, i, tp));
+        }
         snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_proj", i);
         TR_TRY(add_linear(l, pre, s->hidden, s->heads * s->head_dim, s->bias_linear,
                           TR_INIT_SCALED_NORMAL, false, false, tp));
@@ -272,6 +291,15 @@ tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
         BIND(qn_b, "self_attention.q_layernorm.bias");
         BIND(kn_w, "self_attention.k_layernorm.weight");
         BIND(kn_b, "self_attention.k_layernorm.bias");
+        if (s->mla.on) { /* MLA's q_layernorm is its own tensor, not the qk_norm one */
+            L->qn_w = L->qn_b = NULL;
+            tr_mla_tensor t[TR_MLA_MAX_TENSORS];
+            int nt = tr_mla_tensors(&s->mla, s->heads, s->hidden, t);
+            for (int k = 0; k < nt; k++) {
+                snprintf(n, sizeof n, "decoder.layers.%d.%s", i, t[k].name);
+                *tr_mla_field(&L->mla, t[k].field) = view(m, base, n);
+            }
+        }
         static const char *const adapted[TR_LORA_TARGETS] = {"self_attention.linear_qkv",
                                                              "self_attention.linear_proj",
                                                              "mlp.linear_fc1", "mlp.linear_fc2"};
@@ -295,6 +323,11 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
     if (s->heads % s->groups != 0) return TR_ERR_INVALID;
     if (s->rope && (s->rope_p.rot_dim < 2 || s->rope_p.rot_dim > s->head_dim))
         return TR_ERR_INVALID;
+    const tr_mla_spec *a = &s->mla;
+    if (a->on && (a->q_lora_rank < 0 || a->kv_lora_rank < 1 || a->qk_dim < 1 || a->rope_dim < 2 ||
+                  a->rope_dim % 2 || a->v_dim != s->head_dim || s->groups != s->heads ||
+                  s->sequence_parallel || s->lora_rank || s->recompute || s->lowp || s->qk_norm))
+        return TR_ERR_INVALID; /* what runtime.mla_* refuse */
     if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) return TR_ERR_INVALID;
     /* Query groups (or, TP being a multiple of them, their heads), the MLP width and the padded
      * vocabulary split evenly. */
@@ -407,6 +440,8 @@ static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *
         st = ops->rope_table(m->rope_cos, m->rope_sin, &s->rope_p, s->seq, 0);
         if (st != TR_OK) goto fail;
     }
+    if (s->mla.on && (st = tr_mla_rope_tables(&s->mla, s->seq, dev, &m->mla_sc)) != TR_OK)
+        goto fail;
     return TR_OK;
 fail:
     tr_model_free(m);

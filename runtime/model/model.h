@@ -19,6 +19,7 @@
 #include "core/config.h"
 #include "core/diag.h"
 #include "kernels/ops.h"
+#include "runtime/mla/mla.h"
 
 /* model.tp_comm_overlap's options as the runtime applies them (tr_model_spec.tp_overlap):
  *   AG: the all-gather of a column-parallel layer's input (qkv, fc1) split into pieces, each
@@ -59,6 +60,9 @@ typedef struct tr_model_spec {
      * before RoPE, by the model's norm type with weights q_layernorm / k_layernorm [head_dim]. */
     int qk_norm;
     int qk_norm_wd; /* optimizer.apply_wd_to_qk_layernorm: those norms' tensors are decayed */
+    /* Multi-latent attention (runtime/mla/mla.h) in every layer instead of the QKV attention:
+     * head_dim is then v_dim (linear_proj's input per head), groups == heads, rope 0. */
+    tr_mla_spec mla;
     float eps;
     double init_std, embed_init_std;
     float hidden_dropout;    /* on the embedding output and both residual branches */
@@ -166,6 +170,7 @@ typedef struct tr_layer_views {
     float *qn_w, *qn_b, *kn_w, *kn_b; /* qk_norm: the q_layernorm and k_layernorm */
     float *lora_a[TR_LORA_TARGETS], *lora_b[TR_LORA_TARGETS]; /* NULL: no adapter */
     float *lora_m[TR_LORA_TARGETS];                           /* DoRA's magnitudes, or NULL */
+    tr_mla_weights mla;                                       /* spec.mla.on */
 } tr_layer_views;
 
 /* Pointers into one flat buffer (parameters or their gradients); NULL where absent. */
@@ -188,6 +193,7 @@ typedef struct tr_layer_acts {
     /* qk_norm: q and k before their norm (q and k above are normalised and rotated), and the
      * per-head statistics (mean for LayerNorm only); NULL without it. */
     float *q_raw, *k_raw, *qn_mean, *qn_rstd, *kn_mean, *kn_rstd;
+    tr_mla_acts mla; /* spec.mla.on: what MLA keeps (q, k, v above are then NULL) */
 } tr_layer_acts;
 
 /* A contiguous part of the model (a pipeline stage): layers [first_layer, first_layer +
@@ -277,6 +283,7 @@ typedef struct tr_model {
     /* Backward scratch. */
     float *dx, *dtmp, *dbig, *dact, *dq, *dk, *dv;
     float *dq_raw, *dk_raw; /* qk_norm: the gradients of q and k before their norm */
+    tr_mla_scratch mla_sc;  /* spec.mla.on: MLA's rotary tables and scratch */
     int64_t n_valid;        /* targets >= 0 in the current microbatch */
     uint64_t dropout_seed;  /* rng.seed-derived; the offset below makes each site distinct */
     uint64_t dropout_round; /* set by the caller to a new value for every training microbatch */

@@ -21,6 +21,32 @@ static unsigned tp_overlap_bits(const tr_model_config *m) {
     return b;
 }
 
+/* Multi-latent attention: its own rotary part (s->rope off), linear_proj's input per head is a
+ * value head, the queries have no groups; the q/kv norms exist under qk_layernorm (Megatron's
+ * MLA spec), so the model's own q/k norms are off. */
+static void mla_spec(const tr_model_config *m, tr_model_spec *s) {
+    tr_mla_spec *a = &s->mla;
+    a->on = 1;
+    a->q_lora_rank = m->q_lora_rank != TR_NULL_INT ? (int)m->q_lora_rank : 0;
+    a->kv_lora_rank = (int)m->kv_lora_rank;
+    a->qk_dim = (int)m->qk_head_dim;
+    a->rope_dim = (int)m->qk_pos_emb_head_dim;
+    a->v_dim = (int)m->v_head_dim;
+    a->norms = m->qk_layernorm;
+    a->yarn = m->rope_type == TR_ROPE_YARN;
+    a->rope_base = m->rotary_base;
+    a->factor = tr_is_null_float(m->rotary_scaling_factor) ? 1.0 : m->rotary_scaling_factor;
+    a->mscale = m->mscale;
+    a->mscale_all_dim = m->mscale_all_dim;
+    a->original_max_position = (double)m->original_max_position_embeddings;
+    a->beta_fast = m->beta_fast;
+    a->beta_slow = m->beta_slow;
+    s->head_dim = a->v_dim;
+    s->groups = s->heads;
+    s->rope = 0;
+    s->qk_norm = 0;
+}
+
 tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d) {
     (void)d; /* what the runtime cannot run was refused by tr_runtime_check */
     const tr_model_config *m = &c->model;
@@ -59,11 +85,12 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
             .original_max_position = (double)m->rope_scaling_original_max_position_embeddings,
         };
     }
+    if (m->multi_latent_attention) mla_spec(m, s);
     s->bias_linear = m->add_bias_linear;
     s->bias_qkv = m->add_bias_linear || m->add_qkv_bias;
     s->tied = m->share_embeddings_and_output_weights;
     s->zero_centered = m->layernorm_zero_centered_gamma;
-    s->qk_norm = m->qk_layernorm;
+    s->qk_norm = m->qk_layernorm && !m->multi_latent_attention;
     s->qk_norm_wd = c->optimizer.apply_wd_to_qk_layernorm;
     s->eps = (float)m->layernorm_epsilon;
     s->init_std = m->init_method_std;

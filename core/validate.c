@@ -243,8 +243,20 @@
       "The position embedding is not YaRN: the runtime has no YaRN scaling yet.")                  \
     X(tr_check_runtime_sliding_window, "runtime.sliding_window", E, false,                         \
       "window_size is null: the runtime has no sliding-window attention yet.")                     \
-    X(tr_check_runtime_mla, "runtime.mla", E, false,                                               \
-      "multi_latent_attention is off: the runtime has no MLA yet.")                                \
+    X(tr_check_runtime_mla_context_parallel, "runtime.mla_context_parallel", E, false,             \
+      "Multi-latent attention runs without context parallelism.")                                  \
+    X(tr_check_runtime_mla_sequence_parallel, "runtime.mla_sequence_parallel", E, false,           \
+      "Multi-latent attention runs without sequence parallelism.")                                 \
+    X(tr_check_runtime_mla_mixed_precision, "runtime.mla_mixed_precision", E, false,               \
+      "Multi-latent attention trains in fp32.")                                                    \
+    X(tr_check_runtime_mla_recompute, "runtime.mla_recompute", E, false,                           \
+      "Multi-latent attention runs without activation recomputation.")                             \
+    X(tr_check_runtime_mla_peft, "runtime.mla_peft", E, false,                                     \
+      "Multi-latent attention runs without LoRA/DoRA adapters.")                                   \
+    X(tr_check_runtime_mla_layernorm, "runtime.mla_layernorm", E, false,                           \
+      "Multi-latent attention runs with RMSNorm.")                                                 \
+    X(tr_check_runtime_mla_rope_dim, "runtime.mla_rope_dim", E, false,                             \
+      "qk_pos_emb_head_dim is even under multi-latent attention.")                                 \
     X(tr_check_runtime_recompute_modules, "runtime.recompute_modules", E, false,                   \
       "Selective recomputation names core_attn, mlp or layernorm (no MoE or MLA modules yet).")    \
     X(tr_check_runtime_mtp, "runtime.mtp", E, false,                                               \

@@ -74,10 +74,50 @@ TR_RULE_FN(tr_check_runtime_sliding_window) {
     TR_FAIL("model.window_size", "set model.window_size=null", NOT_YET, "sliding-window attention");
 }
 
-TR_RULE_FN(tr_check_runtime_mla) {
-    if (!c->model.multi_latent_attention) return;
-    TR_FAIL("model.multi_latent_attention", "set model.multi_latent_attention=false", NOT_YET,
-            "multi-latent attention");
+/* What multi-latent attention (runtime/mla/) does not run with yet; each combination names
+ * the key to change. */
+#define MLA_NOT_YET "multi-latent attention does not run with %s yet"
+
+TR_RULE_FN(tr_check_runtime_mla_context_parallel) {
+    if (!c->model.multi_latent_attention || c->model.context_parallel_size <= 1) return;
+    TR_FAIL("model.context_parallel_size,model.multi_latent_attention",
+            "set model.context_parallel_size=1", MLA_NOT_YET, "context parallelism");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_sequence_parallel) {
+    if (!c->model.multi_latent_attention || !c->model.sequence_parallel) return;
+    TR_FAIL("model.sequence_parallel,model.multi_latent_attention",
+            "set model.sequence_parallel=false", MLA_NOT_YET, "sequence parallelism");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_mixed_precision) {
+    if (!c->model.multi_latent_attention || (!c->model.bf16 && !c->model.fp16)) return;
+    TR_FAIL("model.bf16,model.fp16,model.multi_latent_attention",
+            "train in fp32 (mixed_precision.preset=null)", MLA_NOT_YET, "mixed precision");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_recompute) {
+    if (!c->model.multi_latent_attention || c->model.recompute_granularity < 0) return;
+    TR_FAIL("model.recompute_granularity,model.multi_latent_attention",
+            "set model.recompute_granularity=null", MLA_NOT_YET, "activation recomputation");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_peft) {
+    if (!c->model.multi_latent_attention || c->peft.scheme < 0) return;
+    TR_FAIL("peft.scheme,model.multi_latent_attention", "set peft.scheme=null", MLA_NOT_YET,
+            "LoRA or DoRA adapters");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_layernorm) {
+    if (!c->model.multi_latent_attention || c->model.normalization != TR_NORM_LAYERNORM) return;
+    TR_FAIL("model.normalization,model.multi_latent_attention", "set model.normalization=RMSNorm",
+            MLA_NOT_YET, "LayerNorm (its latent norms are RMSNorm)");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_rope_dim) {
+    if (!c->model.multi_latent_attention || c->model.qk_pos_emb_head_dim % 2 == 0) return;
+    TR_FAIL("model.qk_pos_emb_head_dim", "use an even model.qk_pos_emb_head_dim",
+            "the rotary part of an MLA head rotates pairs: qk_pos_emb_head_dim must be even");
 }
 
 /* Megatron's selective modules of MoE and MLA layers name layers this runtime does not build;

@@ -184,6 +184,8 @@ static tr_status capture(void *ctx, const tr_model *m) {
             for (int64_t e = 0; e < p->numel; e++)
                 if (e < kv_off || e >= kv_off + kv_n)
                     dst[tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
+        /* (MLA's latent norms are whole on each rank, their gradients the same: not summed.) */
+        if (!p->sp_partial) continue;
         if (strstr(p->name, "q_layernorm") || strstr(p->name, "k_layernorm"))
             o->head_grads += p->numel;
         else if (strstr(p->name, "layernorm") || strstr(p->name, "position_embeddings"))
@@ -365,7 +367,9 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  *   qk_layernorm, once per iteration with or without SP, the all-reduce of the q/k norm
  *   gradients (each rank's covers its own heads); with TP larger than the G query groups, once
  *   per iteration and layer the all-reduce that sums the key-value gradient copies, one slot
- *   per group of 2.D.(h + qkv bias) elements: G.2D.(h + b).
+ *   per group of 2.D.(h + qkv bias) elements: G.2D.(h + b). Multi-latent attention replaces
+ *   the QKV input gradient (r.h) by those of its up projections' inputs and of the shared rotary
+ *   key: r.(q_lora_rank, or h for linear_q_proj, + kv_lora_rank + qk_pos_emb_head_dim).
  * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
  * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
@@ -384,11 +388,15 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     bool sharded = c->ddp.use_distributed_optimizer || c->optimizer.use_distributed_optimizer;
     int64_t B = run->buffer_numel, sp_grads = sp ? run->sp_grads : 0;
     int64_t exchanges = r * h * (run->has_embedding + 4 * L + run->has_loss);
+    if (m->multi_latent_attention) { /* the latents' input gradients replace the QKV one's */
+        int64_t q = m->q_lora_rank != TR_NULL_INT ? m->q_lora_rank : h;
+        exchanges += L * r * (q + m->kv_lora_rank + m->qk_pos_emb_head_dim - h);
+    }
     int64_t ce = run->has_loss ? 3 * r : 0;
     int64_t heads = m->num_attention_heads, G = m->num_query_groups;
     int64_t D = m->kv_channels != TR_NULL_INT ? m->kv_channels : h / heads;
     int64_t qkv_bias = m->add_bias_linear || m->add_qkv_bias;
-    int64_t kv_sums = tp > G ? L * G * 2 * D * (h + qkv_bias) : 0;
+    int64_t kv_sums = tp > G && !m->multi_latent_attention ? L * G * 2 * D * (h + qkv_bias) : 0;
     int64_t tp_ar =
         tp > 1 ? iters * (nmb * (ce + (sp ? 0 : exchanges)) + sp_grads + run->head_grads + kv_sums)
                : 0;

@@ -523,3 +523,19 @@ tr_equiv_pp_test(gpt_pp2_dp2_distopt_overlap_defer_wgrad_limit3 4 gpt_tiny_pretr
                  -- ${TR_PP2} ${TR_DISTOPT} ${TR_OVERLAP} ${TR_DEFER3})
 tr_equiv_defer_test(gpt_pp2_defer_wgrad_limit3_detected 2 --expect-differ gpt_tiny_pretrain
                     ${TR_PP_COMMON} -- ${TR_PP2} -- ${TR_DEFER3})
+
+# Multi-latent attention (runtime/mla/) on llama_tiny's two layers: compressed queries with the
+# latent norms and YaRN (a short original context, so the frequencies blend and mscale is not 1);
+# the up projections split their heads over TP, the down projections and norms stay whole (their
+# gradients equal on every rank); one layer per stage under PP; the distributed optimizer over
+# DP; and queries straight from the hidden state (linear_q_proj) under TP 2 x PP 2.
+set(TR_MLA model.multi_latent_attention=true model.qk_layernorm=true model.q_lora_rank=8
+           model.kv_lora_rank=8 model.qk_head_dim=8 model.qk_pos_emb_head_dim=4 model.v_head_dim=6
+           model.rope_type=yarn model.rotary_scaling_factor=4 model.original_max_position_embeddings=8
+           model.mscale=0.7 model.mscale_all_dim=0.5)
+tr_equiv_test(mla_tp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} -- ${TR_TP2})
+tr_equiv_test(mla_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} --
+              model.pipeline_model_parallel_size=2)
+tr_equiv_test(mla_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} -- ${TR_DISTOPT})
+tr_equiv_test(mla_direct_q_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
+              model.q_lora_rank=null -- ${TR_TP2} model.pipeline_model_parallel_size=2)

@@ -25,7 +25,26 @@ static const capability_case cases[] = {
     {"runtime.rotary_interleaved", 1, {"model.rotary_interleaved=true"}},
     {"runtime.yarn", 1, {"model.position_embedding_type=yarn"}},
     {"runtime.sliding_window", 1, {"model.window_size=[16,0]"}},
-    {"runtime.mla", 1, {"model.multi_latent_attention=true"}},
+    {"runtime.mla_context_parallel",
+     2,
+     {"model.multi_latent_attention=true", "model.context_parallel_size=2"}},
+    {"runtime.mla_sequence_parallel",
+     2,
+     {"model.multi_latent_attention=true", "model.tensor_model_parallel_size=2",
+      "model.sequence_parallel=true"}},
+    {"runtime.mla_mixed_precision",
+     1,
+     {"model.multi_latent_attention=true", "mixed_precision.preset=bf16_mixed"}},
+    {"runtime.mla_recompute",
+     1,
+     {"model.multi_latent_attention=true", "model.recompute_granularity=selective"}},
+    {"runtime.mla_peft", 1, {"model.multi_latent_attention=true", "peft.scheme=lora"}},
+    {"runtime.mla_layernorm",
+     1,
+     {"model.multi_latent_attention=true", "model.normalization=LayerNorm"}},
+    {"runtime.mla_rope_dim",
+     1,
+     {"model.multi_latent_attention=true", "model.qk_pos_emb_head_dim=3"}},
     {"runtime.mtp", 1, {"model.mtp_num_layers=1"}},
     {"runtime.recompute_modules",
      1,
@@ -155,9 +174,10 @@ static void test_heard_error_still_refuses_once(void) {
     tr_config c;
     tr_diags d;
     tr_diags_init(&d);
-    const char *ov[] = {"train.train_iters=1", "model.multi_latent_attention=true"};
+    const char *ov[] = {"train.train_iters=1", "model.multi_latent_attention=true",
+                        "model.normalization=LayerNorm"};
     tr_resolve_opts o = {
-        .recipe = "llama_tiny_pretrain", .overrides = ov, .n_overrides = 2, .world = {1, 1}};
+        .recipe = "llama_tiny_pretrain", .overrides = ov, .n_overrides = 3, .world = {1, 1}};
     CHECK_INT_EQ(tr_resolve(&o, &c, &d), TR_ERR_CONFIG);
     int n = d.n;
     CHECK_INT_EQ(tr_runtime_check(&c, &d), TR_ERR_CONFIG);

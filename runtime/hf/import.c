@@ -19,11 +19,13 @@ tr_hf_shape tr_hf_shape_of(const tr_model_spec *f) {
                          .seq = f->seq,
                          .hf_vocab = f->vocab_real ? f->vocab_real : f->vocab,
                          .tied = f->tied,
-                         .qk_norm = f->qk_norm};
+                         .qk_norm = f->qk_norm,
+                         .mla = f->mla};
 }
 
 static const tr_hf_arch *arch_named(const char *name) {
-    static const tr_hf_arch *const all[] = {&tr_hf_arch_llama, &tr_hf_arch_qwen3, &tr_hf_arch_gpt2};
+    static const tr_hf_arch *const all[] = {&tr_hf_arch_llama, &tr_hf_arch_qwen3, &tr_hf_arch_gpt2,
+                                            &tr_hf_arch_deepseek_v3};
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
         if (strcmp(all[i]->name, name) == 0) return all[i];
     return NULL;
@@ -36,11 +38,12 @@ bool tr_hf_architecture_known(const char *name) {
 tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d) {
     const tr_hf_arch *a = arch_named(w->architecture);
     if (!a)
-        return tr_diag_add(d, TR_SEV_ERROR, "hf.architecture", NULL, NULL,
-                           "Trestle imports LlamaForCausalLM, Qwen3ForCausalLM and GPT2LMHeadModel "
-                           "so far",
-                           "architecture %s is not one Trestle maps",
-                           w->architecture ? w->architecture : "(none given)");
+        return tr_diag_add(
+            d, TR_SEV_ERROR, "hf.architecture", NULL, NULL,
+            "Trestle imports LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel and "
+            "DeepseekV3ForCausalLM (dense layers) so far",
+            "architecture %s is not one Trestle maps",
+            w->architecture ? w->architecture : "(none given)");
     const tr_model_spec *f = &m->full;
     tr_hf_shape k = tr_hf_shape_of(f);
     for (int fi = 0; fi < w->n; fi++)

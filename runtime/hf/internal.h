@@ -9,7 +9,8 @@ typedef struct tr_hf_shape {
     int64_t hidden, heads, groups, head_dim, ffn, vocab, layers, seq;
     int64_t hf_vocab; /* the checkpoint's rows: vocab without Trestle's padding */
     bool tied;
-    bool qk_norm; /* Qwen3's per-head q_norm / k_norm */
+    bool qk_norm;    /* Qwen3's per-head q_norm / k_norm */
+    tr_mla_spec mla; /* DeepSeek-V3's multi-latent attention (mla.on) */
 } tr_hf_shape;
 
 /* The HF tensors (up to three) one Trestle tensor is made of, and how (the architecture's own
@@ -32,7 +33,7 @@ typedef struct tr_hf_arch {
     int (*locate)(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c, int64_t *at);
 } tr_hf_arch;
 
-extern const tr_hf_arch tr_hf_arch_llama, tr_hf_arch_qwen3, tr_hf_arch_gpt2;
+extern const tr_hf_arch tr_hf_arch_llama, tr_hf_arch_qwen3, tr_hf_arch_gpt2, tr_hf_arch_deepseek_v3;
 
 /* The shapes of a model's (unsharded) spec. */
 tr_hf_shape tr_hf_shape_of(const tr_model_spec *f);

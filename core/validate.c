@@ -259,8 +259,26 @@
       "qk_pos_emb_head_dim is even under multi-latent attention.")                                 \
     X(tr_check_runtime_recompute_modules, "runtime.recompute_modules", E, false,                   \
       "Selective recomputation names core_attn, mlp or layernorm (no MoE or MLA modules yet).")    \
-    X(tr_check_runtime_mtp, "runtime.mtp", E, false,                                               \
-      "mtp_num_layers is unset: the runtime has no multi-token prediction yet.")                   \
+    X(tr_check_runtime_mtp_context_parallel, "runtime.mtp_context_parallel", E, false,             \
+      "Multi-token prediction runs without context parallelism.")                                  \
+    X(tr_check_runtime_mtp_sequence_parallel, "runtime.mtp_sequence_parallel", E, false,           \
+      "Multi-token prediction runs without sequence parallelism.")                                 \
+    X(tr_check_runtime_mtp_mixed_precision, "runtime.mtp_mixed_precision", E, false,               \
+      "Multi-token prediction trains in fp32.")                                                    \
+    X(tr_check_runtime_mtp_recompute, "runtime.mtp_recompute", E, false,                           \
+      "Multi-token prediction runs without activation recomputation.")                             \
+    X(tr_check_runtime_mtp_peft, "runtime.mtp_peft", E, false,                                     \
+      "Multi-token prediction runs without LoRA/DoRA adapters.")                                   \
+    X(tr_check_runtime_mtp_defer_wgrad, "runtime.mtp_defer_wgrad", E, false,                       \
+      "Multi-token prediction runs without the deferred output-layer weight gradient.")            \
+    X(tr_check_runtime_mtp_positions, "runtime.mtp_positions", E, false,                           \
+      "Multi-token prediction runs with rotary (not learned) positions.")                          \
+    X(tr_check_runtime_mtp_packing, "runtime.mtp_packing", E, false,                               \
+      "Multi-token prediction trains on unpacked sequences.")                                      \
+    X(tr_check_runtime_mtp_layout, "runtime.mtp_layout", E, false,                                 \
+      "Multi-token prediction's depths sit in the loss stage of the pipeline layout.")             \
+    X(tr_check_runtime_mtp_pipeline_untied, "runtime.mtp_pipeline_untied", E, false,               \
+      "Multi-token prediction under pipeline parallelism has tied embeddings.")                    \
     X(tr_check_runtime_params_dtype, "runtime.params_dtype", E, false,                             \
       "params_dtype is fp32 or the mixed-precision dtype (fp32 main parameters).")                 \
     X(tr_check_runtime_fp16_cross_entropy, "runtime.fp16_cross_entropy", E, false,                 \

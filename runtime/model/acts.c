@@ -217,6 +217,8 @@ static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
     a->ce_stats = carve(c, 4 * bt); /* [3, bt] stats, then bt floats of TP scratch */
     a->losses = carve(c, bt);
     a->dloss = carve(c, bt);
+    for (int d = 0; d < s->mtp_layers; d++) /* MTP: each depth's layer and its own tensors */
+        tr_mtp_carve_acts(bt, (int)C, s->vocab, s->layernorm, &a->mtp[d], carve_cb, c);
 }
 
 /* The output layer's inputs and logits gradients of the microbatches whose weight gradients
@@ -248,7 +250,11 @@ static void carve_acts(tr_model *m, carver *c) {
                 unsigned drop = tr_model_rc_dropped(m, k, p->first_layer + i, &at);
                 carve_layer(m, c, &a->layers[i], drop ? &m->rc_sets[at] : NULL, drop);
             }
-            if (p->has_loss) carve_head(m, c, a);
+            if (p->has_loss) {
+                for (int d = 0; d < s->mtp_layers; d++)
+                    carve_layer(m, c, &a->layers[p->num_layers + d], NULL, 0);
+                carve_head(m, c, a);
+            }
         }
     }
     carve_deferred(m, c);
@@ -269,6 +275,7 @@ static void carve_acts(tr_model *m, carver *c) {
     m->dq_raw = s->qk_norm ? carve(c, bt * hd) : NULL;
     m->dk_raw = s->qk_norm ? carve(c, bt * gd) : NULL;
     m->loss_dev = carve(c, 1);
+    if (s->mtp_layers) tr_mtp_carve_scratch(bt, (int)C, s->mtp_layers, &m->mtp_sc, carve_cb, c);
     m->lora_u = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
     m->lora_du = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
     int64_t widest = C > s->ffn ? C : s->ffn;
@@ -310,8 +317,12 @@ static tr_status alloc_slots(tr_model *m) {
         for (int slot = 0; slot < part_slots(p); slot++) {
             int at = m->slot_start[k] + slot;
             tr_slot_acts *a = &m->slot_acts[at];
-            a->layers = calloc((size_t)(p->num_layers > 0 ? p->num_layers : 1), sizeof *a->layers);
+            int n = p->num_layers + (p->has_loss ? m->spec.mtp_layers : 0);
+            a->layers = calloc((size_t)(n > 0 ? n : 1), sizeof *a->layers);
             if (!a->layers) return TR_ERR_NOMEM;
+            if (p->has_loss && m->spec.mtp_layers > 0 &&
+                !(a->mtp = calloc((size_t)m->spec.mtp_layers, sizeof *a->mtp)))
+                return TR_ERR_NOMEM;
             if (p->has_embedding) a->ids = m->tok_buf + (int64_t)(4 * at) * bt;
             if (p->has_loss) a->targets = m->tok_buf + (int64_t)(4 * at + 1) * bt;
             a->doc_start = m->tok_buf + (int64_t)(4 * at + 2) * bt;
@@ -323,7 +334,7 @@ static tr_status alloc_slots(tr_model *m) {
 
 tr_status tr_model_alloc_acts(tr_model *m) {
     tr_status st = TR_ERR_NOMEM;
-    m->acts = calloc((size_t)m->spec.num_layers, sizeof *m->acts);
+    m->acts = calloc((size_t)(m->spec.num_layers + m->spec.mtp_layers), sizeof *m->acts);
     if (!m->acts) return st;
     if ((st = alloc_slots(m)) != TR_OK) return st;
     /* A deferred output-layer gradient must not land in an embedding reported final already. */
@@ -340,7 +351,9 @@ tr_status tr_model_alloc_acts(tr_model *m) {
     if (st != TR_OK) return st;
     c = (carver){m->act_buf, 0};
     carve_acts(m, &c);
-    return TR_OK;
+    if (m->spec.mtp_layers) /* the losses logged accumulate from zero */
+        st = tr_device_memset0(m->dev, m->mtp_sc.sum, (size_t)m->spec.mtp_layers * sizeof(float));
+    return st;
 }
 
 void tr_model_free_acts(tr_model *m, tr_device *dev) {
@@ -349,8 +362,10 @@ void tr_model_free_acts(tr_model *m, tr_device *dev) {
     free(m->rc_sets);
     if (m->slot_acts)
         for (int k = 0; k < m->n_parts; k++)
-            for (int slot = 0; slot < part_slots(&m->parts[k]); slot++)
+            for (int slot = 0; slot < part_slots(&m->parts[k]); slot++) {
                 free(m->slot_acts[m->slot_start[k] + slot].layers);
+                free(m->slot_acts[m->slot_start[k] + slot].mtp);
+            }
     free(m->slot_acts);
     free(m->slot_start);
     tr_device_free(dev, TR_MEM_ACTIVATIONS, m->tok_buf);

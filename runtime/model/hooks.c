@@ -62,7 +62,7 @@ static tr_status notify(const tr_model *m, const float *base, const float *const
 /* A layer's tensors: the base ones (with the q/k norms), then the LoRA adapters and DoRA
  * magnitudes (NULL when absent). */
 enum { LAYER_BASE = 16, LAYER_MLA = LAYER_BASE + 3 * TR_LORA_TARGETS };
-enum { LAYER_TENSORS = LAYER_MLA + TR_MLA_MAX_TENSORS };
+enum { LAYER_MTP = LAYER_MLA + TR_MLA_MAX_TENSORS, LAYER_TENSORS = LAYER_MTP + 7 };
 
 static int layer_list(const tr_layer_views *v, const float *out[LAYER_TENSORS]) {
     const float *l[LAYER_BASE] = {v->ln1_w, v->ln1_b, v->qkv_w, v->qkv_b, v->proj_w, v->proj_b,
@@ -76,6 +76,9 @@ static int layer_list(const tr_layer_views *v, const float *out[LAYER_TENSORS]) 
     }
     tr_mla_weights mla = v->mla;
     for (int k = 0; k < TR_MLA_MAX_TENSORS; k++) out[LAYER_MLA + k] = *tr_mla_field(&mla, k);
+    const float *mtp[7] = {v->mtp_enorm_w, v->mtp_enorm_b, v->mtp_hnorm_w, v->mtp_hnorm_b,
+                           v->mtp_eh_w,    v->mtp_fnorm_w, v->mtp_fnorm_b};
+    memcpy(out + LAYER_MTP, mtp, sizeof mtp);
     return LAYER_TENSORS;
 }
 

@@ -86,6 +86,10 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
         };
     }
     if (m->multi_latent_attention) mla_spec(m, s);
+    if (m->mtp_num_layers != TR_NULL_INT && m->mtp_num_layers > 0) {
+        s->mtp_layers = (int)m->mtp_num_layers;
+        s->mtp_scale = (float)(m->mtp_loss_scaling_factor / (double)m->mtp_num_layers);
+    }
     s->bias_linear = m->add_bias_linear;
     s->bias_qkv = m->add_bias_linear || m->add_qkv_bias;
     s->tied = m->share_embeddings_and_output_weights;

@@ -539,3 +539,15 @@ tr_equiv_test(mla_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} --
 tr_equiv_test(mla_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} -- ${TR_DISTOPT})
 tr_equiv_test(mla_direct_q_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
               model.q_lora_rank=null -- ${TR_TP2} model.pipeline_model_parallel_size=2)
+
+# Multi-token prediction (runtime/mtp/, the loss stage): two depths with their loss weighted 0.3,
+# the shared (tied) embedding and output layer; eh_proj column-parallel with its output gathered
+# under TP; the depths on the last stage under PP (which reads the tied embedding's copy); the
+# distributed optimizer over DP; and MLA with one depth under TP 2 x PP 2.
+set(TR_MTP model.mtp_num_layers=2 model.mtp_loss_scaling_factor=0.3)
+tr_equiv_test(mtp_tp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR_TP2})
+tr_equiv_test(mtp_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} --
+              model.pipeline_model_parallel_size=2)
+tr_equiv_test(mtp_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR_DISTOPT})
+tr_equiv_test(mla_mtp_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
+              model.mtp_num_layers=1 -- ${TR_TP2} model.pipeline_model_parallel_size=2)

@@ -2,8 +2,9 @@
  * (tests/reference/make_hf_deepseek_fixtures.py): config.json becomes an MLA model section,
  * the safetensors fill a Trestle model, and its logits, loss and every parameter's gradient
  * match transformers' (fp32, relative 1e-4), for compressed queries with YaRN and for direct
- * queries with plain rotary and wide value heads. A TP 2 shard holds exactly its slice; a
- * checkpoint with expert layers or rotate-half rotary channels is refused naming the key. */
+ * queries with plain rotary and wide value heads. A TP 2 shard holds exactly its slice; export
+ * writes a directory that imports back bit for bit; a checkpoint with expert layers or
+ * rotate-half rotary channels is refused naming the key. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,59 @@ static void test_logits_and_grads_match_transformers(void) {
     check_parity(FIX "hf_deepseek_v3_q", "hf_deepseek_v3_q/expected.bin");
 }
 
+/* Export writes a DeepseekV3ForCausalLM directory that imports back into the same spec and the
+ * same parameters, bit for bit (F32), for both fixtures; an MTP model is refused (transformers'
+ * model has no place for its depths). */
+static void round_trip(const char *src) {
+    tr_diags d = {0};
+    tr_model_spec s, back;
+    CHECK(spec_from_dir(src, &s, NULL, &d));
+    tr_hf_weights w;
+    CHECK(tr_hf_weights_open(&w, src, &d) == TR_OK);
+    tr_model a, b;
+    CHECK(tr_model_create(&a, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
+    CHECK(tr_hf_import(&a, &w, &d) == TR_OK);
+    tr_hf_weights_close(&w);
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/trestle_hf_deepseek_export_%d", (int)getpid());
+    CHECK(tr_hf_export(&a, dir, TR_ST_F32, &d) == TR_OK);
+    CHECK(spec_from_dir(dir, &back, NULL, &d));
+    CHECK(memcmp(&back.mla, &s.mla, sizeof s.mla) == 0);
+    CHECK(back.hidden == s.hidden && back.heads == s.heads && back.ffn == s.ffn &&
+          back.vocab == s.vocab && back.tied == s.tied && back.head_dim == s.head_dim);
+    CHECK(tr_hf_weights_open(&w, dir, &d) == TR_OK);
+    CHECK(tr_model_create(&b, &back, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
+    CHECK(tr_hf_import(&b, &w, &d) == TR_OK);
+    tr_hf_weights_close(&w);
+    CHECK_INT_EQ(b.n_params, a.n_params);
+    CHECK(memcmp(a.params, b.params, (size_t)a.n_params * sizeof(float)) == 0);
+    tr_model_free(&b);
+    tr_model_free(&a);
+    char p[256];
+    const char *files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+    CHECK_INT_EQ(d.n_errors, 0);
+    tr_diags_free(&d);
+    /* with an MTP depth: refused, naming the export */
+    s.mtp_layers = 1;
+    s.mtp_scale = 0.1f;
+    tr_diags_init(&d);
+    CHECK(tr_model_create(&a, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
+    CHECK(tr_hf_export(&a, dir, TR_ST_F32, &d) != TR_OK);
+    CHECK(tr_diags_find(&d, "hf.export") != NULL);
+    tr_model_free(&a);
+    tr_diags_free(&d);
+}
+
+static void test_export_round_trip(void) {
+    round_trip(FIX "hf_deepseek_v3");
+    round_trip(FIX "hf_deepseek_v3_q");
+}
+
 /* A copy of hf_deepseek_v3 whose config.json has `from` replaced by `to`. */
 static const char *variant(const char *from, const char *to) {
     static char dir[128];
@@ -187,4 +241,4 @@ static void test_refusals(void) {
 }
 
 TR_TEST_MAIN(TR_TEST(test_config), TR_TEST(test_logits_and_grads_match_transformers),
-             TR_TEST(test_refusals))
+             TR_TEST(test_export_round_trip), TR_TEST(test_refusals))

@@ -551,3 +551,12 @@ tr_equiv_test(mtp_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} --
 tr_equiv_test(mtp_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR_DISTOPT})
 tr_equiv_test(mla_mtp_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
               model.mtp_num_layers=1 -- ${TR_TP2} model.pipeline_model_parallel_size=2)
+# Per-token loss (each depth rescaled by the main token count) under PP 2 x DP 2 with the
+# distributed optimizer; MLA with MTP under DP with overlapped reduction and parameter gather
+# (the depths' gradients reported ready first, their tensors last in the layout).
+tr_equiv_test(mtp_pp2_dp2_distopt_pertoken 4 llama_tiny_pretrain ${TR_EQUIV_COMMON}
+              model.mtp_num_layers=1 model.calculate_per_token_loss=true --
+              model.pipeline_model_parallel_size=2 ${TR_DISTOPT})
+tr_equiv_test(mla_mtp_dp2_distopt_overlap 2 --expect-overlap llama_tiny_pretrain
+              ${TR_EQUIV_COMMON} ${TR_MLA} model.mtp_num_layers=1 -- ${TR_DISTOPT} ${TR_OVERLAP}
+              ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)

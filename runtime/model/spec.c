@@ -132,12 +132,22 @@ int tr_model_kv_replicas(const tr_model_spec *s, tr_tp_shard tp) {
 
 double tr_model_flops_per_seq(const tr_model_spec *s) {
     double T = s->seq, C = s->hidden, hd = (double)s->heads * s->head_dim;
-    double qkv = (double)(s->heads + 2 * s->groups) * s->head_dim;
-    double fc1 = s->swiglu ? 2.0 * s->ffn : s->ffn;
-    double per_tok = 2.0 * (C * qkv + hd * C + C * fc1 + s->ffn * C);
+    double qkv_flops = C * (double)(s->heads + 2 * s->groups) * s->head_dim;
     /* causal attention: QK^T and PV over on average T/2 keys */
     double attn = 2.0 * 2.0 * hd * (T / 2.0);
-    return s->num_layers * T * (per_tok + attn) + 2.0 * T * C * s->vocab;
+    const tr_mla_spec *a = &s->mla;
+    if (a->on) { /* the latent projections; QK^T over qk + rope channels, PV over v */
+        double H = s->heads, qd = a->qk_dim + a->rope_dim, qr = a->q_lora_rank;
+        double kr = a->kv_lora_rank;
+        qkv_flops = (qr > 0 ? C * qr + qr * H * qd : C * H * qd) + C * (kr + a->rope_dim) +
+                    kr * H * (a->qk_dim + a->v_dim);
+        attn = 2.0 * H * (qd + a->v_dim) * (T / 2.0);
+    }
+    double fc1 = s->swiglu ? 2.0 * s->ffn : s->ffn;
+    double per_tok = 2.0 * (qkv_flops + hd * C + C * fc1 + s->ffn * C);
+    /* each MTP depth: a layer, eh_proj [C, 2C] and another pass through the output layer */
+    double mtp = s->mtp_layers * T * (per_tok + attn + 2.0 * 2.0 * C * C + 2.0 * C * s->vocab);
+    return s->num_layers * T * (per_tok + attn) + 2.0 * T * C * s->vocab + mtp;
 }
 
 void tr_param_kv_range(const tr_param_info *p, int64_t *off, int64_t *numel) {

@@ -188,5 +188,5 @@ static void test_pipeline_stages(void) {
                  TR_ERR_INVALID);
 }
 
-TR_TEST_MAIN(TR_TEST(test_pipeline_stages), TR_TEST(test_llama_two_depths_fd), TR_TEST(test_mla_one_depth_fd),
-             TR_TEST(test_semantics))
+TR_TEST_MAIN(TR_TEST(test_pipeline_stages), TR_TEST(test_llama_two_depths_fd),
+             TR_TEST(test_mla_one_depth_fd), TR_TEST(test_semantics))

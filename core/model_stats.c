@@ -158,7 +158,7 @@ static int64_t to_count(double x) {
 }
 
 tr_model_stats tr_model_stats_compute(const tr_model_config *m, int64_t vocab) {
-    tr_model_stats st = {0, 0, 0};
+    tr_model_stats st = {0};
     if (m->num_layers <= 0 || m->hidden_size <= 0 || m->num_attention_heads <= 0) return st;
     if (vocab == TR_NULL_INT || vocab < 0) vocab = 0;
     double h = (double)m->hidden_size;
@@ -184,6 +184,7 @@ tr_model_stats tr_model_stats_compute(const tr_model_config *m, int64_t vocab) {
     /* Each MTP depth: two norms, a 2h -> h projection, one more layer (shaped like the last one),
      * a final norm, and another pass through the shared output layer. */
     double mtp = (double)or_default(m->mtp_num_layers, 0);
+    counts main = k;
     if (mtp > 0) {
         double proj = 2 * h * h;
         double norms = 3 * norm_params(m, h);
@@ -194,6 +195,8 @@ tr_model_stats tr_model_stats_compute(const tr_model_config *m, int64_t vocab) {
 
     st.num_params = to_count(k.params);
     st.num_active_params = to_count(k.active);
+    st.num_mtp_params = st.num_params - to_count(main.params);
+    st.num_mtp_active_params = st.num_active_params - to_count(main.active);
     double forward = 2 * k.matmul_active + attn_flops;
     st.flops_per_token = 3 * forward;
     return st;
@@ -205,6 +208,8 @@ tr_status tr_model_stats_fill(tr_config *c) {
     tr_model_stats st = tr_model_stats_compute(&c->model, vocab);
     c->derived.num_params = st.num_params;
     c->derived.num_active_params = st.num_active_params;
+    c->derived.num_mtp_params = st.num_mtp_params;
+    c->derived.num_mtp_active_params = st.num_mtp_active_params;
     c->derived.flops_per_token = st.flops_per_token;
     return TR_OK;
 }

@@ -263,14 +263,46 @@
       "The position embedding is not YaRN: the runtime has no YaRN scaling yet.")                  \
     X(tr_check_runtime_sliding_window, "runtime.sliding_window", E, false,                         \
       "window_size is null: the runtime has no sliding-window attention yet.")                     \
-    X(tr_check_runtime_mla, "runtime.mla", E, false,                                               \
-      "multi_latent_attention is off: the runtime has no MLA yet.")                                \
+    X(tr_check_runtime_mla_context_parallel, "runtime.mla_context_parallel", E, false,             \
+      "Multi-latent attention runs without context parallelism.")                                  \
+    X(tr_check_runtime_mla_sequence_parallel, "runtime.mla_sequence_parallel", E, false,           \
+      "Multi-latent attention runs without sequence parallelism.")                                 \
+    X(tr_check_runtime_mla_mixed_precision, "runtime.mla_mixed_precision", E, false,               \
+      "Multi-latent attention trains in fp32.")                                                    \
+    X(tr_check_runtime_mla_recompute, "runtime.mla_recompute", E, false,                           \
+      "Multi-latent attention runs without activation recomputation.")                             \
+    X(tr_check_runtime_mla_peft, "runtime.mla_peft", E, false,                                     \
+      "Multi-latent attention runs without LoRA/DoRA adapters.")                                   \
+    X(tr_check_runtime_mla_layernorm, "runtime.mla_layernorm", E, false,                           \
+      "Multi-latent attention runs with RMSNorm.")                                                 \
+    X(tr_check_runtime_mla_rope_dim, "runtime.mla_rope_dim", E, false,                             \
+      "qk_pos_emb_head_dim is even under multi-latent attention.")                                 \
     X(tr_check_runtime_recompute_modules, "runtime.recompute_modules", E, false,                   \
       "Selective recomputation names core_attn, mlp or layernorm (no MoE or MLA modules yet).")    \
     X(tr_check_runtime_fsdp, "runtime.fsdp", E, false,                                             \
       "FSDP (dist.use_megatron_fsdp, dist.use_torch_fsdp2, ddp.use_megatron_fsdp) is off.")        \
-    X(tr_check_runtime_mtp, "runtime.mtp", E, false,                                               \
-      "mtp_num_layers is unset: the runtime has no multi-token prediction yet.")                   \
+    X(tr_check_runtime_mtp_context_parallel, "runtime.mtp_context_parallel", E, false,             \
+      "Multi-token prediction runs without context parallelism.")                                  \
+    X(tr_check_runtime_mtp_sequence_parallel, "runtime.mtp_sequence_parallel", E, false,           \
+      "Multi-token prediction runs without sequence parallelism.")                                 \
+    X(tr_check_runtime_mtp_mixed_precision, "runtime.mtp_mixed_precision", E, false,               \
+      "Multi-token prediction trains in fp32.")                                                    \
+    X(tr_check_runtime_mtp_recompute, "runtime.mtp_recompute", E, false,                           \
+      "Multi-token prediction runs without activation recomputation.")                             \
+    X(tr_check_runtime_mtp_peft, "runtime.mtp_peft", E, false,                                     \
+      "Multi-token prediction runs without LoRA/DoRA adapters.")                                   \
+    X(tr_check_runtime_mtp_defer_wgrad, "runtime.mtp_defer_wgrad", E, false,                       \
+      "Multi-token prediction runs without the deferred output-layer weight gradient.")            \
+    X(tr_check_runtime_mtp_positions, "runtime.mtp_positions", E, false,                           \
+      "Multi-token prediction runs with rotary (not learned) positions.")                          \
+    X(tr_check_runtime_mtp_packing, "runtime.mtp_packing", E, false,                               \
+      "Multi-token prediction trains on unpacked sequences.")                                      \
+    X(tr_check_runtime_mtp_layout, "runtime.mtp_layout", E, false,                                 \
+      "Multi-token prediction's depths sit in the loss stage of the pipeline layout.")             \
+    X(tr_check_runtime_mtp_moe, "runtime.mtp_moe", E, false,                                       \
+      "Multi-token prediction runs on dense models.")                                              \
+    X(tr_check_runtime_mtp_pipeline_untied, "runtime.mtp_pipeline_untied", E, false,               \
+      "Multi-token prediction under pipeline parallelism has tied embeddings.")                    \
     X(tr_check_runtime_params_dtype, "runtime.params_dtype", E, false,                             \
       "params_dtype is fp32 or the mixed-precision dtype (fp32 main parameters).")                 \
     X(tr_check_runtime_fp16_cross_entropy, "runtime.fp16_cross_entropy", E, false,                 \

@@ -30,6 +30,8 @@ static const tr_provider providers[] = {
      tr_provide_mixtral_8x22b},
     {"deepseek_v3", "HF deepseek-ai/DeepSeek-V3 config.json (as mapped by Megatron-Bridge)",
      tr_provide_deepseek_v3},
+    {"kimi_k2", "HF moonshotai/Kimi-K2-Instruct config.json (the DeepSeek-V3 architecture)",
+     tr_provide_kimi_k2},
     {"gpt_tiny", "Trestle test model: GPT layers, 2 x 64, byte vocabulary", tr_provide_gpt_tiny},
     {"llama_tiny", "Trestle test model: Llama layers with GQA, 2 x 64, byte vocabulary",
      tr_provide_llama_tiny},

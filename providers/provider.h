@@ -48,6 +48,7 @@ tr_status tr_provide_mixtral_8x7b(tr_config *c);
 tr_status tr_provide_mixtral_8x22b(tr_config *c);
 
 tr_status tr_provide_deepseek_v3(tr_config *c);
+tr_status tr_provide_kimi_k2(tr_config *c);
 
 tr_status tr_provide_gpt_tiny(tr_config *c);
 tr_status tr_provide_llama_tiny(tr_config *c);

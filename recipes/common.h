@@ -95,6 +95,7 @@ TR_RECIPE_FN(mixtral_8x7b_pretrain);
 TR_RECIPE_FN(mixtral_8x22b_pretrain);
 TR_RECIPE_FN(deepseek_v3_pretrain);
 TR_RECIPE_FN(deepseek_v3_pretrain_32nodes);
+TR_RECIPE_FN(kimi_k2_pretrain);
 TR_RECIPE_FN(gpt_tiny_pretrain);
 TR_RECIPE_FN(llama_tiny_pretrain);
 TR_RECIPE_FN(llama_tiny_sft);

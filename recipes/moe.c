@@ -1,5 +1,6 @@
 /* MoE recipes outside the Qwen family: Mixtral (Trestle-only: Megatron-Bridge has no Mixtral
- * recipe) and DeepSeek-V3 (reference §6.4h; config-only until the runtime has MLA and MTP). */
+ * recipe), DeepSeek-V3 (reference §6.4h) and Kimi-K2 on the same architecture (config only until
+ * the runtime has MoE layers). */
 #include "recipes/common.h"
 
 /* Mixtral layouts and batch follow NeMo's public Mixtral recipes: experts spread over EP 8, a
@@ -34,20 +35,22 @@ static tr_status mixtral_8x22b(tr_config *c) {
 static const char deepseek_v3_layout[] = "Etttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|"
                                          "tttt|tttt|tttt|tttt|tttt|tmL";
 
-/* deepseek_v3_pretrain_1024gpu_h100_bf16_config: TP 2, PP 16, EP 64, ETP 1, SP; 1M steps of
- * GBS 4096 at 4096 tokens; bf16 with the precision-aware optimizer keeping bf16 moments. */
-static tr_status deepseek_v3(tr_config *c) {
+/* Kimi-K2 has no MTP depth: the last stage holds one layer and the loss. */
+static const char kimi_k2_layout[] = "Etttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|"
+                                     "tttt|tttt|tttt|tttt|tttt|tL";
+
+/* The DeepSeek-V3 architecture's pretraining at scale: TP 2, PP 16 (the layout), EP `ep`, ETP 1,
+ * SP; 1M steps of GBS 4096 at 4096 tokens; bf16 with the precision-aware optimizer keeping bf16
+ * moments. */
+static tr_status deepseek_family(tr_config *c, int64_t ep, const char *layout) {
     TR_TRY(tr_pretrain_common(c));
     tr_recipe_null_tokenizer(c, 32000);
     tr_recipe_seq_length(c, 4096);
     tr_model_config *m = &c->model;
-    tr_recipe_layout(m, 2, 16, TR_NULL_INT, 1, 64, 1, true);
+    tr_recipe_layout(m, 2, 16, TR_NULL_INT, 1, ep, 1, true);
     m->pipeline_dtype = TR_DTYPE_BF16;
-    TR_TRY(tr_config_set_str(c, TR_FID_model_pipeline_model_parallel_layout, deepseek_v3_layout));
-    m->mtp_num_layers = 1;
-    m->mtp_loss_scaling_factor = 0.1;
+    TR_TRY(tr_config_set_str(c, TR_FID_model_pipeline_model_parallel_layout, layout));
     m->init_method_std = 0.006;
-    m->rotary_scaling_factor = 40.0;
     m->moe_token_dispatcher_type = TR_DISPATCH_FLEX;
     m->moe_flex_dispatcher_backend = TR_FLEX_HYBRIDEP;
     m->moe_permute_fusion = true;
@@ -82,6 +85,21 @@ static tr_status deepseek_v3(tr_config *c) {
     return TR_OK;
 }
 
+/* deepseek_v3_pretrain_1024gpu_h100_bf16_config: EP 64, one MTP depth (weight 0.1), YaRN 40. */
+static tr_status deepseek_v3(tr_config *c) {
+    TR_TRY(deepseek_family(c, 64, deepseek_v3_layout));
+    c->model.mtp_num_layers = 1;
+    c->model.mtp_loss_scaling_factor = 0.1;
+    c->model.rotary_scaling_factor = 40.0;
+    return TR_OK;
+}
+
+/* Kimi-K2 (the project brief's shape: TP 2, PP 16, EP 32 on 512 GPUs), otherwise DeepSeek-V3's
+ * recipe; its own YaRN factor 32 (the provider's) and no MTP. */
+static tr_status kimi_k2(tr_config *c) {
+    return deepseek_family(c, 32, kimi_k2_layout);
+}
+
 /* The 61 layers on 8 stages: embedding + 8 layers, 6 stages of 8, and 5 layers + MTP + loss. */
 static const char deepseek_v3_32nodes_layout[] = "Etttttttt|tttttttt|tttttttt|tttttttt|tttttttt|"
                                                  "tttttttt|tttttttt|tttttmL";
@@ -102,4 +120,5 @@ static tr_status deepseek_v3_32nodes(tr_config *c) {
 TR_DEFINE_RECIPE(mixtral_8x7b_pretrain, "mixtral_8x7b", mixtral_8x7b)
 TR_DEFINE_RECIPE(mixtral_8x22b_pretrain, "mixtral_8x22b", mixtral_8x22b)
 TR_DEFINE_RECIPE(deepseek_v3_pretrain, "deepseek_v3", deepseek_v3)
+TR_DEFINE_RECIPE(kimi_k2_pretrain, "kimi_k2", kimi_k2)
 TR_DEFINE_RECIPE(deepseek_v3_pretrain_32nodes, "deepseek_v3", deepseek_v3_32nodes)

@@ -88,7 +88,8 @@ static const tr_recipe recipes[] = {
     /* Other MoE */
     ROW(mixtral_8x7b_pretrain, "Mixtral 8x7B, PP4 VPP8 EP8 (Trestle addition)", PRE, 32),
     ROW(mixtral_8x22b_pretrain, "Mixtral 8x22B, TP2 PP4 VPP14 EP8 (Trestle addition)", PRE, 32),
-    ROW(deepseek_v3_pretrain, "DeepSeek-V3 (MLA + MTP, config only), TP2 PP16 EP64", PRE, 1024),
+    ROW(deepseek_v3_pretrain, "DeepSeek-V3 (MLA + MTP + MoE), TP2 PP16 EP64", PRE, 1024),
+    ROW(kimi_k2_pretrain, "Kimi-K2 1T (DeepSeek-V3 architecture), TP2 PP16 EP32", PRE, 512),
     ROW(deepseek_v3_pretrain_32nodes, "DeepSeek-V3 on 32 nodes, TP2 PP8 EP32, full recompute", PRE,
         256),
     /* Tiny models for tests and first runs */

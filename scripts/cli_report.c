@@ -59,6 +59,19 @@ static void field_text(const tr_config *c, int fid, char *buf, size_t cap) {
     tr_config_field_format(c, &tr_fields[fid], buf, cap);
 }
 
+/* A count, and with MTP depths its main-model part (the number a model card quotes) first. */
+static void mtp_split(double total, double mtp, char *why, size_t cap) {
+    char a[32], b[32], t[32];
+    tr_cli_format_count(total, t, sizeof t);
+    if (mtp <= 0) {
+        snprintf(why, cap, "%s", t);
+        return;
+    }
+    tr_cli_format_count(total - mtp, a, sizeof a);
+    tr_cli_format_count(mtp, b, sizeof b);
+    snprintf(why, cap, "%s: %s main model + %s MTP depths", t, a, b);
+}
+
 void tr_cli_print_derived(FILE *out, const tr_config *c) {
     const tr_derived_config *x = &c->derived;
     const tr_model_config *m = &c->model;
@@ -87,10 +100,10 @@ void tr_cli_print_derived(FILE *out, const tr_config *c) {
              m->make_vocab_size_divisible_by, m->tensor_model_parallel_size);
     row(out, "padded_vocab_size", v, why);
     snprintf(v, sizeof v, "%" PRId64, x->num_params);
-    tr_cli_format_count((double)x->num_params, why, sizeof why);
+    mtp_split((double)x->num_params, (double)x->num_mtp_params, why, sizeof why);
     row(out, "num_params", v, why);
     snprintf(v, sizeof v, "%" PRId64, x->num_active_params);
-    tr_cli_format_count((double)x->num_active_params, why, sizeof why);
+    mtp_split((double)x->num_active_params, (double)x->num_mtp_active_params, why, sizeof why);
     row(out, "num_active_params", v, why);
     snprintf(v, sizeof v, "%.4g", x->flops_per_token);
     row(out, "flops_per_token", v, "forward + backward");

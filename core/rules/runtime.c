@@ -4,8 +4,10 @@
  * disagree on a configuration. Each refusal names the key to change; none depends on files or
  * on the processes of a real launch. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/pipeline_layout.h"
 #include "core/rules/rule.h"
 
 #define NOT_YET "the CPU training runtime does not implement %s yet"
@@ -200,10 +202,50 @@ TR_RULE_FN(tr_check_runtime_sliding_window) {
     TR_FAIL("model.window_size", "set model.window_size=null", NOT_YET, "sliding-window attention");
 }
 
-TR_RULE_FN(tr_check_runtime_mla) {
-    if (!c->model.multi_latent_attention) return;
-    TR_FAIL("model.multi_latent_attention", "set model.multi_latent_attention=false", NOT_YET,
-            "multi-latent attention");
+/* What multi-latent attention (runtime/mla/) does not run with yet; each combination names
+ * the key to change. */
+#define MLA_NOT_YET "multi-latent attention does not run with %s yet"
+
+TR_RULE_FN(tr_check_runtime_mla_context_parallel) {
+    if (!c->model.multi_latent_attention || c->model.context_parallel_size <= 1) return;
+    TR_FAIL("model.context_parallel_size,model.multi_latent_attention",
+            "set model.context_parallel_size=1", MLA_NOT_YET, "context parallelism");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_sequence_parallel) {
+    if (!c->model.multi_latent_attention || !c->model.sequence_parallel) return;
+    TR_FAIL("model.sequence_parallel,model.multi_latent_attention",
+            "set model.sequence_parallel=false", MLA_NOT_YET, "sequence parallelism");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_mixed_precision) {
+    if (!c->model.multi_latent_attention || (!c->model.bf16 && !c->model.fp16)) return;
+    TR_FAIL("model.bf16,model.fp16,model.multi_latent_attention",
+            "train in fp32 (mixed_precision.preset=null)", MLA_NOT_YET, "mixed precision");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_recompute) {
+    if (!c->model.multi_latent_attention || c->model.recompute_granularity < 0) return;
+    TR_FAIL("model.recompute_granularity,model.multi_latent_attention",
+            "set model.recompute_granularity=null", MLA_NOT_YET, "activation recomputation");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_peft) {
+    if (!c->model.multi_latent_attention || c->peft.scheme < 0) return;
+    TR_FAIL("peft.scheme,model.multi_latent_attention", "set peft.scheme=null", MLA_NOT_YET,
+            "LoRA or DoRA adapters");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_layernorm) {
+    if (!c->model.multi_latent_attention || c->model.normalization != TR_NORM_LAYERNORM) return;
+    TR_FAIL("model.normalization,model.multi_latent_attention", "set model.normalization=RMSNorm",
+            MLA_NOT_YET, "LayerNorm (its latent norms are RMSNorm)");
+}
+
+TR_RULE_FN(tr_check_runtime_mla_rope_dim) {
+    if (!c->model.multi_latent_attention || c->model.qk_pos_emb_head_dim % 2 == 0) return;
+    TR_FAIL("model.qk_pos_emb_head_dim", "use an even model.qk_pos_emb_head_dim",
+            "the rotary part of an MLA head rotates pairs: qk_pos_emb_head_dim must be even");
 }
 
 /* Megatron's selective modules of MoE and MLA layers name layers this runtime does not build;
@@ -240,11 +282,108 @@ TR_RULE_FN(tr_check_runtime_fsdp) {
             key);
 }
 
-TR_RULE_FN(tr_check_runtime_mtp) {
-    int64_t n = c->model.mtp_num_layers;
-    if (n == TR_NULL_INT || n <= 0) return;
-    TR_FAIL("model.mtp_num_layers", "set model.mtp_num_layers=null", NOT_YET,
-            "multi-token prediction");
+/* What multi-token prediction (runtime/mtp/, the model's loss stage) does not run with yet. */
+#define MTP_NOT_YET "multi-token prediction does not run with %s yet"
+
+static bool mtp_on(const tr_config *c) {
+    return c->model.mtp_num_layers != TR_NULL_INT && c->model.mtp_num_layers > 0;
+}
+
+TR_RULE_FN(tr_check_runtime_mtp_context_parallel) {
+    if (!mtp_on(c) || c->model.context_parallel_size <= 1) return;
+    TR_FAIL("model.context_parallel_size,model.mtp_num_layers", "set model.context_parallel_size=1",
+            MTP_NOT_YET, "context parallelism");
+}
+
+TR_RULE_FN(tr_check_runtime_mtp_sequence_parallel) {
+    if (!mtp_on(c) || !c->model.sequence_parallel) return;
+    TR_FAIL("model.sequence_parallel,model.mtp_num_layers", "set model.sequence_parallel=false",
+            MTP_NOT_YET, "sequence parallelism");
+}
+
+TR_RULE_FN(tr_check_runtime_mtp_mixed_precision) {
+    if (!mtp_on(c) || (!c->model.bf16 && !c->model.fp16)) return;
+    TR_FAIL("model.bf16,model.fp16,model.mtp_num_layers",
+            "train in fp32 (mixed_precision.preset=null)", MTP_NOT_YET, "mixed precision");
+}
+
+TR_RULE_FN(tr_check_runtime_mtp_recompute) {
+    if (!mtp_on(c) || c->model.recompute_granularity < 0) return;
+    TR_FAIL("model.recompute_granularity,model.mtp_num_layers",
+            "set model.recompute_granularity=null", MTP_NOT_YET, "activation recomputation");
+}
+
+TR_RULE_FN(tr_check_runtime_mtp_peft) {
+    if (!mtp_on(c) || c->peft.scheme < 0) return;
+    TR_FAIL("peft.scheme,model.mtp_num_layers", "set peft.scheme=null", MTP_NOT_YET,
+            "LoRA or DoRA adapters");
+}
+
+/* The output layer serves the main loss and every depth: its weight gradient is not deferred. */
+TR_RULE_FN(tr_check_runtime_mtp_defer_wgrad) {
+    if (!mtp_on(c) || !c->model.defer_embedding_wgrad_compute) return;
+    TR_FAIL("model.defer_embedding_wgrad_compute,model.mtp_num_layers",
+            "set model.defer_embedding_wgrad_compute=false", MTP_NOT_YET,
+            "the deferred output-layer weight gradient");
+}
+
+TR_RULE_FN(tr_check_runtime_mtp_positions) {
+    if (!mtp_on(c) || c->model.position_embedding_type != TR_POSEMB_LEARNED_ABSOLUTE) return;
+    TR_FAIL("model.position_embedding_type,model.mtp_num_layers",
+            "use rotary positions (model.position_embedding_type=rope)", MTP_NOT_YET,
+            "learned absolute positions");
+}
+
+/* Megatron shifts within each packed document; the runtime shifts whole rows. */
+TR_RULE_FN(tr_check_runtime_mtp_packing) {
+    if (!mtp_on(c) ||
+        (!c->dataset.enable_offline_packing && c->dataset.packed_sequence_size == TR_NULL_INT))
+        return;
+    TR_FAIL("dataset.enable_offline_packing,dataset.packed_sequence_size,model.mtp_num_layers",
+            "train on unpacked sequences (dataset.enable_offline_packing=false, "
+            "dataset.packed_sequence_size=null)",
+            MTP_NOT_YET, "packed sequences");
+}
+
+/* The loss stage reads the word embedding: with tied weights it holds a copy; untied, the
+ * embedding would be one more tensor shared across stages. */
+/* Megatron builds each depth's layer from the decoder's layer spec, an MoE layer in an MoE model;
+ * the runtime's depths are dense. */
+TR_RULE_FN(tr_check_runtime_mtp_moe) {
+    if (!mtp_on(c) || c->model.num_moe_experts == TR_NULL_INT) return;
+    TR_FAIL("model.num_moe_experts,model.mtp_num_layers", "set model.mtp_num_layers=null",
+            MTP_NOT_YET, "mixture-of-experts layers (its depths would be MoE layers)");
+}
+
+TR_RULE_FN(tr_check_runtime_mtp_pipeline_untied) {
+    if (!mtp_on(c) || c->model.pipeline_model_parallel_size <= 1 ||
+        c->model.share_embeddings_and_output_weights)
+        return;
+    TR_FAIL("model.pipeline_model_parallel_size,model.share_embeddings_and_output_weights,"
+            "model.mtp_num_layers",
+            "tie the embedding and output weights, or set model.pipeline_model_parallel_size=1",
+            MTP_NOT_YET, "pipeline parallelism and an untied embedding");
+}
+
+/* The depths run on the loss stage (Megatron's rule without a custom layout, and the only
+ * placement its custom layouts accept too): a layout's 'm' must sit in its last stage. */
+TR_RULE_FN(tr_check_runtime_mtp_layout) {
+    const char *layout = c->model.pipeline_model_parallel_layout;
+    if (!mtp_on(c) || !layout) return;
+    char *flat;
+    size_t n;
+    const char *err;
+    if (tr_pipeline_layout_expand(layout, &flat, &n, &err) != TR_OK) return; /* its own rule */
+    size_t last_bar = 0, first_m = n;
+    for (size_t i = 0; i < n; i++) {
+        if (flat[i] == '|') last_bar = i + 1;
+        if (flat[i] == 'm' && first_m == n) first_m = i;
+    }
+    free(flat);
+    if (first_m < last_bar)
+        TR_FAIL("model.pipeline_model_parallel_layout,model.mtp_num_layers",
+                "put every 'm' in the last stage, with the loss", MTP_NOT_YET,
+                "depths outside the loss stage");
 }
 
 /* Mixed precision keeps fp32 main parameters and rounds the GEMM operands: half-precision

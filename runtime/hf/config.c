@@ -1,7 +1,7 @@
 /* config.json to the model section (runtime/hf/hf.h), for LlamaForCausalLM (the dimensions as
  * Megatron-Bridge's Llama bridge maps them, the Llama layer settings, rotary scaling, dtype),
- * Qwen3ForCausalLM (the same layers plus qk_layernorm; head_dim is explicit) and
- * GPT2LMHeadModel.
+ * Qwen3ForCausalLM (the same layers plus qk_layernorm; head_dim is explicit), GPT2LMHeadModel
+ * and DeepseekV3ForCausalLM with dense layers (multi-latent attention, YaRN).
  * Both spellings transformers writes are read: rope_theta / rope_scaling / torch_dtype, and the
  * newer rope_parameters / dtype. */
 #include <stdio.h>
@@ -189,6 +189,75 @@ static tr_status apply_moe(tr_config *c, reader *r, bool qwen3_moe, int64_t laye
     return tr_config_set_intlist(c, TR_FID_model_moe_layer_freq, freq, (int)layers);
 }
 
+/* A number that may be zero or negative; `fallback` when absent or null. */
+static double get_real(reader *r, const tr_json *obj, const char *key, double fallback) {
+    const tr_json *v = obj ? tr_json_get(obj, key) : NULL;
+    if (!v || v->type == TR_JSON_NULL) return fallback;
+    if (v->type != TR_JSON_NUMBER) fail(r, key, NULL, "is not a number");
+    return v->type == TR_JSON_NUMBER ? v->number : fallback;
+}
+
+/* DeepseekV3ForCausalLM's multi-latent attention and its rotary scaling (Megatron-Bridge's
+ * DeepSeek-V3 bridge), on Llama layers whose every layer is dense: the runtime has no MoE
+ * layers, so a checkpoint with routed experts is refused. */
+static void apply_deepseek(reader *r, tr_model_config *m, int64_t layers) {
+    const int64_t big = (int64_t)1 << 31;
+    const tr_json *experts = tr_json_get(r->root, "n_routed_experts");
+    if (experts && experts->type != TR_JSON_NULL &&
+        get_int(r, "first_k_dense_replace", 0, big, 3) < layers)
+        fail(r, "first_k_dense_replace",
+             "Trestle imports DeepSeek-V3 checkpoints whose layers are all dense "
+             "(first_k_dense_replace >= num_hidden_layers); MoE layers are not in the runtime yet",
+             "leaves mixture-of-experts layers");
+    if (!get_bool(r, "rope_interleave", true))
+        fail(r, "rope_interleave", "Trestle keeps MLA's rotary channels interleaved, as DeepSeek",
+             "is false");
+    m->multi_latent_attention = true;
+    m->qk_layernorm = true; /* q_a_layernorm and kv_a_layernorm */
+    const tr_json *q = tr_json_get(r->root, "q_lora_rank");
+    m->q_lora_rank =
+        q && q->type != TR_JSON_NULL ? get_int(r, "q_lora_rank", 1, big, -1) : TR_NULL_INT;
+    m->kv_lora_rank = get_int(r, "kv_lora_rank", 1, big, -1);
+    m->qk_head_dim = get_int(r, "qk_nope_head_dim", 1, big, -1);
+    m->qk_pos_emb_head_dim = get_int(r, "qk_rope_head_dim", 1, big, -1);
+    m->v_head_dim = get_int(r, "v_head_dim", 1, big, -1);
+    const tr_json *rp = tr_json_get(r->root, "rope_parameters");
+    const tr_json *rs = tr_json_get(r->root, "rope_scaling");
+    const tr_json *sc = rp && rp->type == TR_JSON_OBJECT ? rp : rs;
+    const char *key = rp == sc ? "rope_parameters" : "rope_scaling";
+    m->rotary_base = get_num(r, r->root, "rope_theta", get_num(r, rp, "rope_theta", 10000.0));
+    const char *type = sc && sc->type == TR_JSON_OBJECT ? get_str(sc, "rope_type") : NULL;
+    if (!type && sc && sc->type == TR_JSON_OBJECT) type = get_str(sc, "type");
+    if (!type || strcmp(type, "default") == 0) {
+        m->rope_type = TR_ROPE_ROPE;
+        return;
+    }
+    if (strcmp(type, "yarn") != 0) {
+        fail(r, key, "Trestle maps DeepSeek-V3's default and yarn rotary scalings",
+             "has an unsupported rope_type");
+        return;
+    }
+    m->rope_type = TR_ROPE_YARN;
+    int64_t orig = (int64_t)get_num(r, sc, "original_max_position_embeddings", 4096.0);
+    m->original_max_position_embeddings = orig;
+    /* transformers' rule: no factor means the ratio of the two contexts */
+    m->rotary_scaling_factor =
+        get_num(r, sc, "factor", (double)get_int(r, "max_position_embeddings", 1, big, -1) / orig);
+    m->beta_fast = get_real(r, sc, "beta_fast", 32.0);
+    m->beta_slow = get_real(r, sc, "beta_slow", 1.0);
+    /* transformers uses mscale / mscale_all_dim only as a pair (else the temperature of
+     * mscale 1, mscale_all_dim 0, which Megatron's formula gives too) */
+    double ms = get_real(r, sc, "mscale", 0.0), all = get_real(r, sc, "mscale_all_dim", 0.0);
+    if ((ms != 0.0) != (all != 0.0) && !(ms == 1.0 && all == 0.0))
+        fail(r, key, "give both mscale and mscale_all_dim, or neither",
+             "has one of mscale and mscale_all_dim");
+    m->mscale = ms != 0.0 && all != 0.0 ? ms : 1.0;
+    m->mscale_all_dim = ms != 0.0 && all != 0.0 ? all : 0.0;
+    if (tr_json_get(sc, "attention_factor"))
+        fail(r, key, "Trestle derives YaRN's attention factor from mscale and mscale_all_dim",
+             "sets attention_factor");
+}
+
 static tr_status apply(tr_config *c, reader *r) {
     const tr_json *arch = tr_json_get(r->root, "architectures");
     const char *name =
@@ -199,12 +268,13 @@ static tr_status apply(tr_config *c, reader *r) {
     bool mixtral = name && strcmp(name, "MixtralForCausalLM") == 0;
     bool qwen3_moe = name && strcmp(name, "Qwen3MoeForCausalLM") == 0;
     bool qwen3 = name && (strcmp(name, "Qwen3ForCausalLM") == 0 || qwen3_moe);
-    if (!name || (!qwen3 && !mixtral && strcmp(name, "LlamaForCausalLM") != 0)) {
+    bool deepseek = name && strcmp(name, "DeepseekV3ForCausalLM") == 0;
+    if (!name || (!qwen3 && !mixtral && !deepseek && strcmp(name, "LlamaForCausalLM") != 0)) {
         tr_origin o = tr_origin_make(TR_ORIGIN_FILE, r->file);
         return tr_diag_add(r->d, TR_SEV_ERROR, "hf.architecture", &o, NULL,
                            "Trestle imports LlamaForCausalLM (Llama 2, 3, 3.1, 3.2), "
-                           "Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM and "
-                           "GPT2LMHeadModel so far",
+                           "Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, "
+                           "GPT2LMHeadModel and DeepseekV3ForCausalLM (dense layers) so far",
                            "%s: architecture %s is not one Trestle maps", r->file,
                            name ? name : "(none given)");
     }
@@ -216,7 +286,8 @@ static tr_status apply(tr_config *c, reader *r) {
                     .heads = heads,
                     .kv_heads = get_int(r, "num_key_value_heads", 1, big, heads),
                     /* transformers' Qwen3 defaults it to 128, not hidden / heads */
-                    .head_dim = get_int(r, "head_dim", 1, big, qwen3 ? -1 : 0),
+                    /* (DeepSeek's head_dim is the rotary part's: MLA has its own sizes) */
+                    .head_dim = deepseek ? 0 : get_int(r, "head_dim", 1, big, qwen3 ? -1 : 0),
                     .vocab = get_int(r, "vocab_size", 1, big, -1),
                     .max_positions = get_int(r, "max_position_embeddings", 1, big, -1),
                     .norm_eps = get_num(r, r->root, "rms_norm_eps", 1e-6),
@@ -227,7 +298,10 @@ static tr_status apply(tr_config *c, reader *r) {
     tr_model_config *m = &c->model;
     tr_provider_llama_layers(m);
     m->qk_layernorm = qwen3; /* Qwen3's per-head q_norm / k_norm */
-    apply_rope(r, m);
+    if (deepseek)
+        apply_deepseek(r, m, x.layers);
+    else
+        apply_rope(r, m);
     x.rope_theta = m->rotary_base;
     apply_dtype(r, m);
     if (r->bad) return TR_ERR_CONFIG;
@@ -316,7 +390,20 @@ static const int checked_fields[] = {TR_FID_model_num_layers,
                                      TR_FID_model_rope_scaling_high_freq_factor,
                                      TR_FID_model_rope_scaling_original_max_position_embeddings,
                                      TR_FID_model_layernorm_zero_centered_gamma,
-                                     TR_FID_model_qk_layernorm};
+                                     TR_FID_model_qk_layernorm,
+                                     TR_FID_model_multi_latent_attention,
+                                     TR_FID_model_q_lora_rank,
+                                     TR_FID_model_kv_lora_rank,
+                                     TR_FID_model_qk_head_dim,
+                                     TR_FID_model_qk_pos_emb_head_dim,
+                                     TR_FID_model_v_head_dim,
+                                     TR_FID_model_rope_type,
+                                     TR_FID_model_rotary_scaling_factor,
+                                     TR_FID_model_original_max_position_embeddings,
+                                     TR_FID_model_beta_fast,
+                                     TR_FID_model_beta_slow,
+                                     TR_FID_model_mscale,
+                                     TR_FID_model_mscale_all_dim};
 
 /* The value finalize() gives a field whose null means "compute it": kv_channels (hidden /
  * heads), num_query_groups (the heads), ffn_hidden_size (4 x hidden). */

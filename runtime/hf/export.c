@@ -1,4 +1,5 @@
-/* A whole Trestle Llama, Qwen3 or GPT-2 model to a Hugging Face directory (runtime/hf/hf.h):
+/* A whole Trestle Llama, Qwen3, GPT-2 or dense DeepSeek-V3 model to a Hugging Face directory
+ * (runtime/hf/hf.h):
  * config.json from the model section, model.safetensors with the tensors under transformers'
  * names. The tensors are filled through the import's own map (runtime/hf/llama.c, gpt2.c), run
  * the other way: the fused QKV and fc1 split back (GPT-2: c_attn refused, Conv1D weights
@@ -30,6 +31,34 @@ static tr_status export_error(tr_diags *d, const char *dir, const char *what) {
                        "%s: %s", dir, what);
 }
 
+/* DeepseekV3ForCausalLM's attention tensors of layer i (after its input norm), from o[n]. */
+static int list_mla(const tr_model_spec *s, int i, out_tensor *o, int n) {
+    const tr_mla_spec *a = &s->mla;
+    int64_t C = s->hidden, H = s->heads, qd = a->qk_dim + a->rope_dim, qr = a->q_lora_rank;
+    int64_t kr = a->kv_lora_rank;
+    const struct {
+        const char *suffix;
+        int64_t rows, cols;
+        bool on;
+    } t[] = {{"self_attn.q_a_proj.weight", qr, C, qr > 0},
+             {"self_attn.q_a_layernorm.weight", qr, 0, qr > 0},
+             {"self_attn.q_b_proj.weight", H * qd, qr, qr > 0},
+             {"self_attn.q_proj.weight", H * qd, C, qr == 0},
+             {"self_attn.kv_a_proj_with_mqa.weight", kr + a->rope_dim, C, true},
+             {"self_attn.kv_a_layernorm.weight", kr, 0, true},
+             {"self_attn.kv_b_proj.weight", H * (a->qk_dim + a->v_dim), kr, true}};
+    o[n] = (out_tensor){"", C, 0};
+    snprintf(o[n].name, sizeof o[n].name, "model.layers.%d.input_layernorm.weight", i);
+    n++;
+    for (size_t j = 0; j < sizeof t / sizeof t[0]; j++) {
+        if (!t[j].on) continue;
+        o[n] = (out_tensor){"", t[j].rows, t[j].cols};
+        snprintf(o[n].name, sizeof o[n].name, "model.layers.%d.%s", i, t[j].suffix);
+        n++;
+    }
+    return n;
+}
+
 /* transformers' order and shapes: embedding, each layer's modules, the final norm, the head. */
 static int list_tensors(const tr_model_spec *s, int64_t vocab, out_tensor *o) {
     int n = 0;
@@ -45,6 +74,15 @@ static int list_tensors(const tr_model_spec *s, int64_t vocab, out_tensor *o) {
                     {"self_attn.o_proj.weight", C, q},  {"post_attention_layernorm.weight", C, 0},
                     {"mlp.gate_proj.weight", F, C},     {"mlp.up_proj.weight", F, C},
                     {"mlp.down_proj.weight", C, F}};
+        if (s->mla.on) { /* DeepSeek-V3's attention tensors instead of q/k/v */
+            n = list_mla(s, i, o, n);
+            for (size_t j = 4; j < sizeof mods / sizeof mods[0]; j++) {
+                o[n] = (out_tensor){"", mods[j].rows, mods[j].cols};
+                snprintf(o[n].name, sizeof o[n].name, "model.layers.%d.%s", i, mods[j].suffix);
+                n++;
+            }
+            continue;
+        }
         for (size_t j = 0; j < sizeof mods / sizeof mods[0] + (s->qk_norm ? 2 : 0); j++) {
             /* Qwen3's q_norm / k_norm after the layer's Llama tensors. */
             if (j >= sizeof mods / sizeof mods[0]) {
@@ -163,6 +201,50 @@ static tr_status write_llama_config(const char *dir, const tr_model_spec *s, int
     return config_commit(f, tmp, dir, d);
 }
 
+/* config.json of a DeepseekV3ForCausalLM with dense layers (first_k_dense_replace = the layers, so
+ * the one routed expert transformers requires is never built): the keys apply_deepseek
+ * (config.c) reads. */
+static tr_status write_deepseek_config(const char *dir, const tr_model_spec *s, int64_t vocab,
+                                       const char *dtype, tr_diags *d) {
+    char tmp[4096], q[32], eps[32];
+    FILE *f = NULL;
+    TR_TRY(config_open(dir, tmp, sizeof tmp, &f, d));
+    const tr_mla_spec *a = &s->mla;
+    float_text(s->eps, eps, sizeof eps);
+    if (a->q_lora_rank > 0)
+        snprintf(q, sizeof q, "%d", a->q_lora_rank);
+    else
+        snprintf(q, sizeof q, "null");
+    fprintf(f,
+            "{\n  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n  \"model_type\": "
+            "\"deepseek_v3\",\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+            "  \"num_hidden_layers\": %d,\n  \"first_k_dense_replace\": %d,\n"
+            "  \"n_routed_experts\": 1,\n  \"num_experts_per_tok\": 1,\n  \"n_group\": 1,\n"
+            "  \"topk_group\": 1,\n  \"num_attention_heads\": %d,\n"
+            "  \"num_key_value_heads\": %d,\n  \"q_lora_rank\": %s,\n  \"kv_lora_rank\": %d,\n"
+            "  \"qk_nope_head_dim\": %d,\n  \"qk_rope_head_dim\": %d,\n  \"v_head_dim\": %d,\n"
+            "  \"head_dim\": %d,\n  \"vocab_size\": %lld,\n  \"max_position_embeddings\": %d,\n"
+            "  \"rms_norm_eps\": %s,\n  \"rope_interleave\": true,\n",
+            s->hidden, s->ffn, s->num_layers, s->num_layers, s->heads, s->heads, q, a->kv_lora_rank,
+            a->qk_dim, a->rope_dim, a->v_dim, a->rope_dim, (long long)vocab, s->seq, eps);
+    if (a->yarn)
+        fprintf(f,
+                "  \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": %.17g, "
+                "\"factor\": %.17g, \"mscale\": %.17g, \"mscale_all_dim\": %.17g, "
+                "\"original_max_position_embeddings\": %.17g, \"beta_fast\": %.17g, "
+                "\"beta_slow\": %.17g},\n",
+                a->rope_base, a->factor, a->mscale, a->mscale_all_dim, a->original_max_position,
+                a->beta_fast, a->beta_slow);
+    else
+        fprintf(f, "  \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": %.17g},\n",
+                a->rope_base);
+    fprintf(f,
+            "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": "
+            "false,\n  \"torch_dtype\": \"%s\"\n}\n",
+            s->tied ? "true" : "false", dtype);
+    return config_commit(f, tmp, dir, d);
+}
+
 /* config.json of a GPT2LMHeadModel: the keys apply_gpt2 (config.c) reads. */
 static tr_status write_gpt2_config(const char *dir, const tr_model_spec *s, int64_t vocab,
                                    const char *dtype, tr_diags *d) {
@@ -199,6 +281,13 @@ static bool is_llama(const tr_model_spec *s) {
            !s->learned_pos;
 }
 
+/* DeepSeek-V3's dense layers: Llama's, with MLA (and its latent norms) for attention; the MTP
+ * depths have no place in transformers' model. */
+static bool is_deepseek(const tr_model_spec *s) {
+    return s->mla.on && s->mla.norms && s->swiglu && !s->layernorm && !s->bias_linear &&
+           !s->bias_qkv && !s->learned_pos && !s->mtp_layers;
+}
+
 static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
 
 /* The adapters merged into a model without them (the merged model computes the adapted one's
@@ -226,7 +315,7 @@ static tr_status export_merged(const tr_model *m, const char *dir, tr_st_dtype d
 tr_status tr_hf_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d) {
     const tr_model_spec *s = &m->full;
     if (m->tp.size != 1 || m->n_parts != 1 || m->parts[0].num_layers != s->num_layers ||
-        (!is_llama(s) && !is_gpt2(s)))
+        (!is_llama(s) && !is_gpt2(s) && !is_deepseek(s)))
         return export_error(d, dir,
                             "the model is not a whole Llama, Qwen3 or GPT-2 model on one rank");
     if (s->moe.experts > 0) /* the MoE maps read (import); writing them is not built yet */
@@ -276,6 +365,7 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
     }
     tr_st_file file = {.t = sorted, .n = n};
     const tr_hf_arch *arch = gpt2         ? &tr_hf_arch_gpt2
+                             : s->mla.on  ? &tr_hf_arch_deepseek_v3
                              : s->qk_norm ? &tr_hf_arch_qwen3
                                           : &tr_hf_arch_llama;
     tr_hf_weights w = {.files = &file, .n = 1, .architecture = (char *)(uintptr_t)arch->name};
@@ -321,8 +411,9 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
     if (st == TR_OK) st = tr_st_write(path, e, n, keys, values, 1, d);
     const char *dt = dtype == TR_ST_F32 ? "float32" : dtype == TR_ST_BF16 ? "bfloat16" : "float16";
     if (st == TR_OK)
-        st = gpt2 ? write_gpt2_config(dir, s, vocab, dt, d)
-                  : write_llama_config(dir, s, vocab, dt, d);
+        st = gpt2        ? write_gpt2_config(dir, s, vocab, dt, d)
+             : s->mla.on ? write_deepseek_config(dir, s, vocab, dt, d)
+                         : write_llama_config(dir, s, vocab, dt, d);
     for (int i = 0; i < n; i++) {
         free(bufs[i]);
         if (vals) free(vals[i]);

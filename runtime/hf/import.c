@@ -20,12 +20,14 @@ tr_hf_shape tr_hf_shape_of(const tr_model_spec *f) {
                          .hf_vocab = f->vocab_real ? f->vocab_real : f->vocab,
                          .tied = f->tied,
                          .qk_norm = f->qk_norm,
-                         .moe = f->moe};
+                         .moe = f->moe,
+                         .mla = f->mla};
 }
 
 static const tr_hf_arch *arch_named(const char *name) {
-    static const tr_hf_arch *const all[] = {&tr_hf_arch_llama, &tr_hf_arch_qwen3, &tr_hf_arch_gpt2,
-                                            &tr_hf_arch_mixtral, &tr_hf_arch_qwen3_moe};
+    static const tr_hf_arch *const all[] = {&tr_hf_arch_llama,     &tr_hf_arch_qwen3,
+                                            &tr_hf_arch_gpt2,      &tr_hf_arch_mixtral,
+                                            &tr_hf_arch_qwen3_moe, &tr_hf_arch_deepseek_v3};
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
         if (strcmp(all[i]->name, name) == 0) return all[i];
     return NULL;
@@ -40,7 +42,8 @@ tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d) {
     if (!a)
         return tr_diag_add(d, TR_SEV_ERROR, "hf.architecture", NULL, NULL,
                            "Trestle imports LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, "
-                           "MixtralForCausalLM and Qwen3MoeForCausalLM so far",
+                           "MixtralForCausalLM, Qwen3MoeForCausalLM and DeepseekV3ForCausalLM "
+                           "(dense layers) so far",
                            "architecture %s is not one Trestle maps",
                            w->architecture ? w->architecture : "(none given)");
     const tr_model_spec *f = &m->full;

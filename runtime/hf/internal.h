@@ -11,6 +11,7 @@ typedef struct tr_hf_shape {
     bool tied;
     bool qk_norm;    /* Qwen3's per-head q_norm / k_norm */
     tr_moe_spec moe; /* MixtralForCausalLM, Qwen3MoeForCausalLM: which layers, how many experts */
+    tr_mla_spec mla; /* DeepSeek-V3's multi-latent attention (mla.on) */
 } tr_hf_shape;
 
 /* The HF tensors (up to three) one Trestle tensor is made of, and how (the architecture's own
@@ -33,7 +34,7 @@ typedef struct tr_hf_arch {
     int (*locate)(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c, int64_t *at);
 } tr_hf_arch;
 
-extern const tr_hf_arch tr_hf_arch_llama, tr_hf_arch_qwen3, tr_hf_arch_gpt2;
+extern const tr_hf_arch tr_hf_arch_llama, tr_hf_arch_qwen3, tr_hf_arch_gpt2, tr_hf_arch_deepseek_v3;
 extern const tr_hf_arch tr_hf_arch_mixtral, tr_hf_arch_qwen3_moe;
 
 /* The Llama map (llama.c) the MoE architectures extend: its known tensors (with Qwen3's q/k

@@ -97,6 +97,10 @@ static float *carve(carver *c, int64_t n) {
     return p;
 }
 
+static float *carve_cb(void *c, int64_t n) {
+    return carve(c, n);
+}
+
 /* n bf16/fp16 values, in whole floats of the same allocation (aligned as every buffer). */
 static uint16_t *carve_half(carver *c, int64_t n) {
     return (uint16_t *)carve(c, (n + 1) / 2);
@@ -142,6 +146,9 @@ static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a, const tr
         a->q_raw = from->q_raw, a->k_raw = from->k_raw;
         a->qn_mean = from->qn_mean, a->qn_rstd = from->qn_rstd;
         a->kn_mean = from->kn_mean, a->kn_rstd = from->kn_rstd;
+    } else if (s->mla.on) { /* MLA keeps its own attention operands */
+        tr_mla_carve_acts(&s->mla, s->heads, bt, &a->mla, carve_cb, c);
+        a->x_mid = carve(c, bt * C);
     } else {
         a->q = carve(c, bt * hd);
         a->k = carve(c, bt * gd);
@@ -210,6 +217,8 @@ static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
     a->ce_stats = carve(c, 4 * bt); /* [3, bt] stats, then bt floats of TP scratch */
     a->losses = carve(c, bt);
     a->dloss = carve(c, bt);
+    for (int d = 0; d < s->mtp_layers; d++) /* MTP: each depth's layer and its own tensors */
+        tr_mtp_carve_acts(bt, (int)C, s->vocab, s->layernorm, &a->mtp[d], carve_cb, c);
 }
 
 /* The output layer's inputs and logits gradients of the microbatches whose weight gradients
@@ -247,7 +256,11 @@ static void carve_acts(tr_model *m, carver *c) {
                 tr_layer_acts *la = a->layers ? &a->layers[i] : &scratch_layer;
                 carve_layer(m, c, la, drop && m->rc_sets ? &m->rc_sets[at] : NULL, drop);
             }
-            if (p->has_loss) carve_head(m, c, a);
+            if (p->has_loss) {
+                for (int d = 0; d < s->mtp_layers; d++)
+                    carve_layer(m, c, &a->layers[p->num_layers + d], NULL, 0);
+                carve_head(m, c, a);
+            }
         }
     }
     carve_deferred(m, c);
@@ -264,9 +277,11 @@ static void carve_acts(tr_model *m, carver *c) {
     m->dq = carve(c, bt * hd);
     m->dk = carve(c, bt * gd);
     m->dv = carve(c, bt * gd);
+    if (s->mla.on) tr_mla_carve_scratch(&s->mla, s->heads, bt, s->seq, &m->mla_sc, carve_cb, c);
     m->dq_raw = s->qk_norm ? carve(c, bt * hd) : NULL;
     m->dk_raw = s->qk_norm ? carve(c, bt * gd) : NULL;
     m->loss_dev = carve(c, 1);
+    if (s->mtp_layers) tr_mtp_carve_scratch(bt, (int)C, s->mtp_layers, &m->mtp_sc, carve_cb, c);
     m->lora_u = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
     m->lora_du = s->lora_rank ? carve(c, bt * s->lora_rank) : NULL;
     int64_t widest = C > s->ffn ? C : s->ffn;
@@ -308,8 +323,12 @@ static tr_status alloc_slots(tr_model *m) {
         for (int slot = 0; slot < part_slots(p); slot++) {
             int at = m->slot_start[k] + slot;
             tr_slot_acts *a = &m->slot_acts[at];
-            a->layers = calloc((size_t)(p->num_layers > 0 ? p->num_layers : 1), sizeof *a->layers);
+            int n = p->num_layers + (p->has_loss ? m->spec.mtp_layers : 0);
+            a->layers = calloc((size_t)(n > 0 ? n : 1), sizeof *a->layers);
             if (!a->layers) return TR_ERR_NOMEM;
+            if (p->has_loss && m->spec.mtp_layers > 0 &&
+                !(a->mtp = calloc((size_t)m->spec.mtp_layers, sizeof *a->mtp)))
+                return TR_ERR_NOMEM;
             if (p->has_embedding) a->ids = m->tok_buf + (int64_t)(4 * at) * bt;
             if (p->has_loss) a->targets = m->tok_buf + (int64_t)(4 * at + 1) * bt;
             a->doc_start = m->tok_buf + (int64_t)(4 * at + 2) * bt;
@@ -321,7 +340,7 @@ static tr_status alloc_slots(tr_model *m) {
 
 tr_status tr_model_alloc_acts(tr_model *m) {
     tr_status st = TR_ERR_NOMEM;
-    m->acts = calloc((size_t)m->spec.num_layers, sizeof *m->acts);
+    m->acts = calloc((size_t)(m->spec.num_layers + m->spec.mtp_layers), sizeof *m->acts);
     if (!m->acts) return st;
     if ((st = alloc_slots(m)) != TR_OK) return st;
     /* A deferred output-layer gradient must not land in an embedding reported final already. */
@@ -338,7 +357,9 @@ tr_status tr_model_alloc_acts(tr_model *m) {
     if (st != TR_OK) return st;
     c = (carver){m->act_buf, 0};
     carve_acts(m, &c);
-    return TR_OK;
+    if (m->spec.mtp_layers) /* the losses logged accumulate from zero */
+        st = tr_device_memset0(m->dev, m->mtp_sc.sum, (size_t)m->spec.mtp_layers * sizeof(float));
+    return st;
 }
 
 static int64_t n_slots_of(const tr_model *m) {
@@ -370,8 +391,10 @@ void tr_model_free_acts(tr_model *m, tr_device *dev) {
     free(m->rc_sets);
     if (m->slot_acts)
         for (int k = 0; k < m->n_parts; k++)
-            for (int slot = 0; slot < part_slots(&m->parts[k]); slot++)
+            for (int slot = 0; slot < part_slots(&m->parts[k]); slot++) {
                 free(m->slot_acts[m->slot_start[k] + slot].layers);
+                free(m->slot_acts[m->slot_start[k] + slot].mtp);
+            }
     free(m->slot_acts);
     free(m->slot_start);
     tr_device_free(dev, TR_MEM_ACTIVATIONS, m->tok_buf);

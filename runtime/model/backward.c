@@ -50,7 +50,7 @@ static tr_status layer_bwd(tr_model *m, int i) {
     /* MLP branch: m->dx holds dL/d(layer output). */
     const float *dy = branch_grad(m, m->dx, m->dtmp, 2 + 2 * i);
     if (!dy) return TR_ERR_INVALID;
-    if (m->moe && m->moe[i]) {
+    if (m->moe && i < m->spec.num_layers && m->moe[i]) {
         TR_TRY(moe_bwd(m, i, dy));
     } else {
         tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);
@@ -74,24 +74,73 @@ static tr_status layer_bwd(tr_model *m, int i) {
     tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
     float *dattn = m->dbig;
     TR_TRY(tr_linear_bwd(ops, &proj, a->attn, dy, dattn, rows));
-    tr_attn_desc ad = tr_model_layer_attn_desc(m, i);
-    if (m->cp)
-        TR_TRY(tr_cp_attn_bwd(m->cp, m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse,
-                              &ad));
-    else
-        TR_TRY(
-            ops->attention_bwd(m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse, &ad));
-    if (s->rope) {
-        TR_TRY(tr_model_rope(m, m->dq, s->heads, false));
-        TR_TRY(tr_model_rope(m, m->dk, s->groups, false));
+    if (s->mla.on) {
+        tr_mla_run run = tr_model_mla_run(m, i);
+        TR_TRY(tr_mla_bwd(&run, &p->mla, &g->mla, &a->mla, a->ln1, dattn, m->dtmp));
+    } else {
+        tr_attn_desc ad = tr_model_layer_attn_desc(m, i);
+        if (m->cp)
+            TR_TRY(tr_cp_attn_bwd(m->cp, m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn,
+                                  a->lse, &ad));
+        else
+            TR_TRY(ops->attention_bwd(m->dq, m->dk, m->dv, dattn, a->q, a->k, a->v, a->attn, a->lse,
+                                      &ad));
+        if (s->rope) {
+            TR_TRY(tr_model_rope(m, m->dq, s->heads, false));
+            TR_TRY(tr_model_rope(m, m->dk, s->groups, false));
+        }
+        const float *dq = m->dq, *dk = m->dk;
+        if (s->qk_norm) TR_TRY(tr_model_qk_norm_bwd(m, i, &dq, &dk));
+        TR_TRY(tr_model_qkv_merge(m, m->dbig, dq, dk, m->dv, rows));
+        tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
+        TR_TRY(linear_input_bwd(m, &qkv, sp ? a->ln1_full : a->ln1, a->ln1_h, m->dbig, rows));
     }
-    const float *dq = m->dq, *dk = m->dk;
-    if (s->qk_norm) TR_TRY(tr_model_qk_norm_bwd(m, i, &dq, &dk));
-    TR_TRY(tr_model_qkv_merge(m, m->dbig, dq, dk, m->dv, rows));
-    tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
-    TR_TRY(linear_input_bwd(m, &qkv, sp ? a->ln1_full : a->ln1, a->ln1_h, m->dbig, rows));
     return norm_bwd(m, m->dx, g->ln1_w, g->ln1_b, m->dtmp, a->x_in, p->ln1_w, a->ln1_mean,
                     a->ln1_rstd, lrows);
+}
+
+/* Multi-token prediction's backward, last depth first (runtime/mtp/mtp.h): each depth's loss
+ * (scaled by mtp_scale over its own trained tokens) through the shared output layer, its final
+ * norm, transformer layer, projection and the two norms, into the shared embedding and the
+ * previous depth's hidden state; leaves dL/d(main final norm output) in mtp_sc.dh. */
+static tr_status mtp_bwd(tr_model *m, float loss_scale) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    const tr_mtp_scratch *sc = &m->mtp_sc;
+    int rows = m->batch * s->seq, L = s->num_layers, C = s->hidden, vs = m->tp.rank * s->vocab;
+    int64_t n = (int64_t)rows * C;
+    tr_mtp_run run = tr_model_mtp_run(m);
+    tr_linear out = tr_model_output_linear(m);
+    TR_TRY(ops->fill(sc->dh, n, 0.0f));
+    for (int d = s->mtp_layers - 1; d >= 0; d--) {
+        const tr_mtp_acts *a = &m->mtp[d];
+        const tr_layer_views *p = &m->p.layers[L + d], *g = &m->g.layers[L + d];
+        float per_token = a->n_valid ? loss_scale * s->mtp_scale / (float)a->n_valid : 0.0f;
+        if (m->grad_loss_scale != 0.0f) per_token *= m->grad_loss_scale;
+        TR_TRY(ops->fill(a->dloss, rows, per_token));
+        TR_TRY(ops->ce_bwd(a->logits, a->ce_stats, a->targets, a->dloss, rows, s->vocab, vs));
+        TR_TRY(tr_linear_bwd(ops, &out, a->h, a->logits, m->dtmp, rows));
+        if (d + 1 < s->mtp_layers) TR_TRY(ops->add(m->dtmp, sc->dh, n)); /* from depth d + 1 */
+        TR_TRY(ops->fill(m->dx, n, 0.0f));
+        TR_TRY(norm_bwd(m, m->dx, g->mtp_fnorm_w, g->mtp_fnorm_b, m->dtmp, a->y, p->mtp_fnorm_w,
+                        a->h_mean, a->h_rstd, rows));
+        TR_TRY(layer_bwd(m, L + d));
+        TR_TRY(tr_mtp_proj_bwd(&run, p->mtp_eh_w, g->mtp_eh_w, a, m->dx));
+        /* [embedding | hidden] halves of the projection's input gradient */
+        TR_TRY(ops->copy_2d(m->dtmp, C, sc->dcat, 2 * C, rows, C));
+        TR_TRY(ops->fill(sc->de, n, 0.0f));
+        TR_TRY(norm_bwd(m, sc->de, g->mtp_enorm_w, g->mtp_enorm_b, m->dtmp, a->emb, p->mtp_enorm_w,
+                        a->en_mean, a->en_rstd, rows));
+        TR_TRY(tr_model_dropout(m, sc->de, sc->de, 2 * (L + s->mtp_layers) + 1 + d, false));
+        TR_TRY(ops->embedding_bwd(m->g.mtp_emb, a->ids, sc->de, rows, C, vs, vs + s->vocab));
+        TR_TRY(ops->copy_2d(m->dtmp, C, sc->dcat + C, 2 * C, rows, C));
+        const float *hin = d ? m->mtp[d - 1].h : m->lnf;
+        TR_TRY(ops->fill(sc->dh, n, 0.0f));
+        TR_TRY(norm_bwd(m, sc->dh, g->mtp_hnorm_w, g->mtp_hnorm_b, m->dtmp, hin, p->mtp_hnorm_w,
+                        a->hn_mean, a->hn_rstd, rows));
+        TR_TRY(tr_model_grads_done(m, L + d));
+    }
+    return TR_OK;
 }
 
 /* The loss through the output layer and the final norm: leaves dL/d(x_final) in m->dx. */
@@ -101,6 +150,7 @@ static tr_status head_bwd(tr_model *m, float loss_scale) {
     int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
     int64_t n = (int64_t)lrows * s->hidden;
     bool sp = s->sequence_parallel;
+    if (s->mtp_layers) TR_TRY(mtp_bwd(m, loss_scale)); /* before the main head: shared scratch */
     float per_token = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
     if (m->grad_loss_scale != 0.0f) per_token *= m->grad_loss_scale;
     /* ce_bwd zeroes the rows of ignored targets whatever their dloss. */
@@ -112,6 +162,7 @@ static tr_status head_bwd(tr_model *m, float loss_scale) {
     TR_TRY(tr_model_defer_keep(m, &kept));
     if (kept) out.dw = NULL;
     TR_TRY(linear_input_bwd(m, &out, sp ? m->lnf_full : m->lnf, m->lnf_h, m->logits, rows));
+    if (s->mtp_layers) TR_TRY(ops->add(m->dtmp, m->mtp_sc.dh, n)); /* MTP's use of the output */
     TR_TRY(ops->fill(m->dx, n, 0.0f));
     TR_TRY(norm_bwd(m, m->dx, m->g.final_w, m->g.final_b, m->dtmp, m->x_final, m->p.final_w,
                     m->lnf_mean, m->lnf_rstd, lrows));

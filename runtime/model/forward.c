@@ -1,6 +1,7 @@
 /* Forward pass of one microbatch: embedding, pre-norm transformer layers, final norm, output
  * layer and the vocab-parallel cross entropy (stats, then loss), all through the op table. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/context_parallel/cp.h"
@@ -84,12 +85,33 @@ tr_attn_desc tr_model_layer_attn_desc(const tr_model *m, int layer) {
     return d;
 }
 
+tr_mla_run tr_model_mla_run(const tr_model *m, int layer) {
+    const tr_model_spec *s = &m->spec;
+    return (tr_mla_run){.ops = m->ops,
+                        .s = &s->mla,
+                        .comm = m->comm,
+                        .group = m->tp_group,
+                        .tp = m->tp.size,
+                        .hidden = s->hidden,
+                        .heads = s->heads,
+                        .batch = m->batch,
+                        .seq = s->seq,
+                        .eps = s->eps,
+                        .zero_centered = s->zero_centered,
+                        .attn = tr_model_layer_attn_desc(m, layer),
+                        .pos_ids = m->pos_ids,
+                        .sc = &m->mla_sc};
+}
+
 /* Dropout site `site` of the current microbatch: a disjoint Philox counter range per site and
  * per microbatch, so backward regenerates exactly the forward mask. */
 uint64_t tr_model_dropout_offset(const tr_model *m, int site) {
     uint64_t n =
         (uint64_t)m->batch * (uint64_t)tr_model_pos_rows(&m->spec) * (uint64_t)m->spec.hidden;
-    uint64_t sites = 2u * (uint64_t)m->spec.num_layers + 1u;
+    /* 0 embedding, 1 + 2i and 2 + 2i layer i (MTP depths' layers after the decoder's), then
+     * each MTP depth's embedding */
+    uint64_t layers = (uint64_t)(m->spec.num_layers + m->spec.mtp_layers);
+    uint64_t sites = 2u * layers + 1u + (uint64_t)m->spec.mtp_layers;
     return (m->dropout_round * sites + (uint64_t)site) * n;
 }
 
@@ -219,24 +241,32 @@ tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out
     int64_t n = (int64_t)lrows * s->hidden;
     TR_TRY(tr_model_copy(m, a->x_in, x_in, n));
 
-    tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
-    TR_TRY(norm_to_linear(m, &qkv, a->ln1, a->ln1_full, a->ln1_h, a->ln1_mean, a->ln1_rstd, a->x_in,
-                          p->ln1_w, p->ln1_b, m->dbig));
-    /* With qk_norm the split lands in the norms' saved inputs and the norms write q and k. */
-    TR_TRY(tr_model_qkv_split(m, m->dbig, s->qk_norm ? a->q_raw : a->q,
-                              s->qk_norm ? a->k_raw : a->k, a->v, rows));
-    if (s->qk_norm) TR_TRY(tr_model_qk_norm_fwd(m, i));
-    if (s->rope) {
-        TR_TRY(tr_model_rope(m, a->q, s->heads, true));
-        TR_TRY(tr_model_rope(m, a->k, s->groups, true));
+    if (s->mla.on) {
+        TR_TRY(tr_model_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, p->ln1_w, p->ln1_b,
+                                 lrows));
+        tr_mla_run run = tr_model_mla_run(m, i);
+        TR_TRY(tr_mla_fwd(&run, &p->mla, &a->mla, a->ln1, a->attn));
+    } else {
+        tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
+        TR_TRY(norm_to_linear(m, &qkv, a->ln1, a->ln1_full, a->ln1_h, a->ln1_mean, a->ln1_rstd,
+                              a->x_in, p->ln1_w, p->ln1_b, m->dbig));
+        /* With qk_norm the split lands in the norms' saved inputs and the norms write q and k. */
+        TR_TRY(tr_model_qkv_split(m, m->dbig, s->qk_norm ? a->q_raw : a->q,
+                                  s->qk_norm ? a->k_raw : a->k, a->v, rows));
+        if (s->qk_norm) TR_TRY(tr_model_qk_norm_fwd(m, i));
+        if (s->rope) {
+            TR_TRY(tr_model_rope(m, a->q, s->heads, true));
+            TR_TRY(tr_model_rope(m, a->k, s->groups, true));
+        }
+        TR_TRY(tr_model_core_attn_fwd(m, i, a));
     }
-    TR_TRY(tr_model_core_attn_fwd(m, i, a));
     tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
     TR_TRY(tr_linear_fwd(ops, &proj, a->attn, m->dtmp, rows));
     TR_TRY(dropout_fwd(m, m->dtmp, 1 + 2 * i));
     TR_TRY(tr_model_copy(m, a->x_mid, a->x_in, n));
     TR_TRY(ops->add(a->x_mid, m->dtmp, n));
-    if (m->moe && m->moe[i]) return moe_fwd(m, i, x_out);
+    /* (MTP depths' layers, numbered past the decoder's, are dense) */
+    if (m->moe && i < m->spec.num_layers && m->moe[i]) return moe_fwd(m, i, x_out);
 
     tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
     TR_TRY(norm_to_linear(m, &fc1, a->ln2, a->ln2_full, a->ln2_h, a->ln2_mean, a->ln2_rstd,
@@ -256,11 +286,82 @@ tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out
 /* Padding ids [real, vocab) get a logit so low that exp() of it is exactly 0 next to any real
  * logit: the softmax, the loss and every gradient are the unpadded model's. (Not -inf: a shard
  * of padding alone would make its local max -inf and exp(-inf - -inf) undefined.) */
-static tr_status mask_padding(tr_model *m, int vocab_start, int real, int rows) {
+static tr_status mask_padding(const tr_model *m, float *logits, int vocab_start, int real,
+                              int rows) {
     int V = m->spec.vocab, first = real - vocab_start;
     if (first >= V) return TR_OK;
     if (first < 0) first = 0;
-    return m->ops->fill_2d(m->logits + first, V, rows, V - first, -1e30f);
+    return m->ops->fill_2d(logits + first, V, rows, V - first, -1e30f);
+}
+
+/* Logits of h through the output layer, and the mean cross entropy against targets into *loss
+ * (device memory). */
+static tr_status logits_loss(const tr_model *m, const float *h, float *logits, float *stats,
+                             float *losses, const int32_t *targets, float *loss) {
+    const tr_ops *ops = m->ops;
+    int rows = m->batch * m->spec.seq, vocab_start = m->tp.rank * m->spec.vocab;
+    int real = m->full.vocab_real > 0 ? m->full.vocab_real : m->full.vocab;
+    tr_linear out = tr_model_output_linear(m);
+    TR_TRY(tr_linear_fwd(ops, &out, h, logits, rows));
+    TR_TRY(mask_padding(m, logits, vocab_start, real, rows));
+    TR_TRY(ops->ce_stats(stats, logits, targets, rows, m->spec.vocab, vocab_start));
+    TR_TRY(tr_tp_ce_combine(m, stats, stats + 3 * rows, rows));
+    TR_TRY(ops->ce_loss(losses, stats, targets, rows));
+    return ops->loss_mean(loss, losses, targets, rows);
+}
+
+tr_mtp_run tr_model_mtp_run(const tr_model *m) {
+    return (tr_mtp_run){.ops = m->ops,
+                        .comm = m->comm,
+                        .group = m->tp_group,
+                        .tp = m->tp.size,
+                        .rank = m->tp.rank,
+                        .hidden = m->spec.hidden,
+                        .rows = m->batch * m->spec.seq,
+                        .sc = &m->mtp_sc};
+}
+
+/* Multi-token prediction after the main loss (runtime/mtp/mtp.h): depth d from the previous
+ * depth's hidden state (the main model's final norm output first) and the embedding of the ids
+ * shifted by d + 1. */
+static tr_status mtp_fwd(tr_model *m) {
+    const tr_ops *ops = m->ops;
+    const tr_model_spec *s = &m->spec;
+    int rows = m->batch * s->seq, L = s->num_layers, vs = m->tp.rank * s->vocab;
+    int64_t n = (int64_t)rows * s->hidden;
+    tr_mtp_run run = tr_model_mtp_run(m);
+    const float *h = m->lnf;
+    for (int d = 0; d < s->mtp_layers; d++) {
+        const tr_mtp_acts *a = &m->mtp[d];
+        const tr_layer_views *p = &m->p.layers[L + d];
+        TR_TRY(tr_model_before_params(m, L + d));
+        TR_TRY(
+            ops->embedding_fwd(a->emb, a->ids, m->p.mtp_emb, rows, s->hidden, vs, vs + s->vocab));
+        TR_TRY(tr_tp_all_reduce(m, a->emb, n));
+        TR_TRY(dropout_fwd(m, a->emb, 2 * (L + s->mtp_layers) + 1 + d));
+        TR_TRY(tr_model_norm_fwd(m, a->en, a->en_mean, a->en_rstd, a->emb, p->mtp_enorm_w,
+                                 p->mtp_enorm_b, rows));
+        TR_TRY(tr_model_norm_fwd(m, a->hn, a->hn_mean, a->hn_rstd, h, p->mtp_hnorm_w,
+                                 p->mtp_hnorm_b, rows));
+        TR_TRY(tr_mtp_proj_fwd(&run, p->mtp_eh_w, a, m->acts[L + d].x_in));
+        TR_TRY(tr_model_layer_fwd(m, L + d, m->acts[L + d].x_in, a->y));
+        TR_TRY(tr_model_norm_fwd(m, a->h, a->h_mean, a->h_rstd, a->y, p->mtp_fnorm_w,
+                                 p->mtp_fnorm_b, rows));
+        TR_TRY(logits_loss(m, a->h, a->logits, a->ce_stats, a->losses, a->targets, a->loss));
+        if (m->training) TR_TRY(ops->add(m->mtp_sc.sum + d, a->loss, 1));
+        h = a->h;
+    }
+    if (m->training) m->mtp_count++;
+    return TR_OK;
+}
+
+tr_status tr_model_mtp_losses(tr_model *m, float *out) {
+    int D = m->spec.mtp_layers;
+    if (D <= 0) return TR_OK;
+    TR_TRY(tr_device_to_host(m->dev, out, m->mtp_sc.sum, (size_t)D * sizeof *out));
+    for (int d = 0; d < D; d++) out[d] = m->mtp_count ? out[d] / (float)m->mtp_count : 0.0f;
+    m->mtp_count = 0;
+    return tr_device_memset0(m->dev, m->mtp_sc.sum, (size_t)D * sizeof(float));
 }
 
 /* The embedding output into x0 (the stream's start). */
@@ -298,13 +399,35 @@ static tr_status head_fwd(tr_model *m, float *loss) {
     tr_linear out = tr_model_output_linear(m);
     TR_TRY(norm_to_linear(m, &out, m->lnf, m->lnf_full, m->lnf_h, m->lnf_mean, m->lnf_rstd,
                           m->x_final, m->p.final_w, m->p.final_b, m->logits));
-    TR_TRY(mask_padding(m, vocab_start, real, rows));
+    TR_TRY(mask_padding(m, m->logits, vocab_start, real, rows));
     TR_TRY(ops->ce_stats(m->ce_stats, m->logits, m->targets, rows, s->vocab, vocab_start));
     TR_TRY(tr_tp_ce_combine(m, m->ce_stats, m->ce_stats + 3 * rows, rows));
     TR_TRY(ops->ce_loss(m->losses, m->ce_stats, m->targets, rows));
     /* m->n_valid, the other per-microbatch number the loop needs, was counted from the host's
      * targets. */
-    return ops->loss_mean(loss ? loss : m->loss_dev, m->losses, m->targets, rows);
+    TR_TRY(ops->loss_mean(loss ? loss : m->loss_dev, m->losses, m->targets, rows));
+    return s->mtp_layers ? mtp_fwd(m) : TR_OK;
+}
+
+/* Each MTP depth's ids and targets, shifted on the host and copied to the slot (ids are the
+ * stage's own: the loss stage under PP receives them as it receives the targets). */
+static tr_status mtp_tokens(tr_model *m, const int32_t *ids, const int32_t *targets) {
+    int D = m->spec.mtp_layers, rows = m->batch * m->spec.seq;
+    if (D <= 0) return TR_OK;
+    if (!ids) return TR_ERR_INVALID;
+    int32_t *tmp = malloc(2 * (size_t)rows * sizeof *tmp);
+    if (!tmp) return TR_ERR_NOMEM;
+    tr_status st = TR_OK;
+    for (int d = 0; d < D && st == TR_OK; d++) {
+        tr_mtp_shift(ids, tmp, m->batch, m->spec.seq, d + 1, 0);
+        m->mtp[d].n_valid = tr_mtp_shift(targets, tmp + rows, m->batch, m->spec.seq, d + 1, -1);
+        st = tr_device_to_device(m->dev, m->mtp[d].ids, tmp, (size_t)rows * sizeof *tmp);
+        if (st == TR_OK)
+            st = tr_device_to_device(m->dev, m->mtp[d].targets, tmp + rows,
+                                     (size_t)rows * sizeof *tmp);
+    }
+    free(tmp);
+    return st;
 }
 
 tr_status tr_model_select_slot(tr_model *m, int part, int slot) {
@@ -314,6 +437,9 @@ tr_status tr_model_select_slot(tr_model *m, int part, int slot) {
     const tr_slot_acts *a = &m->slot_acts[m->slot_start[part] + slot];
     m->moe_slot = slot;
     for (int i = 0; i < p->num_layers; i++) m->acts[p->first_layer + i] = a->layers[i];
+    for (int d = 0; p->has_loss && d < m->spec.mtp_layers; d++)
+        m->acts[m->spec.num_layers + d] = a->layers[p->num_layers + d];
+    m->mtp = a->mtp;
     m->x_final = a->x_final;
     m->lnf = a->lnf;
     m->lnf_mean = a->lnf_mean;
@@ -372,6 +498,7 @@ tr_status tr_model_forward_part(tr_model *m, int part_index, int slot, const int
         if (x_out) TR_TRY(tr_model_copy(m, x_out, m->x_final, n));
         TR_TRY(tr_device_to_device(m->dev, m->targets, targets, (size_t)rows * sizeof *targets));
         m->n_valid = valid;
+        TR_TRY(mtp_tokens(m, ids, targets));
         TR_TRY(head_fwd(m, loss));
         a->n_valid = m->n_valid;
     }

@@ -65,7 +65,7 @@ static tr_status notify(const tr_model *m, const float *base, const float *const
 
 /* An MoE layer's tensors (its tr_moe_params, consecutive in info) to fn. */
 static tr_status notify_moe(const tr_model *m, int layer, tr_status (*fn)(void *, int)) {
-    if (!fn || !m->moe || !m->moe[layer]) return TR_OK;
+    if (!fn || !m->moe || layer >= m->spec.num_layers || !m->moe[layer]) return TR_OK;
     int n = tr_moe_param_count(&m->spec.moe);
     for (int k = 0; k < n; k++) TR_TRY(fn(m->hooks.ctx, m->moe_param0[layer] + k));
     return TR_OK;
@@ -73,7 +73,8 @@ static tr_status notify_moe(const tr_model *m, int layer, tr_status (*fn)(void *
 
 /* A layer's tensors: the base ones (with the q/k norms), then the LoRA adapters and DoRA
  * magnitudes (NULL when absent). */
-enum { LAYER_BASE = 16, LAYER_TENSORS = LAYER_BASE + 3 * TR_LORA_TARGETS };
+enum { LAYER_BASE = 16, LAYER_MLA = LAYER_BASE + 3 * TR_LORA_TARGETS };
+enum { LAYER_MTP = LAYER_MLA + TR_MLA_MAX_TENSORS, LAYER_TENSORS = LAYER_MTP + 7 };
 
 static int layer_list(const tr_layer_views *v, const float *out[LAYER_TENSORS]) {
     const float *l[LAYER_BASE] = {v->ln1_w, v->ln1_b, v->qkv_w, v->qkv_b, v->proj_w, v->proj_b,
@@ -85,6 +86,11 @@ static int layer_list(const tr_layer_views *v, const float *out[LAYER_TENSORS]) 
         out[LAYER_BASE + 1 + 3 * t] = v->lora_b[t];
         out[LAYER_BASE + 2 + 3 * t] = v->lora_m[t];
     }
+    tr_mla_weights mla = v->mla;
+    for (int k = 0; k < TR_MLA_MAX_TENSORS; k++) out[LAYER_MLA + k] = *tr_mla_field(&mla, k);
+    const float *mtp[7] = {v->mtp_enorm_w, v->mtp_enorm_b, v->mtp_hnorm_w, v->mtp_hnorm_b,
+                           v->mtp_eh_w,    v->mtp_fnorm_w, v->mtp_fnorm_b};
+    memcpy(out + LAYER_MTP, mtp, sizeof mtp);
     return LAYER_TENSORS;
 }
 

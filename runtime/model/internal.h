@@ -52,6 +52,14 @@ tr_status tr_model_copy(const tr_model *m, float *dst, const float *src, int64_t
 tr_attn_desc tr_model_attn_desc(const tr_model *m);
 /* The same for layer `layer` (global number), with its attention-dropout mask in training. */
 tr_attn_desc tr_model_layer_attn_desc(const tr_model *m, int layer);
+/* The MTP projection's call (runtime/mtp/mtp.h): op table, TP group, sizes, scratch. */
+tr_mtp_run tr_model_mtp_run(const tr_model *m);
+/* Where layer `layer`'s tensor names start: "decoder.layers.<i>", or for the transformer layer of
+ * MTP depth d (layer num_layers + d) "mtp.layers.<d>.mtp_model_layer". */
+void tr_model_layer_base(char *out, size_t n, const tr_model_spec *s, int layer);
+/* Multi-latent attention's call for layer `layer` (runtime/mla/mla.h): the op table, this rank's
+ * heads and TP group, the layer's attention descriptor, the packed-sequence positions. */
+tr_mla_run tr_model_mla_run(const tr_model *m, int layer);
 /* Dropout of the hidden activations at `site` (y = x allowed): the rows this rank holds (its
  * sequence chunks with sequence parallelism) with the mask the whole microbatch would draw. */
 tr_status tr_model_dropout(const tr_model *m, float *y, const float *x, int site, bool forward);

@@ -78,15 +78,14 @@ static tr_status add_norm(layout *l, const tr_model_spec *s, const char *prefix)
 /* Megatron's q_layernorm / k_layernorm: one norm over head_dim shared by every head, so the
  * same tensor on each TP rank while the heads are split; each rank's gradient sums over its own
  * heads only (sp_partial: summed over TP, with or without sequence parallelism). */
-static tr_status add_qk_norms(layout *l, const tr_model_spec *s, int layer, int tp) {
+static tr_status add_qk_norms(layout *l, const tr_model_spec *s, const char *base, int tp) {
     if (!s->qk_norm) return TR_OK;
     static const char *const which[] = {"q_layernorm", "k_layernorm"};
     const char *const suffix[] = {".weight", s->layernorm ? ".bias" : NULL};
     char name[80];
     for (int k = 0; k < 2; k++)
         for (int j = 0; j < 2 && suffix[j]; j++) {
-            snprintf(name, sizeof name, "decoder.layers.%d.self_attention.%s%s", layer, which[k],
-                     suffix[j]);
+            snprintf(name, sizeof name, "%s.self_attention.%s%s", base, which[k], suffix[j]);
             int init = j ? TR_INIT_ZERO : s->zero_centered ? TR_INIT_ZERO : TR_INIT_ONE;
             /* Megatron's apply_wd_to_qk_layernorm decays their weights and biases alike. */
             TR_TRY(add_param(l, name, 1, s->head_dim, !s->qk_norm_wd, init));
@@ -156,6 +155,21 @@ static void mark_kv(layout *l, int first, const tr_model_spec *s, int kv_rep, in
     }
 }
 
+/* Multi-latent attention's tensors (runtime/mla/mla.h): the up projections column-parallel,
+ * the down projections and their norms the same on every rank. */
+static tr_status add_mla(layout *l, const tr_model_spec *s, const char *base, int tp) {
+    tr_mla_tensor t[TR_MLA_MAX_TENSORS];
+    int n = tr_mla_tensors(&s->mla, s->heads, s->hidden, t);
+    char name[80];
+    for (int k = 0; k < n; k++) {
+        snprintf(name, sizeof name, "%s.%s", base, t[k].name);
+        int init = t[k].norm ? (s->zero_centered ? TR_INIT_ZERO : TR_INIT_ONE) : TR_INIT_NORMAL;
+        TR_TRY(add_param_split(l, name, t[k].rows, t[k].cols, t[k].norm, init,
+                               (split){t[k].column ? 0 : -1, false, tp}));
+    }
+    return TR_OK;
+}
+
 static bool holds_layer(const tr_model_part *parts, int n_parts, int layer) {
     for (int k = 0; k < n_parts; k++)
         if (layer >= parts[k].first_layer && layer < parts[k].first_layer + parts[k].num_layers)
@@ -191,11 +205,75 @@ static tr_status add_moe(layout *l, const tr_model_spec *s, int layer) {
     return st;
 }
 
+void tr_model_layer_base(char *out, size_t n, const tr_model_spec *s, int layer) {
+    if (layer < s->num_layers)
+        snprintf(out, n, "decoder.layers.%d", layer);
+    else
+        snprintf(out, n, "mtp.layers.%d.mtp_model_layer", layer - s->num_layers);
+}
+
+/* One transformer layer's tensors under `base` (a decoder layer or an MTP depth's). */
+static tr_status add_layer(layout *l, const tr_model_spec *s, int layer, const char *base,
+                           int qkv_dim, int fc1_dim, int tp, int kv_rep) {
+    char pre[96];
+    snprintf(pre, sizeof pre, "%s.input_layernorm", base);
+    TR_TRY(add_norm(l, s, pre));
+    if (s->mla.on) {
+        TR_TRY(add_mla(l, s, base, tp));
+    } else {
+        snprintf(pre, sizeof pre, "%s.self_attention.linear_qkv", base);
+        int first = l->n;
+        TR_TRY(
+            add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL, true, false, tp));
+        TR_TRY(add_adapter(l, s, pre, TR_LORA_QKV, qkv_dim, s->hidden, true, false, tp));
+        mark_kv(l, first, s, kv_rep, tp);
+        TR_TRY(add_qk_norms(l, s, base, tp));
+    }
+    snprintf(pre, sizeof pre, "%s.self_attention.linear_proj", base);
+    TR_TRY(add_linear(l, pre, s->hidden, s->heads * s->head_dim, s->bias_linear,
+                      TR_INIT_SCALED_NORMAL, false, false, tp));
+    TR_TRY(
+        add_adapter(l, s, pre, TR_LORA_PROJ, s->hidden, s->heads * s->head_dim, false, false, tp));
+    snprintf(pre, sizeof pre, "%s.pre_mlp_layernorm", base);
+    TR_TRY(add_norm(l, s, pre));
+    /* an MTP depth's layer is dense here (its number is past the decoder's) */
+    if (layer < s->num_layers && tr_moe_is_layer(&s->moe, layer)) return add_moe(l, s, layer);
+    snprintf(pre, sizeof pre, "%s.mlp.linear_fc1", base);
+    TR_TRY(add_linear(l, pre, fc1_dim, s->hidden, s->bias_linear, TR_INIT_NORMAL, true, s->swiglu,
+                      tp));
+    TR_TRY(add_adapter(l, s, pre, TR_LORA_FC1, fc1_dim, s->hidden, true, s->swiglu, tp));
+    snprintf(pre, sizeof pre, "%s.mlp.linear_fc2", base);
+    TR_TRY(add_linear(l, pre, s->hidden, s->ffn, s->bias_linear, TR_INIT_SCALED_NORMAL, false,
+                      false, tp));
+    TR_TRY(add_adapter(l, s, pre, TR_LORA_FC2, s->hidden, s->ffn, false, false, tp));
+    return TR_OK;
+}
+
+/* An MTP depth (Megatron's MultiTokenPredictionLayer): enorm, hnorm, eh_proj (column-parallel
+ * [hidden, 2 hidden]), its transformer layer, final_layernorm. */
+static tr_status add_mtp_depth(layout *l, const tr_model_spec *s, int depth, int qkv_dim,
+                               int fc1_dim, int tp, int kv_rep) {
+    char pre[64], base[64];
+    snprintf(pre, sizeof pre, "mtp.layers.%d.enorm", depth);
+    TR_TRY(add_norm(l, s, pre));
+    snprintf(pre, sizeof pre, "mtp.layers.%d.hnorm", depth);
+    TR_TRY(add_norm(l, s, pre));
+    snprintf(pre, sizeof pre, "mtp.layers.%d.eh_proj", depth);
+    TR_TRY(
+        add_linear(l, pre, s->hidden / tp, 2 * s->hidden, false, TR_INIT_NORMAL, true, false, tp));
+    tr_model_layer_base(base, sizeof base, s, s->num_layers + depth);
+    TR_TRY(add_layer(l, s, s->num_layers + depth, base, qkv_dim, fc1_dim, tp, kv_rep));
+    snprintf(pre, sizeof pre, "mtp.layers.%d.final_layernorm", depth);
+    return add_norm(l, s, pre);
+}
+
 /* The order is the module order of Megatron's GPTModel, so a name lists like its state dict;
  * a stage lists only its own modules, under their global layer numbers. */
 static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, int fc1_dim, int tp,
                               int kv_rep, const tr_model_part *parts, int n_parts) {
     bool has_embedding = any_part(parts, n_parts, false), has_loss = any_part(parts, n_parts, true);
+    /* MTP reads the word embedding: a loss stage without it has the tied copy only */
+    if (s->mtp_layers && has_loss && !has_embedding && !s->tied) return TR_ERR_INVALID;
     l->freeze = s->lora_rank > 0;
     if (has_embedding) {
         TR_TRY(add_word_embedding(l, s, tp, false));
@@ -205,47 +283,24 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
             l->info[l->n - 1].sp_partial = s->sequence_parallel;
         }
     }
-    char pre[80];
+    char base[64];
     for (int i = 0; i < s->num_layers; i++) {
         if (!holds_layer(parts, n_parts, i)) continue;
-        snprintf(pre, sizeof pre, "decoder.layers.%d.input_layernorm", i);
-        TR_TRY(add_norm(l, s, pre));
-        snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_qkv", i);
-        int first = l->n;
-        TR_TRY(
-            add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL, true, false, tp));
-        TR_TRY(add_adapter(l, s, pre, TR_LORA_QKV, qkv_dim, s->hidden, true, false, tp));
-        mark_kv(l, first, s, kv_rep, tp);
-        TR_TRY(add_qk_norms(l, s, i, tp));
-        snprintf(pre, sizeof pre, "decoder.layers.%d.self_attention.linear_proj", i);
-        TR_TRY(add_linear(l, pre, s->hidden, s->heads * s->head_dim, s->bias_linear,
-                          TR_INIT_SCALED_NORMAL, false, false, tp));
-        TR_TRY(add_adapter(l, s, pre, TR_LORA_PROJ, s->hidden, s->heads * s->head_dim, false, false,
-                           tp));
-        snprintf(pre, sizeof pre, "decoder.layers.%d.pre_mlp_layernorm", i);
-        TR_TRY(add_norm(l, s, pre));
-        if (tr_moe_is_layer(&s->moe, i)) {
-            TR_TRY(add_moe(l, s, i));
-            continue;
-        }
-        snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.linear_fc1", i);
-        TR_TRY(add_linear(l, pre, fc1_dim, s->hidden, s->bias_linear, TR_INIT_NORMAL, true,
-                          s->swiglu, tp));
-        TR_TRY(add_adapter(l, s, pre, TR_LORA_FC1, fc1_dim, s->hidden, true, s->swiglu, tp));
-        snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.linear_fc2", i);
-        TR_TRY(add_linear(l, pre, s->hidden, s->ffn, s->bias_linear, TR_INIT_SCALED_NORMAL, false,
-                          false, tp));
-        TR_TRY(add_adapter(l, s, pre, TR_LORA_FC2, s->hidden, s->ffn, false, false, tp));
+        tr_model_layer_base(base, sizeof base, s, i);
+        TR_TRY(add_layer(l, s, i, base, qkv_dim, fc1_dim, tp, kv_rep));
     }
     if (!has_loss) return TR_OK;
     TR_TRY(add_norm(l, s, "decoder.final_layernorm"));
     if (!s->tied)
-        return add_param_split(l, "output_layer.weight", s->vocab, s->hidden, false, TR_INIT_NORMAL,
-                               (split){0, false, tp});
+        TR_TRY(add_param_split(l, "output_layer.weight", s->vocab, s->hidden, false, TR_INIT_NORMAL,
+                               (split){0, false, tp}));
     /* Megatron's last stage owns a second copy of the tied weight; same name and
      * initialisation, so it starts equal to the first stage's and the embedding group's
-     * gradient all-reduce keeps it equal. */
-    return has_embedding ? TR_OK : add_word_embedding(l, s, tp, true);
+     * gradient all-reduce keeps it equal. (MTP reads it as its embedding.) */
+    if (s->tied && !has_embedding) TR_TRY(add_word_embedding(l, s, tp, true));
+    for (int k = 0; k < s->mtp_layers; k++)
+        TR_TRY(add_mtp_depth(l, s, k, qkv_dim, fc1_dim, tp, kv_rep));
+    return TR_OK;
 }
 
 const tr_param_info *tr_model_find_param(const tr_model *m, const char *name) {
@@ -261,7 +316,8 @@ static float *view(const tr_model *m, float *base, const char *name) {
 
 tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
     const tr_model_spec *s = &m->spec;
-    v->layers = calloc((size_t)s->num_layers, sizeof *v->layers);
+    int n_layers = s->num_layers + s->mtp_layers;
+    v->layers = calloc((size_t)n_layers, sizeof *v->layers);
     if (!v->layers) return TR_ERR_NOMEM;
     float *word_emb = view(m, base, "embedding.word_embeddings.weight");
     v->word_emb = m->has_tied_copy ? NULL : word_emb;
@@ -269,12 +325,17 @@ tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
     v->final_w = view(m, base, "decoder.final_layernorm.weight");
     v->final_b = view(m, base, "decoder.final_layernorm.bias");
     v->out_w = s->tied ? word_emb : view(m, base, "output_layer.weight");
-    char n[96];
+    v->mtp_emb = s->mtp_layers ? word_emb : NULL;
+    char n[128], pre[64];
 #define BIND(field, fmt)                                                                           \
-    snprintf(n, sizeof n, "decoder.layers.%d." fmt, i);                                            \
+    snprintf(n, sizeof n, "%s." fmt, pre);                                                         \
     L->field = view(m, base, n)
-    for (int i = 0; i < s->num_layers; i++) {
+#define BIND_MTP(field, fmt)                                                                       \
+    snprintf(n, sizeof n, "mtp.layers.%d." fmt, d);                                                \
+    L->field = view(m, base, n)
+    for (int i = 0; i < n_layers; i++) {
         tr_layer_views *L = &v->layers[i];
+        tr_model_layer_base(pre, sizeof pre, s, i);
         BIND(ln1_w, "input_layernorm.weight");
         BIND(ln1_b, "input_layernorm.bias");
         BIND(qkv_w, "self_attention.linear_qkv.weight");
@@ -291,18 +352,37 @@ tr_status tr_model_bind_views(tr_model *m, float *base, tr_model_views *v) {
         BIND(qn_b, "self_attention.q_layernorm.bias");
         BIND(kn_w, "self_attention.k_layernorm.weight");
         BIND(kn_b, "self_attention.k_layernorm.bias");
+        if (s->mla.on) { /* MLA's q_layernorm is its own tensor, not the qk_norm one */
+            L->qn_w = L->qn_b = NULL;
+            tr_mla_tensor t[TR_MLA_MAX_TENSORS];
+            int nt = tr_mla_tensors(&s->mla, s->heads, s->hidden, t);
+            for (int k = 0; k < nt; k++) {
+                snprintf(n, sizeof n, "%s.%s", pre, t[k].name);
+                *tr_mla_field(&L->mla, t[k].field) = view(m, base, n);
+            }
+        }
         static const char *const adapted[TR_LORA_TARGETS] = {"self_attention.linear_qkv",
                                                              "self_attention.linear_proj",
                                                              "mlp.linear_fc1", "mlp.linear_fc2"};
         for (int t = 0; t < TR_LORA_TARGETS; t++) {
-            snprintf(n, sizeof n, "decoder.layers.%d.%s.adapter.linear_in.weight", i, adapted[t]);
+            snprintf(n, sizeof n, "%s.%s.adapter.linear_in.weight", pre, adapted[t]);
             L->lora_a[t] = view(m, base, n);
-            snprintf(n, sizeof n, "decoder.layers.%d.%s.adapter.linear_out.weight", i, adapted[t]);
+            snprintf(n, sizeof n, "%s.%s.adapter.linear_out.weight", pre, adapted[t]);
             L->lora_b[t] = view(m, base, n);
-            snprintf(n, sizeof n, "decoder.layers.%d.%s.adapter.weight_magnitude", i, adapted[t]);
+            snprintf(n, sizeof n, "%s.%s.adapter.weight_magnitude", pre, adapted[t]);
             L->lora_m[t] = view(m, base, n);
         }
+        if (i < s->num_layers) continue;
+        int d = i - s->num_layers; /* an MTP depth's own tensors */
+        BIND_MTP(mtp_enorm_w, "enorm.weight");
+        BIND_MTP(mtp_enorm_b, "enorm.bias");
+        BIND_MTP(mtp_hnorm_w, "hnorm.weight");
+        BIND_MTP(mtp_hnorm_b, "hnorm.bias");
+        BIND_MTP(mtp_eh_w, "eh_proj.weight");
+        BIND_MTP(mtp_fnorm_w, "final_layernorm.weight");
+        BIND_MTP(mtp_fnorm_b, "final_layernorm.bias");
     }
+#undef BIND_MTP
 #undef BIND
     return TR_OK;
 }
@@ -399,6 +479,15 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
     if (s->heads % s->groups != 0) return TR_ERR_INVALID;
     if (s->rope && (s->rope_p.rot_dim < 2 || s->rope_p.rot_dim > s->head_dim))
         return TR_ERR_INVALID;
+    const tr_mla_spec *a = &s->mla;
+    if (a->on && (a->q_lora_rank < 0 || a->kv_lora_rank < 1 || a->qk_dim < 1 || a->rope_dim < 2 ||
+                  a->rope_dim % 2 || a->v_dim != s->head_dim || s->groups != s->heads ||
+                  s->sequence_parallel || s->lora_rank || s->recompute || s->lowp || s->qk_norm))
+        return TR_ERR_INVALID; /* what runtime.mla_* refuse */
+    if (s->mtp_layers < 0 ||
+        (s->mtp_layers && (s->sequence_parallel || s->lora_rank || s->recompute || s->lowp ||
+                           s->defer_wgrad || s->learned_pos || s->hidden % tp.size)))
+        return TR_ERR_INVALID; /* what runtime.mtp_* refuse */
     if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) return TR_ERR_INVALID;
     /* Query groups (or, TP being a multiple of them, their heads), the MLP width and the padded
      * vocabulary split evenly. */
@@ -525,6 +614,8 @@ static tr_status create_parts(tr_model *m, tr_device *dev, const tr_model_spec *
         st = ops->rope_table(m->rope_cos, m->rope_sin, &s->rope_p, tr_model_pos_rows(s), 0);
         if (st != TR_OK) goto fail;
     }
+    if (s->mla.on && (st = tr_mla_rope_tables(&s->mla, s->seq, dev, &m->mla_sc)) != TR_OK)
+        goto fail;
     return TR_OK;
 fail:
     tr_model_free(m);

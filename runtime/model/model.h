@@ -19,6 +19,8 @@
 #include "core/config.h"
 #include "core/diag.h"
 #include "kernels/ops.h"
+#include "runtime/mla/mla.h"
+#include "runtime/mtp/mtp.h"
 #include "runtime/moe/moe.h"
 
 /* model.tp_comm_overlap's options as the runtime applies them (tr_model_spec.tp_overlap):
@@ -63,6 +65,14 @@ typedef struct tr_model_spec {
      * before RoPE, by the model's norm type with weights q_layernorm / k_layernorm [head_dim]. */
     int qk_norm;
     int qk_norm_wd; /* optimizer.apply_wd_to_qk_layernorm: those norms' tensors are decayed */
+    /* Multi-latent attention (runtime/mla/mla.h) in every layer instead of the QKV attention:
+     * head_dim is then v_dim (linear_proj's input per head), groups == heads, rope 0. */
+    tr_mla_spec mla;
+    /* Multi-token prediction (runtime/mtp/mtp.h): mtp_layers depths on the loss part, their
+     * transformer layers numbered num_layers.. after the decoder's; mtp_scale is
+     * mtp_loss_scaling_factor / mtp_layers. */
+    int mtp_layers;
+    float mtp_scale;
     float eps;
     double init_std, embed_init_std;
     float hidden_dropout;    /* on the embedding output and both residual branches */
@@ -173,12 +183,17 @@ typedef struct tr_layer_views {
     float *qn_w, *qn_b, *kn_w, *kn_b; /* qk_norm: the q_layernorm and k_layernorm */
     float *lora_a[TR_LORA_TARGETS], *lora_b[TR_LORA_TARGETS]; /* NULL: no adapter */
     float *lora_m[TR_LORA_TARGETS];                           /* DoRA's magnitudes, or NULL */
+    tr_mla_weights mla;                                       /* spec.mla.on */
+    /* An MTP depth's own tensors, on the views of its transformer layer (NULL elsewhere). */
+    float *mtp_enorm_w, *mtp_enorm_b, *mtp_hnorm_w, *mtp_hnorm_b, *mtp_eh_w;
+    float *mtp_fnorm_w, *mtp_fnorm_b;
 } tr_layer_views;
 
 /* Pointers into one flat buffer (parameters or their gradients); NULL where absent. */
 typedef struct tr_model_views {
     float *word_emb, *pos_emb, *final_w, *final_b, *out_w;
-    tr_layer_views *layers;
+    float *mtp_emb;         /* the word embedding MTP reads (the last stage's copy under PP) */
+    tr_layer_views *layers; /* decoder layers, then the MTP depths' transformer layers */
 } tr_model_views;
 
 /* One layer's saved activations. In mixed precision the inputs of QKV, fc1 and fc2 are kept
@@ -195,6 +210,7 @@ typedef struct tr_layer_acts {
     /* qk_norm: q and k before their norm (q and k above are normalised and rotated), and the
      * per-head statistics (mean for LayerNorm only); NULL without it. */
     float *q_raw, *k_raw, *qn_mean, *qn_rstd, *kn_mean, *kn_rstd;
+    tr_mla_acts mla; /* spec.mla.on: what MLA keeps (q, k, v above are then NULL) */
 } tr_layer_acts;
 
 /* A contiguous part of the model (a pipeline stage): layers [first_layer, first_layer +
@@ -221,6 +237,7 @@ typedef struct tr_slot_acts {
      * unused (NULL in m->doc_start / m->pos_ids) when has_doc / has_pos is false. */
     int32_t *doc_start, *pos_ids;
     bool has_doc, has_pos;
+    tr_mtp_acts *mtp; /* [spec.mtp_layers] on the loss part, else NULL */
 } tr_slot_acts;
 
 /* Per-parameter events for the training loop's communication (index = position in info, the
@@ -287,6 +304,10 @@ typedef struct tr_model {
     /* Backward scratch. */
     float *dx, *dtmp, *dbig, *dact, *dq, *dk, *dv;
     float *dq_raw, *dk_raw; /* qk_norm: the gradients of q and k before their norm */
+    tr_mla_scratch mla_sc;  /* spec.mla.on: MLA's rotary tables and scratch */
+    tr_mtp_acts *mtp;       /* spec.mtp_layers: the current slot's depths */
+    tr_mtp_scratch mtp_sc;
+    int64_t mtp_count;      /* training forwards whose MTP losses mtp_sc.sum holds */
     int64_t n_valid;        /* targets >= 0 in the current microbatch */
     uint64_t dropout_seed;  /* rng.seed-derived; the offset below makes each site distinct */
     uint64_t dropout_round; /* set by the caller to a new value for every training microbatch */
@@ -424,6 +445,10 @@ tr_status tr_model_drain_wgrad(tr_model *m);
  * pretraining. Each forward copies the layout into its activation slot, so the caller may reuse
  * the arrays for the next microbatch before this one's backward (pipeline schedules). */
 tr_status tr_model_set_sequences(tr_model *m, const int32_t *doc_start, const int32_t *pos_ids);
+
+/* Multi-token prediction: the mean training loss of each depth over the forwards since the last
+ * call (out[spec.mtp_layers]; 0 where this model ran none), then starts again. */
+tr_status tr_model_mtp_losses(tr_model *m, float *out);
 
 /* Activation sets this model keeps for global layer `layer` (0: a layer it does not hold). */
 int tr_model_layer_slots(const tr_model *m, int layer);

@@ -21,6 +21,32 @@ static unsigned tp_overlap_bits(const tr_model_config *m) {
     return b;
 }
 
+/* Multi-latent attention: its own rotary part (s->rope off), linear_proj's input per head is a
+ * value head, the queries have no groups; the q/kv norms exist under qk_layernorm (Megatron's
+ * MLA spec), so the model's own q/k norms are off. */
+static void mla_spec(const tr_model_config *m, tr_model_spec *s) {
+    tr_mla_spec *a = &s->mla;
+    a->on = 1;
+    a->q_lora_rank = m->q_lora_rank != TR_NULL_INT ? (int)m->q_lora_rank : 0;
+    a->kv_lora_rank = (int)m->kv_lora_rank;
+    a->qk_dim = (int)m->qk_head_dim;
+    a->rope_dim = (int)m->qk_pos_emb_head_dim;
+    a->v_dim = (int)m->v_head_dim;
+    a->norms = m->qk_layernorm;
+    a->yarn = m->rope_type == TR_ROPE_YARN;
+    a->rope_base = m->rotary_base;
+    a->factor = tr_is_null_float(m->rotary_scaling_factor) ? 1.0 : m->rotary_scaling_factor;
+    a->mscale = m->mscale;
+    a->mscale_all_dim = m->mscale_all_dim;
+    a->original_max_position = (double)m->original_max_position_embeddings;
+    a->beta_fast = m->beta_fast;
+    a->beta_slow = m->beta_slow;
+    s->head_dim = a->v_dim;
+    s->groups = s->heads;
+    s->rope = 0;
+    s->qk_norm = 0;
+}
+
 tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d) {
     (void)d; /* what the runtime cannot run was refused by tr_runtime_check */
     const tr_model_config *m = &c->model;
@@ -61,11 +87,16 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
             .original_max_position = (double)m->rope_scaling_original_max_position_embeddings,
         };
     }
+    if (m->multi_latent_attention) mla_spec(m, s);
+    if (m->mtp_num_layers != TR_NULL_INT && m->mtp_num_layers > 0) {
+        s->mtp_layers = (int)m->mtp_num_layers;
+        s->mtp_scale = (float)(m->mtp_loss_scaling_factor / (double)m->mtp_num_layers);
+    }
     s->bias_linear = m->add_bias_linear;
     s->bias_qkv = m->add_bias_linear || m->add_qkv_bias;
     s->tied = m->share_embeddings_and_output_weights;
     s->zero_centered = m->layernorm_zero_centered_gamma;
-    s->qk_norm = m->qk_layernorm;
+    s->qk_norm = m->qk_layernorm && !m->multi_latent_attention;
     s->qk_norm_wd = c->optimizer.apply_wd_to_qk_layernorm;
     s->eps = (float)m->layernorm_epsilon;
     s->init_std = m->init_method_std;
@@ -103,11 +134,21 @@ int tr_model_kv_replicas(const tr_model_spec *s, tr_tp_shard tp) {
 
 double tr_model_flops_per_seq(const tr_model_spec *s) {
     double T = s->seq, C = s->hidden, hd = (double)s->heads * s->head_dim;
-    double qkv = (double)(s->heads + 2 * s->groups) * s->head_dim;
-    double fc1 = s->swiglu ? 2.0 * s->ffn : s->ffn;
-    double per_tok = 2.0 * (C * qkv + hd * C + C * fc1 + s->ffn * C);
+    double qkv_flops = C * (double)(s->heads + 2 * s->groups) * s->head_dim;
     /* causal attention: QK^T and PV over on average T/2 keys */
     double attn = 2.0 * 2.0 * hd * (T / 2.0);
+    const tr_mla_spec *a = &s->mla;
+    if (a->on) { /* the latent projections; QK^T over qk + rope channels, PV over v */
+        double H = s->heads, qd = a->qk_dim + a->rope_dim, qr = a->q_lora_rank;
+        double kr = a->kv_lora_rank;
+        qkv_flops = (qr > 0 ? C * qr + qr * H * qd : C * H * qd) + C * (kr + a->rope_dim) +
+                    kr * H * (a->qk_dim + a->v_dim);
+        attn = 2.0 * H * (qd + a->v_dim) * (T / 2.0);
+    }
+    double fc1 = s->swiglu ? 2.0 * s->ffn : s->ffn;
+    double per_tok = 2.0 * (qkv_flops + hd * C + C * fc1 + s->ffn * C);
+    /* each MTP depth: a layer, eh_proj [C, 2C] and another pass through the output layer */
+    double mtp = s->mtp_layers * T * (per_tok + attn + 2.0 * 2.0 * C * C + 2.0 * C * s->vocab);
     /* an MoE layer: the router and the top-k experts (and the shared expert) instead of the MLP */
     double moe_delta = 0.0;
     for (int i = 0; i < s->num_layers && s->moe.experts > 0; i++)
@@ -116,7 +157,7 @@ double tr_model_flops_per_seq(const tr_model_spec *s) {
             double mlp = g * C * ((double)s->moe.topk * s->moe.ffn + s->moe.shared_ffn);
             moe_delta += 2.0 * (C * s->moe.experts + mlp - (C * fc1 + s->ffn * C));
         }
-    return T * (s->num_layers * (per_tok + attn) + moe_delta) + 2.0 * T * C * s->vocab;
+    return T * (s->num_layers * (per_tok + attn) + moe_delta) + 2.0 * T * C * s->vocab + mtp;
 }
 
 void tr_param_kv_range(const tr_param_info *p, int64_t *off, int64_t *numel) {

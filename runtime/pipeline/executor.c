@@ -51,10 +51,13 @@ tr_status tr_pp_exec_create(tr_pp_exec *e, const tr_config *c, tr_comm *comm, tr
     if (!e->parts || !e->input || !e->output || !e->grad_in || !e->grad_out) return TR_ERR_NOMEM;
     for (int ch = 0; ch < e->vpp; ch++) {
         const tr_pp_stage *st = tr_pp_layout_stage(&e->layout, e->pp_rank, ch);
-        if (st->num_mtp_layers > 0)
-            return tr_diag_add(d, TR_SEV_ERROR, "runtime.unsupported", NULL, "model.mtp_num_layers",
-                               "set model.mtp_num_layers=0",
-                               "the CPU runtime does not run multi-token prediction layers");
+        /* The model runs its MTP depths with the loss (runtime.mtp_layout refuses others). */
+        int64_t mtp = c->model.mtp_num_layers == TR_NULL_INT ? 0 : c->model.mtp_num_layers;
+        if (st->num_mtp_layers > 0 && (!st->has_loss || st->num_mtp_layers != mtp))
+            return tr_diag_add(d, TR_SEV_ERROR, "runtime.mtp_layout", NULL,
+                               "model.pipeline_model_parallel_layout",
+                               "put every 'm' in the last stage, with the loss",
+                               "multi-token prediction runs on the loss stage only");
         e->parts[ch] =
             (tr_model_part){st->first_layer, st->num_layers, st->has_embedding, st->has_loss, 0};
     }

@@ -114,6 +114,8 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
                 "(ms): %.1f | tokens/s: %.0f | throughput per device (TFLOP/s): %.3f | learning "
                 "rate: %.6E | lm loss: %.6E |",
                 (long long)it, (long long)iters, (long long)consumed, ms, tps, tflops, lr, avg);
+        for (int d = 0; d < l->n_mtp; d++)
+            fprintf(l->out, " mtp_%d loss: %.6E |", d + 1, l->mtp[d] / l->mtp_iters);
         if (isfinite(l->loss_scale)) fprintf(l->out, " loss scale: %.1f |", l->loss_scale);
         fprintf(l->out, " grad norm: %.3f | number of skipped iterations: %3d |", grad_norm,
                 l->skipped_total);
@@ -127,6 +129,11 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
         fprintf(l->metrics, "{\"type\":\"train\",\"iteration\":%lld,\"consumed_samples\":%lld",
                 (long long)it, (long long)consumed);
         json_num(l->metrics, "loss", avg);
+        for (int d = 0; d < l->n_mtp; d++) {
+            char key[32];
+            snprintf(key, sizeof key, "mtp_%d_loss", d + 1);
+            json_num(l->metrics, key, l->mtp[d] / l->mtp_iters);
+        }
         json_num(l->metrics, "lr", lr);
         json_num(l->metrics, "grad_norm", grad_norm);
         if (isfinite(l->loss_scale)) json_num(l->metrics, "loss_scale", l->loss_scale);
@@ -144,6 +151,14 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
     l->moe_tokens = NULL;
     l->n = l->n_loss = l->n_lb = l->n_z = 0;
     l->loss = l->seconds = l->flops = l->tokens = l->moe_lb = l->moe_z = 0.0;
+    for (int d = 0; d < l->n_mtp; d++) l->mtp[d] = 0.0;
+    l->mtp_iters = 0;
+}
+
+void tr_train_log_mtp(tr_train_log *l, const double *losses, int n) {
+    l->n_mtp = n < TR_TRAIN_LOG_MTP ? n : TR_TRAIN_LOG_MTP;
+    for (int d = 0; d < l->n_mtp; d++) l->mtp[d] += losses[d];
+    l->mtp_iters++;
 }
 
 void tr_train_log_eval(tr_train_log *l, const char *split, int64_t it, double loss) {

@@ -10,6 +10,8 @@
 #include "core/diag.h"
 #include "runtime/train/tensorboard.h"
 
+enum { TR_TRAIN_LOG_MTP = 8 }; /* MTP depths logged (the first ones) */
+
 typedef struct tr_train_log {
     FILE *out, *metrics;
     int64_t interval;
@@ -28,6 +30,10 @@ typedef struct tr_train_log {
     int moe_layers, moe_experts;
     uint64_t moe_mask[4];
     tr_tb tb; /* TensorBoard events (logger.tensorboard_dir), opened by tr_train_run */
+    /* Multi-token prediction: each depth's loss summed over the interval's iterations
+     * (tr_train_log_mtp), printed and written as "mtp_<d> loss" next to the lm loss. */
+    double mtp[TR_TRAIN_LOG_MTP];
+    int n_mtp, mtp_iters;
 } tr_train_log;
 
 tr_status tr_train_log_open(tr_train_log *l, FILE *out, const char *metrics_path, int64_t interval,
@@ -48,6 +54,8 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
                             int64_t consumed, double loss, double lr, double grad_norm,
                             double params_norm, bool skipped, double seconds, double flops,
                             double tokens);
+/* This iteration's mean loss of each of n MTP depths (before tr_train_log_iteration). */
+void tr_train_log_mtp(tr_train_log *l, const double *losses, int n);
 /* split: "validation" or "test". */
 void tr_train_log_eval(tr_train_log *l, const char *split, int64_t it, double loss);
 void tr_train_log_end(tr_train_log *l, int64_t it, int stop, int signal, double seconds);

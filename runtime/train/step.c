@@ -310,6 +310,32 @@ static tr_status train_step_dp(trainer *t, int64_t iteration, int64_t consumed,
     return TR_OK;
 }
 
+/* The iteration's MTP losses: each depth's mean over this rank's microbatches, averaged over DP
+ * (Megatron's avg_group), from the loss stage (summed over the pipeline: the other stages have
+ * none). */
+static tr_status log_mtp(trainer *t) {
+    int D = t->model.spec.mtp_layers;
+    if (D <= 0) return TR_OK;
+    float v[TR_TRAIN_LOG_MTP];
+    double g[TR_TRAIN_LOG_MTP];
+    float *all = D > TR_TRAIN_LOG_MTP ? malloc((size_t)D * sizeof *all) : v;
+    if (!all) return TR_ERR_NOMEM;
+    tr_status st = tr_model_mtp_losses(&t->model, all);
+    int n = D < TR_TRAIN_LOG_MTP ? D : TR_TRAIN_LOG_MTP;
+    for (int d = 0; d < n; d++) g[d] = all[d];
+    if (all != v) free(all);
+    TR_TRY(st);
+    if (t->distributed) {
+        TR_TRY(tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_DP, g, (size_t)n, TR_COMM_F64,
+                                         TR_COMM_SUM));
+        TR_TRY(tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, g, (size_t)n, TR_COMM_F64,
+                                         TR_COMM_SUM));
+        for (int d = 0; d < n; d++) g[d] /= (double)t->dp_size;
+    }
+    tr_train_log_mtp(&t->log, g, n);
+    return TR_OK;
+}
+
 tr_status tr_trainer_step(trainer *t, int64_t iteration, int64_t consumed, int64_t sched_samples,
                           step_out *out) {
     t->model.grad_loss_scale = tr_train_precision_grad_scale(&t->prec);
@@ -317,6 +343,7 @@ tr_status tr_trainer_step(trainer *t, int64_t iteration, int64_t consumed, int64
     TR_TRY(t->distributed ? train_step_dp(t, iteration, consumed, sched_samples, out)
                           : train_step_single(t, iteration, consumed, sched_samples, out));
     t->log.loss_scale = tr_train_precision_after_step(&t->prec, out->overflow);
+    TR_TRY(log_mtp(t));
     if (out->overflow && t->o->log)
         fprintf(t->o->log,
                 "iteration %lld: inf/NaN in the gradients at loss scale %.1f, step skipped; loss "

@@ -39,9 +39,9 @@ rr "${base[@]}"
 expect_rc 0 "without the key"
 grep -q "comm_overlap.tp_comm_overlap_cfg" "$TMP/err" && { show; fail "named although not set"; }
 
-rr --recipe llama_tiny_pretrain --dry-run model.multi_latent_attention=true
-expect_rc 2 "multi-latent attention is refused"
-expect_in "$TMP/err" "error [runtime.mla]" "its rule id"
+rr --recipe llama_tiny_pretrain --dry-run model.multi_latent_attention=true model.normalization=LayerNorm
+expect_rc 2 "multi-latent attention with LayerNorm is refused"
+expect_in "$TMP/err" "error [runtime.mla_layernorm]" "its rule id"
 rr --recipe llama_tiny_pretrain --dry-run ddp.check_for_large_grads=true
 expect_rc 2 "check_for_large_grads is refused"
 expect_in "$TMP/err" "error [runtime.gradient_checks]" "its rule id"

@@ -593,3 +593,41 @@ tr_equiv_test(gpt_cp2_tp2_sp_allgather_dropout 4 gpt_tiny_pretrain ${TR_EQUIV_CO
 tr_equiv_test(llama_cp2_a2a_dropout 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} model.attention_dropout=0.1
               -- ${TR_CP2} model.cp_comm_type=[a2a])
 tr_equiv_test(llama_sft_cp2_a2a 2 llama_tiny_sft ${TR_SFT_CP} -- ${TR_CP2} model.cp_comm_type=[a2a])
+
+
+# Multi-latent attention (runtime/mla/) on llama_tiny's two layers: compressed queries with the
+# latent norms and YaRN (a short original context, so the frequencies blend and mscale is not 1);
+# the up projections split their heads over TP, the down projections and norms stay whole (their
+# gradients equal on every rank); one layer per stage under PP; the distributed optimizer over
+# DP; and queries straight from the hidden state (linear_q_proj) under TP 2 x PP 2.
+set(TR_MLA model.multi_latent_attention=true model.qk_layernorm=true model.q_lora_rank=8
+           model.kv_lora_rank=8 model.qk_head_dim=8 model.qk_pos_emb_head_dim=4 model.v_head_dim=6
+           model.rope_type=yarn model.rotary_scaling_factor=4 model.original_max_position_embeddings=8
+           model.mscale=0.7 model.mscale_all_dim=0.5)
+tr_equiv_test(mla_tp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} -- ${TR_TP2})
+tr_equiv_test(mla_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} --
+              model.pipeline_model_parallel_size=2)
+tr_equiv_test(mla_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} -- ${TR_DISTOPT})
+tr_equiv_test(mla_direct_q_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
+              model.q_lora_rank=null -- ${TR_TP2} model.pipeline_model_parallel_size=2)
+
+# Multi-token prediction (runtime/mtp/, the loss stage): two depths with their loss weighted 0.3,
+# the shared (tied) embedding and output layer; eh_proj column-parallel with its output gathered
+# under TP; the depths on the last stage under PP (which reads the tied embedding's copy); the
+# distributed optimizer over DP; and MLA with one depth under TP 2 x PP 2.
+set(TR_MTP model.mtp_num_layers=2 model.mtp_loss_scaling_factor=0.3)
+tr_equiv_test(mtp_tp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR_TP2})
+tr_equiv_test(mtp_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} --
+              model.pipeline_model_parallel_size=2)
+tr_equiv_test(mtp_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR_DISTOPT})
+tr_equiv_test(mla_mtp_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
+              model.mtp_num_layers=1 -- ${TR_TP2} model.pipeline_model_parallel_size=2)
+# Per-token loss (each depth rescaled by the main token count) under PP 2 x DP 2 with the
+# distributed optimizer; MLA with MTP under DP with overlapped reduction and parameter gather
+# (the depths' gradients reported ready first, their tensors last in the layout).
+tr_equiv_test(mtp_pp2_dp2_distopt_pertoken 4 llama_tiny_pretrain ${TR_EQUIV_COMMON}
+              model.mtp_num_layers=1 model.calculate_per_token_loss=true --
+              model.pipeline_model_parallel_size=2 ${TR_DISTOPT})
+tr_equiv_test(mla_mtp_dp2_distopt_overlap 2 --expect-overlap llama_tiny_pretrain
+              ${TR_EQUIV_COMMON} ${TR_MLA} model.mtp_num_layers=1 -- ${TR_DISTOPT} ${TR_OVERLAP}
+              ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)

@@ -38,6 +38,13 @@ if(TARGET test_model_device)
                        ENVIRONMENT "TR_TEST_DEVICE=cuda;${TR_GPU_ENV}")
 endif()
 
+# MLA with MTP on the GPU against the host (the unit test test_mla_mtp_device).
+if(TARGET test_mla_mtp_device)
+  add_test(NAME gpu_mla_mtp_device COMMAND test_mla_mtp_device)
+  set_tests_properties(gpu_mla_mtp_device PROPERTIES LABELS "gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "TR_TEST_DEVICE=cuda;${TR_GPU_ENV}")
+endif()
+
 add_executable(comm_gpu_check ${CMAKE_SOURCE_DIR}/tests/gpu/comm_gpu_check.c)
 target_link_libraries(comm_gpu_check PRIVATE tr_gpu_test_support)
 

@@ -265,8 +265,8 @@ static void expect_refused(const char *overrides, const char *id, const char *ke
 }
 
 static void test_refusals(void) {
-    expect_refused("model.multi_latent_attention=true", "runtime.mla",
-                   "model.multi_latent_attention");
+    expect_refused("model.multi_latent_attention=true;model.normalization=LayerNorm",
+                   "runtime.mla_layernorm", "model.normalization,model.multi_latent_attention");
     expect_refused("model.pipeline_model_parallel_size=2;model.virtual_pipeline_model_parallel_"
                    "size=1;model.overlap_p2p_comm=true;model.batch_p2p_comm=false;"
                    "model.overlap_p2p_comm_warmup_flush=true",

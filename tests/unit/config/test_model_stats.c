@@ -10,7 +10,7 @@ static tr_model_stats stats_of(const char *provider, int64_t vocab) {
     tr_config c;
     tr_diags d;
     tr_diags_init(&d);
-    tr_model_stats st = {0, 0, 0};
+    tr_model_stats st = {0};
     if (tr_config_init(&c, &d) != TR_OK) {
         CHECK(!"config init failed");
         return st;
@@ -22,6 +22,8 @@ static tr_model_stats stats_of(const char *provider, int64_t vocab) {
     st.num_params = c.derived.num_params;
     st.num_active_params = c.derived.num_active_params;
     st.flops_per_token = c.derived.flops_per_token;
+    st.num_mtp_params = c.derived.num_mtp_params;
+    st.num_mtp_active_params = c.derived.num_mtp_active_params;
     tr_config_free(&c);
     tr_diags_free(&d);
     return st;
@@ -84,6 +86,19 @@ static void test_deepseek_v3(void) {
     tr_model_stats st = stats_of("deepseek_v3", 129280);
     CHECK_CLOSE(st.num_params, 685e9, 0.01, 0);
     CHECK(st.num_active_params > 37e9 && st.num_active_params < 41e9);
+    /* the model card's 671B total and 37B active are the main model's */
+    CHECK_CLOSE(st.num_params - st.num_mtp_params, 671e9, 0.01, 0);
+    CHECK_CLOSE(st.num_active_params - st.num_mtp_active_params, 37e9, 0.03, 0);
+    /* the hub's 14B MTP module holds its own embedding and head; Megatron's shares them */
+    CHECK_CLOSE(st.num_mtp_params, 14e9 - 2 * 129280.0 * 7168, 0.06, 0);
+}
+
+/* Kimi-K2 (moonshotai/Kimi-K2-Instruct): 1T parameters, 32B active, no MTP. */
+static void test_kimi_k2(void) {
+    tr_model_stats st = stats_of("kimi_k2", 163840);
+    CHECK_CLOSE(st.num_params, 1.03e12, 0.02, 0);
+    CHECK_CLOSE(st.num_active_params, 32e9, 0.05, 0);
+    CHECK_INT_EQ(st.num_mtp_params, 0);
 }
 
 /* Training FLOPs per token: the 6N rule of thumb (Kaplan et al.) plus the attention term
@@ -180,6 +195,6 @@ static void test_moe_layer_freq(void) {
 
 TR_TEST_MAIN(TR_TEST(test_llama3_8b), TR_TEST(test_llama32_1b), TR_TEST(test_llama_sizes),
              TR_TEST(test_gpt3_175b), TR_TEST(test_gpt2_124m), TR_TEST(test_mixtral),
-             TR_TEST(test_qwen3_moe), TR_TEST(test_deepseek_v3), TR_TEST(test_flops),
-             TR_TEST(test_padded_vocab_used), TR_TEST(test_degenerate_inputs),
+             TR_TEST(test_qwen3_moe), TR_TEST(test_deepseek_v3), TR_TEST(test_kimi_k2),
+             TR_TEST(test_flops), TR_TEST(test_padded_vocab_used), TR_TEST(test_degenerate_inputs),
              TR_TEST(test_moe_layer_freq))

@@ -14,6 +14,7 @@ tr_status tr_train_log_open(tr_train_log *l, FILE *out, const char *metrics_path
     l->out = out;
     l->interval = interval > 0 ? interval : 1;
     l->loss_scale = NAN;
+    l->moe_lb_now = l->moe_z_now = NAN;
     if (!metrics_path) return TR_OK;
     l->metrics = fopen(metrics_path, "w");
     if (!l->metrics)
@@ -75,6 +76,8 @@ static void json_num(FILE *f, const char *key, double v) {
 }
 
 void tr_train_log_moe(tr_train_log *l, double lb, double z) {
+    l->moe_lb_now = lb;
+    l->moe_z_now = z;
     if (isfinite(lb)) {
         l->moe_lb += lb;
         l->n_lb++;
@@ -102,7 +105,9 @@ void tr_train_log_iteration(tr_train_log *l, int64_t it, int64_t iters, bool sto
     l->seconds += seconds;
     l->flops += flops;
     l->tokens += tokens;
-    tr_tb_iteration tb = {loss, lr, grad_norm, params_norm, l->loss_scale, seconds, flops, tokens};
+    tr_tb_iteration tb = {loss,    lr,    grad_norm, params_norm,   l->loss_scale,
+                          seconds, flops, tokens,    l->moe_lb_now, l->moe_z_now};
+    l->moe_lb_now = l->moe_z_now = NAN;
     tr_tb_log_iteration(&l->tb, it, &tb);
     if (!tr_train_log_due(l, it, iters, stopping)) return;
     double ms = 1e3 * l->seconds / l->n, tps = l->seconds > 0 ? l->tokens / l->seconds : 0.0;

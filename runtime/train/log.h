@@ -23,6 +23,7 @@ typedef struct tr_train_log {
     double loss_scale;
     /* MoE: sums over the interval of the iterations' load_balancing_loss and z_loss */
     double moe_lb, moe_z;
+    double moe_lb_now, moe_z_now; /* the latest iteration's (NaN: none), for TensorBoard */
     int n_lb, n_z;
     /* MoE: the interval's tokens per expert [layers, experts] for the next record (owned; NULL:
      * none), which layers are MoE (bit per layer as tr_moe_spec.layers) */

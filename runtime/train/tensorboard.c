@@ -199,6 +199,9 @@ void tr_tb_log_iteration(tr_tb *tb, int64_t it, const tr_tb_iteration *v) {
         tr_tb_scalar(tb, "throughput", it, v->flops / v->seconds / 1e12);
         tr_tb_scalar(tb, "tokens-per-second", it, v->tokens / v->seconds);
     }
+    /* MoE balance, under Megatron's tags (its MoE metrics tracker) */
+    if (isfinite(v->moe_lb)) tr_tb_scalar(tb, "load_balancing_loss", it, v->moe_lb);
+    if (isfinite(v->moe_z)) tr_tb_scalar(tb, "z_loss", it, v->moe_z);
     if (tb->memory) {
         double rss, peak;
         memory(&rss, &peak);

@@ -21,6 +21,7 @@ typedef struct tr_tb {
 /* The values of one iteration (NaN: not known, not written). */
 typedef struct tr_tb_iteration {
     double loss, lr, grad_norm, params_norm, loss_scale, seconds, flops, tokens;
+    double moe_lb, moe_z; /* this iteration's MoE balancing losses; NaN without MoE */
 } tr_tb_iteration;
 
 /* Create dir (and its parents) and the run's event file, with the logger section's switches. */

@@ -80,6 +80,12 @@ def main():
             assert got is not None, f"{tag} at iteration {it} missing"
             assert close(got, r[key]), f"{tag} at {it}: {got} vs metrics {r[key]}"
             compared += 1
+        for tag in ("load_balancing_loss", "z_loss"):  # MoE balance, when asked for
+            if tag not in expect:
+                continue
+            got = scalars[tag].get(it)
+            assert got is not None and close(got, r[tag]), f"{tag} at {it}: {got} vs {r.get(tag)}"
+            compared += 1
     for r in evals:
         got = scalars["lm loss validation"].get(r["iteration"])
         assert got is not None and close(got, r["loss"]), f"validation at {r['iteration']}"

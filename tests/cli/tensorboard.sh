@@ -28,6 +28,14 @@ python3 "$SRC/tests/cli/tb_check.py" "$TMP/tb3" "$TMP/run3/metrics.jsonl" 3 \
     "lm loss validation ppl,throughput,mem-rss-bytes,iteration-time,world-size" ||
     fail "interval 3 or the switches not honoured"
 
+# MoE balance: the balancing and z losses of every iteration, as metrics.jsonl logs them.
+rr --recipe moe_tiny_pretrain train.train_iters=6 logger.log_interval=1 validation.eval_interval=3 \
+    validation.eval_iters=1 model.moe_z_loss_coeff=0.001 logger.output_dir="$TMP/runm" \
+    logger.tensorboard_dir="$TMP/tbm"
+expect_rc 0 "MoE run with TensorBoard"
+python3 "$SRC/tests/cli/tb_check.py" "$TMP/tbm" "$TMP/runm/metrics.jsonl" 1 \
+    "lm loss,load_balancing_loss,z_loss" "" || fail "MoE balance events"
+
 # Two ranks (DP 2): only the logging rank writes, one file.
 rr_mpi() { "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$RR" "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?; }
 rr_mpi "${main[@]}" train.train_iters=6 validation.eval_interval=3 logger.output_dir="$TMP/run2" \

@@ -610,6 +610,12 @@ tr_equiv_test(mla_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} --
 tr_equiv_test(mla_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} -- ${TR_DISTOPT})
 tr_equiv_test(mla_direct_q_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
               model.q_lora_rank=null -- ${TR_TP2} model.pipeline_model_parallel_size=2)
+# DeepSeek's pairing: MLA attention over the DeepSeek-like MoE layers (dense first layer,
+# sigmoid routing with expert bias, shared expert), with the distributed optimizer and under PP.
+tr_equiv_test(mla_moe_dp2_distopt 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} --
+              ${TR_DISTOPT})
+tr_equiv_pp_test(mla_moe_pp2 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} ${TR_DS4} --
+                 ${TR_PP2})
 
 # Multi-token prediction (runtime/mtp/, the loss stage): two depths with their loss weighted 0.3,
 # the shared (tied) embedding and output layer; eh_proj column-parallel with its output gathered

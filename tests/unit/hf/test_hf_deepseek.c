@@ -15,6 +15,7 @@
 #include "core/validate.h"
 #include "runtime/hf/hf.h"
 #include "tests/unit/harness.h"
+#include "tests/unit/hf/parity.h"
 #include "tests/unit/model/fixture.h"
 
 #define FIX TRESTLE_SOURCE_DIR "/tests/reference/fixtures/"
@@ -31,15 +32,6 @@ static bool spec_from_dir(const char *dir, tr_model_spec *s, tr_config *keep, tr
     else
         tr_config_free(&c);
     return ok;
-}
-
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double diff = 0, ref = 0;
-    for (int64_t i = 0; i < n; i++) {
-        diff = fmax(diff, fabs((double)a[i] - b[i]));
-        ref = fmax(ref, fabs((double)b[i]));
-    }
-    return ref > 0 ? diff / ref : diff;
 }
 
 static void test_config(void) {
@@ -80,51 +72,9 @@ static void check_parity(const char *dir, const char *expected) {
     const int batch = 2;
     CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), batch) == TR_OK);
     CHECK(tr_hf_import(&m, &w, &d) == TR_OK);
-    const fix_tensor *tok = fixture_get(&f, "", "tokens"), *tgt = fixture_get(&f, "", "targets");
-    const fix_tensor *logits = fixture_get(&f, "", "logits"), *loss = fixture_get(&f, "", "loss");
-    int rows = batch * s.seq;
-    CHECK(tok && tgt && logits && loss && (int)tok->n == rows && rows <= 64);
-    if (tok && tgt && logits && loss && (int)tok->n == rows && rows <= 64) {
-        int32_t ids[64], tg[64];
-        for (int i = 0; i < rows; i++)
-            ids[i] = (int32_t)tok->data[i], tg[i] = (int32_t)tgt->data[i];
-        float l = 0;
-        CHECK(tr_model_forward(&m, ids, tg, &l) == TR_OK);
-        double e = rel_err(m.logits, logits->data, (int64_t)rows * s.vocab);
-        printf("  %s: logits relative error %.3g, loss %.7f vs transformers %.7f\n", expected, e,
-               (double)l, (double)loss->data[0]);
-        CHECK(e <= 1e-4);
-        CHECK_CLOSE(l, loss->data[0], 1e-4, 0);
-        CHECK_INT_EQ(tr_model_backward(&m, 1.0f), TR_OK);
-        double worst = 0;
-        for (int i = 0; i < m.n_info; i++) {
-            const tr_param_info *p = &m.info[i];
-            const fix_tensor *g = fixture_get(&f, "g:", p->name);
-            CHECK(g != NULL && (int64_t)g->n == p->numel);
-            if (!g || (int64_t)g->n != p->numel) continue;
-            double ge = rel_err(m.grads + p->offset, g->data, p->numel);
-            if (!(ge <= 1e-4)) fprintf(stderr, "  g:%s: relative error %.3g\n", p->name, ge);
-            CHECK(ge <= 1e-4);
-            worst = fmax(worst, ge);
-        }
-        printf("  gradients: largest relative error %.3g over %d tensors\n", worst, m.n_info);
-    }
-    for (int r = 0; r < 2; r++) { /* each TP shard holds exactly its slice */
-        tr_model part;
-        CHECK(tr_model_create(&part, &s, (tr_tp_shard){r, 2}, tr_ops_cpu(), batch) == TR_OK);
-        CHECK(tr_hf_import(&part, &w, &d) == TR_OK);
-        int64_t wrong = 0;
-        for (int i = 0; i < part.n_info; i++) {
-            const tr_param_info *p = &part.info[i];
-            const tr_param_info *q = tr_model_find_param(&m, p->name);
-            CHECK(q != NULL);
-            for (int64_t e = 0; q && e < p->numel; e++)
-                wrong += part.params[p->offset + e] !=
-                         m.params[q->offset + tr_model_logical_index(&part, p, e)];
-        }
-        CHECK_INT_EQ(wrong, 0);
-        tr_model_free(&part);
-    }
+    hf_check_forward(&m, &f, batch * s.seq, expected);
+    hf_check_grads(&m, &f);
+    hf_check_tp_slices(&s, &m, &w, &d);
     tr_model_free(&m);
     tr_hf_weights_close(&w);
     fixture_free(&f);

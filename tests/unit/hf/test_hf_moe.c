@@ -11,6 +11,7 @@
 #include "runtime/hf/hf.h"
 #include "runtime/model/model.h"
 #include "tests/unit/harness.h"
+#include "tests/unit/hf/parity.h"
 #include "tests/unit/model/fixture.h"
 
 #define MIXTRAL   TRESTLE_SOURCE_DIR "/tests/reference/fixtures/hf_mixtral"
@@ -22,15 +23,6 @@ static bool config_from_dir(const char *dir, tr_config *c, tr_model_spec *s, tr_
     tr_world w = {1, 1};
     ok = ok && tr_config_finalize(c, &w, d) == TR_OK;
     return ok && tr_model_spec_from_config(c, s, d) == TR_OK;
-}
-
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 static void parity(const char *dir, const char *expected) {
@@ -46,39 +38,9 @@ static void parity(const char *dir, const char *expected) {
     const int batch = 2;
     CHECK(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), batch) == TR_OK);
     CHECK(tr_hf_import(&m, &w, &d) == TR_OK);
-    const fix_tensor *tok = fixture_get(&f, "", "tokens"), *tgt = fixture_get(&f, "", "targets");
-    const fix_tensor *logits = fixture_get(&f, "", "logits"), *loss = fixture_get(&f, "", "loss");
-    int rows = batch * s.seq;
-    CHECK(tok && tgt && logits && loss && (int)tok->n == rows && rows <= 64);
-    if (tok && tgt && logits && loss && (int)tok->n == rows && rows <= 64) {
-        int32_t ids[64], tg[64];
-        for (int i = 0; i < rows; i++)
-            ids[i] = (int32_t)tok->data[i], tg[i] = (int32_t)tgt->data[i];
-        float l = 0;
-        m.training = 0; /* no balancing losses: transformers' loss is the LM loss */
-        CHECK(tr_model_forward(&m, ids, tg, &l) == TR_OK);
-        double e = rel_err(m.logits, logits->data, (int64_t)rows * s.vocab);
-        printf("  %s: logits relative error %.3g, loss %.7f vs transformers %.7f\n", expected, e,
-               (double)l, (double)loss->data[0]);
-        CHECK(e <= 1e-4);
-        CHECK_CLOSE(l, loss->data[0], 1e-4, 0);
-        memset(m.grads, 0, (size_t)m.n_params * sizeof(float));
-        CHECK_INT_EQ(tr_model_backward(&m, 1.0f), TR_OK);
-        double worst = 0;
-        int compared = 0;
-        for (int i = 0; i < m.n_info; i++) {
-            const tr_param_info *p = &m.info[i];
-            const fix_tensor *g = fixture_get(&f, "g:", p->name);
-            CHECK(g != NULL && (int64_t)g->n == p->numel);
-            if (!g || (int64_t)g->n != p->numel) continue;
-            double ge = rel_err(m.grads + p->offset, g->data, p->numel);
-            if (!(ge <= 1e-4)) fprintf(stderr, "  g:%s: relative error %.3g\n", p->name, ge);
-            CHECK(ge <= 1e-4);
-            worst = ge > worst ? ge : worst;
-            compared++;
-        }
-        printf("  gradients: largest relative error %.3g over %d tensors\n", worst, compared);
-    }
+    m.training = 0; /* no balancing losses: transformers' loss is the LM loss */
+    hf_check_forward(&m, &f, batch * s.seq, expected);
+    hf_check_grads(&m, &f);
     tr_model_free(&m);
     tr_hf_weights_close(&w);
     fixture_free(&f);

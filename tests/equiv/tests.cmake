@@ -506,8 +506,13 @@ tr_equiv_pp_test(llama_tp2_sp_pp2_defer_wgrad 4 llama_tiny_pretrain ${TR_PP_COMM
 tr_equiv_defer_test(llama_untied_tp2_pp2_defer_wgrad_bitwise 4 llama_tiny_pretrain
                     ${TR_PP_COMMON} model.share_embeddings_and_output_weights=false -- ${TR_TP2}
                     ${TR_PP2} -- ${TR_DEFER})
-tr_equiv_pp_test(llama_untied_tp2_pp2_defer_wgrad 4 llama_tiny_pretrain ${TR_PP_COMMON}
-                 model.share_embeddings_and_output_weights=false -- ${TR_TP2} ${TR_PP2} ${TR_DEFER})
+# (Parameters at 3e-5: on megatron-core's mock samples TP 2 alone, without PP or deferral,
+# moves this untied 8-layer model's parameters 1.85e-5 of a tensor's largest weight after five
+# Adam steps, where SGD stays at 2e-7 and the losses are equal to the last digit: Adam's
+# normalisation turns the split GEMMs' round-off in near-zero gradients into steps of their own.)
+tr_equiv_pp_test(llama_untied_tp2_pp2_defer_wgrad 4 --param-tol 3e-5 llama_tiny_pretrain
+                 ${TR_PP_COMMON} model.share_embeddings_and_output_weights=false -- ${TR_TP2}
+                 ${TR_PP2} ${TR_DEFER})
 tr_equiv_defer_test(gpt_pp2_dp2_distopt_overlap_defer_wgrad_bitwise 4 gpt_tiny_pretrain
                     ${TR_PP_COMMON} -- ${TR_PP2} ${TR_DISTOPT} ${TR_OVERLAP} -- ${TR_DEFER})
 # Through its override (comm_overlap.*, taken when the comm_overlap section is in use).

@@ -1,10 +1,11 @@
-/* The MoE layer's alltoall dispatcher on real ranks (mpirun, EP = world): each rank holds
+/* The MoE layer's alltoall dispatcher on real ranks (mpirun; EP = world, or the argument ep=N with
+ * the other ranks data-parallel replicas, each EP group on its own tokens): each rank holds
  * experts / EP experts, and its layer must equal the single-rank layer (every expert local) run
  * on the same rank's tokens: the outputs and input gradients on each rank, the replicated
  * router's and shared expert's gradients on each rank, and each local expert's gradient equal to
- * the sum over ranks of the single-rank layers' gradients of that expert (the tokens of every
- * rank reach it). Two microbatches are in flight (forward, forward, backward, backward). The EP
- * group's bytes are checked against the theory from the single-rank routing: the counts'
+ * the sum over its EP group of the single-rank layers' gradients of that expert (the tokens of
+ * every rank reach it). Two microbatches are in flight (forward, forward, backward, backward). The
+ * EP group's bytes are checked against the theory from the single-rank routing: the counts'
  * all-to-all moves `experts` int32 per forward; the row all-to-all-v moves, per microbatch, the
  * rank's routed rows out and the rows its experts received back, each way, in the forward and
  * the backward. */
@@ -20,7 +21,7 @@
 
 enum { H = 8, B = 2, S = 5, T = B * S, SLOTS = 2 };
 
-static int g_rank, g_fail;
+static int g_rank, g_size, g_fail;
 
 #define EXPECT(cond, ...)                                                                          \
     do {                                                                                           \
@@ -134,7 +135,9 @@ static void check(tr_comm *c, int ep, int ep_rank, tr_moe_spec s, bool swiglu, c
         rows_out += off[s.experts];
         for (int e = 0; e < s.experts; e++) to_expert[e] += off[e + 1] - off[e];
     }
-    MPI_Allreduce(MPI_IN_PLACE, to_expert, s.experts, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (tr_comm_all_reduce_inplace(c, TR_GROUP_EP, to_expert, (size_t)s.experts, TR_COMM_F64,
+                                   TR_COMM_SUM) != TR_OK)
+        MPI_Abort(MPI_COMM_WORLD, 1);
     double rows_in = 0.0;
     int El = s.experts / ep;
     for (int e = ep_rank * El; e < (ep_rank + 1) * El; e++) rows_in += to_expert[e];
@@ -145,7 +148,9 @@ static void check(tr_comm *c, int ep, int ep_rank, tr_moe_spec s, bool swiglu, c
     EXPECT(ey <= 1e-5, "%s: outputs differ by %.3g", what, ey);
     EXPECT(edx <= 1e-5, "%s: input gradients differ by %.3g", what, edx);
     float *gsum = malloc((size_t)ref.numel * sizeof(float));
-    MPI_Allreduce(ref.g, gsum, (int)ref.numel, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (tr_comm_all_reduce(c, TR_GROUP_EP, ref.g, gsum, (size_t)ref.numel, TR_COMM_F32,
+                           TR_COMM_SUM) != TR_OK)
+        MPI_Abort(MPI_COMM_WORLD, 1);
     for (int i = 0; i < epl.n; i++) {
         int j = find(&ref, epl.info[i].name);
         if (j < 0) continue;
@@ -164,19 +169,19 @@ static void check(tr_comm *c, int ep, int ep_rank, tr_moe_spec s, bool swiglu, c
     EXPECT(a2av == want_a2av, "%s: rows all-to-all-v %llu bytes, theory %llu", what,
            (unsigned long long)a2av, (unsigned long long)want_a2av);
     if (g_rank == 0)
-        printf("%s: EP %d, y %.2g, dx %.2g, a2a %llu B, a2av %llu B\n", what, ep, ey, edx,
-               (unsigned long long)a2a, (unsigned long long)a2av);
+        printf("%s: EP %d of world %d, y %.2g, dx %.2g, a2a %llu B, a2av %llu B\n", what, ep,
+               g_size, ey, edx, (unsigned long long)a2a, (unsigned long long)a2av);
     drop(&ref);
     drop(&epl);
 }
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
-    int size;
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    int size = argc > 1 && !strncmp(argv[1], "ep=", 3) ? atoi(argv[1] + 3) : g_size;
     tr_parallel_dims dims;
-    tr_parallel_dims_init(&dims, size);
+    tr_parallel_dims_init(&dims, g_size);
     dims.ep = size;
     tr_parallel_dims_derive(&dims);
     tr_diags diags;
@@ -190,6 +195,7 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     int ep_rank = tr_comm_group_rank(c, TR_GROUP_EP);
+    if (tr_comm_group_size(c, TR_GROUP_EP) != size) MPI_Abort(MPI_COMM_WORLD, 1);
     tr_moe_spec s = {.experts = 8, .topk = 2, .ffn = 6, .topk_scale = 1.0f};
     s.layers[0] = 1;
     s.shared_ffn = 4;

@@ -39,31 +39,32 @@ static tr_status lin_bwd(const tr_moe_layer *L, const float *x, const float *w, 
     return tr_moe_gemm(L, true, TR_NOTRANS, TR_NOTRANS, n, in, out, dy, out, w, in, beta, dx, in);
 }
 
-tr_status tr_moe_experts_fwd(tr_moe_layer *L, tr_moe_state *st) {
+tr_status tr_moe_experts_fwd(tr_moe_layer *L, const tr_moe_rows *r) {
     int h = L->d.hidden, F = L->s.ffn, F1 = L->fc1_dim;
-    for (int e = 0; e < L->E; e++) {
-        int r0 = st->off[e], n = st->off[e + 1] - r0;
+    for (int e = 0; e < r->n; e++) {
+        int r0 = r->off[e], n = r->off[e + 1] - r0;
         if (n == 0) continue;
-        float *fc1 = st->fc1 + (int64_t)r0 * F1, *act = st->act + (int64_t)r0 * F;
-        TR_TRY(lin_fwd(L, st->xp + (int64_t)r0 * h, L->p.fc1[e], fc1, n, F1, h, 0.0f));
+        float *fc1 = r->fc1 + (int64_t)r0 * F1, *act = r->act + (int64_t)r0 * F;
+        TR_TRY(lin_fwd(L, r->xp + (int64_t)r0 * h, L->p.fc1[e], fc1, n, F1, h, 0.0f));
         TR_TRY(act_fwd(L, act, fc1, n, F));
-        TR_TRY(lin_fwd(L, act, L->p.fc2[e], st->ye + (int64_t)r0 * h, n, h, F, 0.0f));
+        TR_TRY(lin_fwd(L, act, L->p.fc2[e], r->ye + (int64_t)r0 * h, n, h, F, 0.0f));
     }
     return TR_OK;
 }
 
-tr_status tr_moe_experts_bwd(tr_moe_layer *L, const tr_moe_state *st) {
+tr_status tr_moe_experts_bwd(tr_moe_layer *L, const tr_moe_rows *r, const float *dy_rows,
+                             float *dx_rows) {
     int h = L->d.hidden, F = L->s.ffn, F1 = L->fc1_dim;
-    for (int e = 0; e < L->E; e++) {
-        int r0 = st->off[e], n = st->off[e + 1] - r0;
+    for (int e = 0; e < r->n; e++) {
+        int r0 = r->off[e], n = r->off[e + 1] - r0;
         if (n == 0) continue;
-        const float *dy = L->d_rows + (int64_t)r0 * h;
+        const float *dy = dy_rows + (int64_t)r0 * h;
         float *dact = L->d_act + (int64_t)r0 * F, *dfc1 = L->d_fc1 + (int64_t)r0 * F1;
-        TR_TRY(lin_bwd(L, st->act + (int64_t)r0 * F, L->p.fc2[e], dy, L->g.fc2[e], dact, n, h, F,
+        TR_TRY(lin_bwd(L, r->act + (int64_t)r0 * F, L->p.fc2[e], dy, L->g.fc2[e], dact, n, h, F,
                        0.0f));
-        TR_TRY(act_bwd(L, dfc1, dact, st->fc1 + (int64_t)r0 * F1, n, F));
-        TR_TRY(lin_bwd(L, st->xp + (int64_t)r0 * h, L->p.fc1[e], dfc1, L->g.fc1[e],
-                       L->d_x + (int64_t)r0 * h, n, F1, h, 0.0f));
+        TR_TRY(act_bwd(L, dfc1, dact, r->fc1 + (int64_t)r0 * F1, n, F));
+        TR_TRY(lin_bwd(L, r->xp + (int64_t)r0 * h, L->p.fc1[e], dfc1, L->g.fc1[e],
+                       dx_rows + (int64_t)r0 * h, n, F1, h, 0.0f));
     }
     return TR_OK;
 }

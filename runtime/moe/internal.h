@@ -8,6 +8,14 @@
  * j) pairs, a = t * topk + j; expert rows are the routed tokens gathered by expert, expert e's
  * block being rows [off[e], off[e + 1]) (with pad_capacity exactly capacity rows, the unused
  * ones zero). */
+/* A block of expert rows sorted by expert: expert e (of n) has rows [off[e], off[e + 1]), the
+ * e-th of the rank's own experts. */
+typedef struct tr_moe_rows {
+    int n;
+    const int32_t *off;
+    float *xp, *fc1, *act, *ye; /* input, fc1 output, activation, fc2 output */
+} tr_moe_rows;
+
 typedef struct tr_moe_state {
     float *x;       /* [T, h] the layer's input */
     float *noise;   /* [T, h] the jitter's factors, or NULL */
@@ -21,6 +29,10 @@ typedef struct tr_moe_state {
     float *xp, *fc1, *act, *ye; /* expert rows: input, fc1 output, activation, fc2 output */
     float *s_fc1, *s_act, *s_y, *s_gate; /* the shared expert's [T, ...]; gate [T] */
     bool training; /* the forward computed the balancing losses (their gradients follow) */
+    /* EP > 1: cnt [ep * El] rows sent by rank i to local expert le (i * El + le), and the rows
+     * this rank's experts received, sorted by local expert (loc.off [El + 1]) */
+    int32_t *cnt, *loc_off;
+    tr_moe_rows loc;
 } tr_moe_state;
 
 typedef struct tr_moe_view {
@@ -34,8 +46,13 @@ struct tr_moe_layer {
     tr_moe_dims d;
     const tr_ops *ops;
     int T, E, k, fc1_dim, s_fc1_dim;
-    int capacity; /* 0: dropless */
-    int max_rows; /* expert rows one microbatch may need */
+    int El, ep, ep_rank; /* experts on this rank, the EP size and this rank's place */
+    int ep_rows;         /* EP > 1: the most rows the local experts may receive */
+    float *ep_buf;       /* EP > 1: the states' received rows and the exchange scratch */
+    int32_t *ep_ibuf;
+    float *a2a, *d_loc, *dx_loc; /* [ep_rows, h]: rows by source rank; gradients by expert */
+    int capacity;                /* 0: dropless */
+    int max_rows;                /* expert rows one microbatch may need */
     tr_moe_view p, g;
     tr_moe_state *st;
     float *buf; /* every float of the states and the scratch */
@@ -64,10 +81,17 @@ tr_status tr_moe_route(tr_moe_layer *L, tr_moe_state *st, bool training, uint64_
  * balancing and z losses' gradients at scale aux_scale. */
 tr_status tr_moe_route_bwd(tr_moe_layer *L, const tr_moe_state *st, float aux_scale);
 
-/* The expert rows' MLPs, one GEMM per expert over its block: forward into st (fc1, act, ye),
- * backward from L->d_rows (dL/d ye) into L->d_x rows (dL/d xp), accumulating the weights'. */
-tr_status tr_moe_experts_fwd(tr_moe_layer *L, tr_moe_state *st);
-tr_status tr_moe_experts_bwd(tr_moe_layer *L, const tr_moe_state *st);
+/* The local experts' MLPs, one GEMM per expert over its block of r: forward into r (fc1, act,
+ * ye), backward from dy (dL/d ye) into dx (dL/d xp), accumulating the weights' gradients. */
+tr_status tr_moe_experts_fwd(tr_moe_layer *L, const tr_moe_rows *r);
+tr_status tr_moe_experts_bwd(tr_moe_layer *L, const tr_moe_rows *r, const float *dy, float *dx);
+
+/* The alltoall dispatcher (EP > 1): st's expert rows (sorted by global expert) to the ranks
+ * holding their experts, the local experts, and their outputs back into st->ye; the backward
+ * sends L->d_rows the same way and brings dL/d xp back into L->d_x. */
+tr_status tr_moe_ep_alloc(tr_moe_layer *L); /* the states' loc and the exchange scratch */
+tr_status tr_moe_dispatch_fwd(tr_moe_layer *L, tr_moe_state *st);
+tr_status tr_moe_dispatch_bwd(tr_moe_layer *L, tr_moe_state *st);
 /* The shared expert: adds its (gated) output to y; backward adds its input gradient to dx. */
 tr_status tr_moe_shared_fwd(tr_moe_layer *L, tr_moe_state *st, float *y);
 tr_status tr_moe_shared_bwd(tr_moe_layer *L, const tr_moe_state *st, const float *dy, float *dx);

@@ -16,7 +16,8 @@ static double now(void) {
 }
 
 int tr_moe_param_count(const tr_moe_spec *s) {
-    int n = 1 + (s->expert_bias ? 1 : 0) + 2 * s->experts;
+    int ep = s->ep_size > 1 ? s->ep_size : 1;
+    int n = 1 + (s->expert_bias ? 1 : 0) + 2 * (s->experts / ep);
     if (s->shared_ffn > 0) n += 2 + (s->shared_gate ? 1 : 0);
     return n;
 }
@@ -45,7 +46,9 @@ tr_status tr_moe_params(const tr_moe_spec *s, int layer, int hidden, bool swiglu
         out[at] = param(n, 1, s->experts, TR_MOE_INIT_ZERO, true);
         out[at++].frozen = true;
     }
-    for (int e = 0; e < s->experts; e++) {
+    int ep = s->ep_size > 1 ? s->ep_size : 1, local = s->experts / ep;
+    if (s->experts % ep || s->ep_rank < 0 || s->ep_rank >= ep) return TR_ERR_INVALID;
+    for (int e = s->ep_rank * local; e < (s->ep_rank + 1) * local; e++) {
         NAME("decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight", layer, e);
         out[at++] = param(n, fc1, hidden, TR_MOE_INIT_NORMAL, false);
         NAME("decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc2.weight", layer, e);
@@ -73,7 +76,7 @@ void tr_moe_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *of
         at = 0;
         v[w]->router = base[w] + offsets[at++];
         v[w]->bias = L->s.expert_bias ? base[w] + offsets[at++] : NULL;
-        for (int e = 0; e < L->E; e++) {
+        for (int e = 0; e < L->El; e++) {
             v[w]->fc1[e] = base[w] + offsets[at++];
             v[w]->fc2[e] = base[w] + offsets[at++];
         }
@@ -139,9 +142,10 @@ static int64_t ints_per_state(const tr_moe_layer *L) {
 
 static int64_t layout_scratch(tr_moe_layer *L, float *at, bool bind) {
     int64_t T = L->T, h = L->d.hidden, R = L->max_rows, SF = L->s.shared_ffn;
+    int64_t RE = L->ep_rows > R ? L->ep_rows : R; /* rows the local experts run over */
     int64_t o = 0;
-    float *d_rows = carve(at, &o, R * h), *d_act = carve(at, &o, R * L->s.ffn);
-    float *d_fc1 = carve(at, &o, R * L->fc1_dim), *d_x = carve(at, &o, R * h);
+    float *d_rows = carve(at, &o, R * h), *d_act = carve(at, &o, RE * L->s.ffn);
+    float *d_fc1 = carve(at, &o, RE * L->fc1_dim), *d_x = carve(at, &o, R * h);
     float *d_logits = carve(at, &o, T * L->E), *d_prob = carve(at, &o, T * L->k);
     float *d_out = carve(at, &o, T * h);
     float *s_dy = NULL, *s_dact = NULL, *s_dfc1 = NULL, *s_dg = NULL;
@@ -188,6 +192,17 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     L->fc1_dim = d->swiglu ? 2 * s->ffn : s->ffn;
     L->s_fc1_dim = d->swiglu ? 2 * s->shared_ffn : s->shared_ffn;
     L->max_rows = L->T * L->k;
+    L->ep = s->ep_size > 1 ? s->ep_size : 1;
+    L->ep_rank = L->ep > 1 ? s->ep_rank : 0;
+    L->El = L->E / L->ep;
+    /* dropless: every rank of the group may send all its rows to one rank's experts */
+    if (L->ep > 1) L->ep_rows = L->ep * L->max_rows;
+    if (L->ep > 1 &&
+        (L->E % L->ep || L->ep_rank < 0 || L->ep_rank >= L->ep || !d->comm || s->capacity > 0.0f)) {
+        /* capacity with EP drops per EP rank in Megatron: not built */
+        tr_moe_free(L);
+        return TR_ERR_INVALID;
+    }
     if (s->capacity > 0.0f) {
         /* Megatron's get_capacity over the token-expert pairs */
         L->capacity = (int)ceil((double)L->T * L->k / L->E * s->capacity);
@@ -215,6 +230,13 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     for (int i = 0; i < L->d.slots; i++)
         layout_state(L, L->buf + per * i, &L->st[i], L->ibuf + ints_per_state(L) * i);
     layout_scratch(L, L->buf + per * L->d.slots, true);
+    if (L->ep > 1) {
+        tr_status st = tr_moe_ep_alloc(L);
+        if (st != TR_OK) {
+            tr_moe_free(L);
+            return st;
+        }
+    }
     *out = L;
     return TR_OK;
 }
@@ -227,6 +249,8 @@ void tr_moe_free(tr_moe_layer *L) {
     free(L->p.fc1);
     free(L->counts);
     free(L->aux_N);
+    free(L->ep_buf);
+    free(L->ep_ibuf);
     free(L);
 }
 
@@ -256,7 +280,8 @@ tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bo
             memcpy(dst, st->x + (int64_t)(a / k) * h, (size_t)h * sizeof(float));
     }
     double t2 = now();
-    TR_TRY(tr_moe_experts_fwd(L, st));
+    tr_moe_rows rows = {L->E, st->off, st->xp, st->fc1, st->act, st->ye};
+    TR_TRY(L->ep > 1 ? tr_moe_dispatch_fwd(L, st) : tr_moe_experts_fwd(L, &rows));
     double t3 = now();
     /* unpermute: each token sums its experts' outputs weighted by their probabilities */
     for (int t = 0; t < T; t++) {
@@ -282,7 +307,7 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
                           float loss_scale) {
     float *dx = L->d_out; /* dx_out may be dy */
     if (slot < 0 || slot >= L->d.slots) return TR_ERR_INVALID;
-    const tr_moe_state *st = &L->st[slot];
+    tr_moe_state *st = &L->st[slot];
     int T = L->T, h = L->d.hidden, k = L->k, E = L->E;
     double t0 = now();
     /* the combine: d prob = <dy, expert output>, d expert output = prob dy */
@@ -306,7 +331,9 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
         L->d_prob[a] = (float)dot;
     }
     double t1 = now();
-    TR_TRY(tr_moe_experts_bwd(L, st));
+    tr_moe_rows rows = {E, st->off, st->xp, st->fc1, st->act, st->ye};
+    TR_TRY(L->ep > 1 ? tr_moe_dispatch_bwd(L, st)
+                     : tr_moe_experts_bwd(L, &rows, L->d_rows, L->d_x));
     double t2 = now();
     for (int t = 0; t < T; t++) {
         float *d = dx + (int64_t)t * h;

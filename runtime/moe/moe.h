@@ -1,6 +1,6 @@
-/* A mixture-of-experts MLP (Megatron-Core's MoELayer on one expert rank): the TopKRouter, the
- * balancing losses, capacity and token dropping, the routed experts and the shared experts,
- * written against the op table with explicit forward and backward.
+/* A mixture-of-experts MLP (Megatron-Core's MoELayer, with the alltoall dispatcher over EP): the
+ * TopKRouter, the balancing losses, capacity and token dropping, the routed experts and the shared
+ * experts, written against the op table with explicit forward and backward.
  *
  * It knows no tr_model: the model lists the layer's parameters (tr_moe_params) in its flat
  * buffer, binds their offsets (tr_moe_bind) and calls forward/backward with the output of
@@ -18,6 +18,8 @@
 #include "core/config.h"
 #include "core/diag.h"
 #include "kernels/ops.h"
+
+struct tr_comm;
 
 enum { TR_MOE_SOFTMAX, TR_MOE_SIGMOID, TR_MOE_SQRTSOFTPLUS };
 enum { TR_MOE_LB_NONE, TR_MOE_LB_AUX, TR_MOE_LB_SEQ_AUX, TR_MOE_LB_GLOBAL_AUX };
@@ -44,6 +46,10 @@ typedef struct tr_moe_spec {
     bool router_lowp; /* the router's GEMM in the model's half precision (moe_router_dtype null) */
     bool per_token;   /* calculate_per_token_loss: the aux losses' gradient scale */
     uint64_t layers[TR_MOE_MAX_LAYERS / 64]; /* bit i: layer i is MoE */
+    /* The expert layout the model builds (not from the config: tr_moe_spec_from_config leaves
+     * 1 and 0): this rank holds experts [ep_rank * experts / ep_size, ...) of experts / ep_size,
+     * and tokens travel to them over the EP group (the alltoall dispatcher). */
+    int ep_size, ep_rank;
 } tr_moe_spec;
 
 /* What the model fixes for a layer. */
@@ -51,6 +57,9 @@ typedef struct tr_moe_dims {
     int hidden, batch, seq, slots, layer;
     bool swiglu, gelu_tanh;
     int lowp; /* 0 or the tr_lowp of the expert GEMMs' operands */
+    /* The EP group's transfers when the spec's ep_size > 1 (TR_GROUP_EP; host memory). Every
+     * rank of the group must call forward and backward the same number of times. */
+    struct tr_comm *comm;
 } tr_moe_dims;
 
 enum { TR_MOE_INIT_NORMAL, TR_MOE_INIT_SCALED, TR_MOE_INIT_ZERO };
@@ -70,7 +79,8 @@ typedef struct tr_moe_layer tr_moe_layer;
 tr_status tr_moe_spec_from_config(const tr_config *c, tr_moe_spec *s);
 bool tr_moe_is_layer(const tr_moe_spec *s, int layer);
 
-/* How many tensors layer `layer` has, and their names and shapes (out: that many entries). */
+/* How many tensors layer `layer` has on this expert rank, and their names and shapes (out: that
+ * many entries); a rank's experts keep their global numbers in the names. */
 int tr_moe_param_count(const tr_moe_spec *s);
 tr_status tr_moe_params(const tr_moe_spec *s, int layer, int hidden, bool swiglu,
                         tr_moe_param *out);

@@ -299,8 +299,6 @@
       "Multi-token prediction trains on unpacked sequences.")                                      \
     X(tr_check_runtime_mtp_layout, "runtime.mtp_layout", E, false,                                 \
       "Multi-token prediction's depths sit in the loss stage of the pipeline layout.")             \
-    X(tr_check_runtime_mtp_moe, "runtime.mtp_moe", E, false,                                       \
-      "Multi-token prediction runs on dense models.")                                              \
     X(tr_check_runtime_mtp_pipeline_untied, "runtime.mtp_pipeline_untied", E, false,               \
       "Multi-token prediction under pipeline parallelism has tied embeddings.")                    \
     X(tr_check_runtime_params_dtype, "runtime.params_dtype", E, false,                             \

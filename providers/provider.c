@@ -43,8 +43,8 @@ static const tr_provider providers[] = {
      "Trestle test model: Qwen3-MoE-like (QK layernorm, 8 experts top-2), byte vocabulary",
      tr_provide_qwen3_moe_tiny},
     {"deepseek_tiny",
-     "Trestle test model: DeepSeek-like routing (dense first layer, sigmoid, expert bias, "
-     "groups, shared expert), standard attention",
+     "Trestle test model: DeepSeek-V3 shape (MLA, dense first layer, sigmoid, expert bias, "
+     "groups, shared expert, one MoE MTP depth)",
      tr_provide_deepseek_tiny},
 };
 

@@ -77,13 +77,29 @@ tr_status tr_provide_qwen3_moe_tiny(tr_config *c) {
     return TR_OK;
 }
 
-/* DeepSeek-V3's routing at tiny size, with standard attention: a dense first layer, sigmoid
- * scores with the aux-loss-free expert bias, group-limited top-k (4 groups, 2 picked), scaled
- * probabilities, a shared expert, the sequence aux loss, an fp32 router. */
+/* DeepSeek-V3 at tiny size: multi-latent attention (query and key-value latents of rank 8, YaRN
+ * rotary part of 4 channels), a dense first layer, sigmoid scores with the aux-loss-free expert
+ * bias, group-limited top-k (4 groups, 2 picked), scaled probabilities, a shared expert, the
+ * sequence aux loss, an fp32 router, and one MTP depth (an MoE layer, like the last decoder
+ * layer, as Megatron builds it). */
 tr_status tr_provide_deepseek_tiny(tr_config *c) {
     tr_model_config *m = &c->model;
     llama_tiny_layers(m);
     m->num_layers = 3;
+    m->multi_latent_attention = true;
+    m->qk_layernorm = true;
+    m->q_lora_rank = 8;
+    m->kv_lora_rank = 8;
+    m->qk_head_dim = 8;
+    m->qk_pos_emb_head_dim = 4;
+    m->v_head_dim = 6;
+    m->rope_type = TR_ROPE_YARN;
+    m->rotary_scaling_factor = 4.0;
+    m->original_max_position_embeddings = 8;
+    m->mscale = 0.7;
+    m->mscale_all_dim = 0.5;
+    m->mtp_num_layers = 1;
+    m->mtp_loss_scaling_factor = 0.3;
     m->num_moe_experts = 8;
     m->moe_router_topk = 2;
     m->moe_ffn_hidden_size = 32;

@@ -101,7 +101,7 @@ static const tr_recipe recipes[] = {
     ROW(mixtral_tiny_pretrain, "2-layer Mixtral-like MoE, 8 experts top-2, on bytes", PRE, 1),
     ROW(qwen3_moe_tiny_pretrain, "2-layer Qwen3-MoE-like (QK norm, 8 experts top-2) on bytes", PRE,
         1),
-    ROW(deepseek_tiny_pretrain, "3-layer DeepSeek-like routing, dense first layer, on bytes", PRE,
+    ROW(deepseek_tiny_pretrain, "3-layer DeepSeek-V3 shape (MLA, MoE, one MTP depth) on bytes", PRE,
         1),
 };
 

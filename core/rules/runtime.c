@@ -347,14 +347,6 @@ TR_RULE_FN(tr_check_runtime_mtp_packing) {
 
 /* The loss stage reads the word embedding: with tied weights it holds a copy; untied, the
  * embedding would be one more tensor shared across stages. */
-/* Megatron builds each depth's layer from the decoder's layer spec, an MoE layer in an MoE model;
- * the runtime's depths are dense. */
-TR_RULE_FN(tr_check_runtime_mtp_moe) {
-    if (!mtp_on(c) || c->model.num_moe_experts == TR_NULL_INT) return;
-    TR_FAIL("model.num_moe_experts,model.mtp_num_layers", "set model.mtp_num_layers=null",
-            MTP_NOT_YET, "mixture-of-experts layers (its depths would be MoE layers)");
-}
-
 TR_RULE_FN(tr_check_runtime_mtp_pipeline_untied) {
     if (!mtp_on(c) || c->model.pipeline_model_parallel_size <= 1 ||
         c->model.share_embeddings_and_output_weights)

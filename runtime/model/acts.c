@@ -298,6 +298,7 @@ static void carve_acts(tr_model *m, carver *c) {
 int tr_model_layer_slots(const tr_model *m, int layer) {
     for (int k = 0; k < m->n_parts; k++) {
         const tr_model_part *p = &m->parts[k];
+        if (layer >= m->spec.num_layers && p->has_loss) return part_slots(p); /* an MTP depth's */
         if (layer >= p->first_layer && layer < p->first_layer + p->num_layers) return part_slots(p);
     }
     return 0;

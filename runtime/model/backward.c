@@ -50,7 +50,7 @@ static tr_status layer_bwd(tr_model *m, int i) {
     /* MLP branch: m->dx holds dL/d(layer output). */
     const float *dy = branch_grad(m, m->dx, m->dtmp, 2 + 2 * i);
     if (!dy) return TR_ERR_INVALID;
-    if (m->moe && i < m->spec.num_layers && m->moe[i]) {
+    if (m->moe && m->moe[i]) {
         TR_TRY(moe_bwd(m, i, dy));
     } else {
         tr_linear fc2 = tr_model_layer_linear(m, i, TR_LIN_FC2);

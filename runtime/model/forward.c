@@ -266,7 +266,7 @@ tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out
     TR_TRY(tr_model_copy(m, a->x_mid, a->x_in, n));
     TR_TRY(ops->add(a->x_mid, m->dtmp, n));
     /* (MTP depths' layers, numbered past the decoder's, are dense) */
-    if (m->moe && i < m->spec.num_layers && m->moe[i]) return moe_fwd(m, i, x_out);
+    if (m->moe && m->moe[i]) return moe_fwd(m, i, x_out);
 
     tr_linear fc1 = tr_model_layer_linear(m, i, TR_LIN_FC1);
     TR_TRY(norm_to_linear(m, &fc1, a->ln2, a->ln2_full, a->ln2_h, a->ln2_mean, a->ln2_rstd,

@@ -65,7 +65,7 @@ static tr_status notify(const tr_model *m, const float *base, const float *const
 
 /* An MoE layer's tensors (its tr_moe_params, consecutive in info) to fn. */
 static tr_status notify_moe(const tr_model *m, int layer, tr_status (*fn)(void *, int)) {
-    if (!fn || !m->moe || layer >= m->spec.num_layers || !m->moe[layer]) return TR_OK;
+    if (!fn || !m->moe || !m->moe[layer]) return TR_OK;
     int n = tr_moe_param_count(&m->spec.moe);
     for (int k = 0; k < n; k++) TR_TRY(fn(m->hooks.ctx, m->moe_param0[layer] + k));
     return TR_OK;

@@ -191,18 +191,25 @@ static tr_status add_word_embedding(layout *l, const tr_model_spec *s, int tp, b
 }
 
 /* An MoE layer's router, experts and shared expert in place of the MLP (runtime/moe/moe.h). */
-static tr_status add_moe(layout *l, const tr_model_spec *s, int layer) {
+static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
     static const int init[] = {TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_ZERO};
     int n = tr_moe_param_count(&s->moe);
     tr_moe_param *p = malloc((size_t)n * sizeof *p);
     if (!p) return TR_ERR_NOMEM;
-    tr_status st = tr_moe_params(&s->moe, layer, s->hidden, s->swiglu, p);
+    tr_status st = tr_moe_params_at(&s->moe, base, s->hidden, s->swiglu, p);
     for (int k = 0; k < n && st == TR_OK; k++) {
         st = add_param(l, p[k].name, p[k].rows, p[k].cols, p[k].no_decay, init[p[k].init]);
         if (st == TR_OK) l->info[l->n - 1].frozen |= p[k].frozen;
     }
     free(p);
     return st;
+}
+
+/* Megatron builds an MTP depth's layer from the decoder's last layer spec
+ * (get_gpt_mtp_block_spec: layer_specs[-1]), so in DeepSeek-V3 it is an MoE layer. */
+bool tr_model_is_moe_layer(const tr_model_spec *s, int layer) {
+    if (layer >= s->num_layers + s->mtp_layers) return false;
+    return tr_moe_is_layer(&s->moe, layer < s->num_layers ? layer : s->num_layers - 1);
 }
 
 void tr_model_layer_base(char *out, size_t n, const tr_model_spec *s, int layer) {
@@ -236,8 +243,7 @@ static tr_status add_layer(layout *l, const tr_model_spec *s, int layer, const c
         add_adapter(l, s, pre, TR_LORA_PROJ, s->hidden, s->heads * s->head_dim, false, false, tp));
     snprintf(pre, sizeof pre, "%s.pre_mlp_layernorm", base);
     TR_TRY(add_norm(l, s, pre));
-    /* an MTP depth's layer is dense here (its number is past the decoder's) */
-    if (layer < s->num_layers && tr_moe_is_layer(&s->moe, layer)) return add_moe(l, s, layer);
+    if (tr_model_is_moe_layer(s, layer)) return add_moe(l, s, base);
     snprintf(pre, sizeof pre, "%s.mlp.linear_fc1", base);
     TR_TRY(add_linear(l, pre, fc1_dim, s->hidden, s->bias_linear, TR_INIT_NORMAL, true, s->swiglu,
                       tp));
@@ -392,7 +398,7 @@ tr_status tr_model_moe_bind(tr_model *m) {
     int n = tr_moe_param_count(&m->spec.moe);
     int64_t *off = malloc((size_t)n * sizeof *off);
     if (!off) return TR_ERR_NOMEM;
-    for (int i = 0; i < m->spec.num_layers; i++) {
+    for (int i = 0; i < m->spec.num_layers + m->spec.mtp_layers; i++) {
         if (!m->moe[i]) continue;
         for (int k = 0; k < n; k++) off[k] = m->info[m->moe_param0[i] + k].offset;
         tr_moe_bind(m->moe[i], m->params, m->grads, off);
@@ -406,13 +412,17 @@ static tr_status moe_create(tr_model *m) {
     const tr_model_spec *s = &m->spec;
     if (s->moe.experts <= 0) return TR_OK;
     if (m->dev && !tr_device_host_visible(m->dev)) return TR_ERR_INVALID;
-    m->moe = calloc((size_t)s->num_layers, sizeof *m->moe);
-    m->moe_param0 = calloc((size_t)s->num_layers, sizeof *m->moe_param0);
+    int n_all = s->num_layers + s->mtp_layers; /* the MTP depths' layers live on the loss stage */
+    m->moe = calloc((size_t)n_all, sizeof *m->moe);
+    m->moe_param0 = calloc((size_t)n_all, sizeof *m->moe_param0);
     if (!m->moe || !m->moe_param0) return TR_ERR_NOMEM;
-    char name[80];
-    for (int i = 0; i < s->num_layers; i++) {
-        if (!tr_moe_is_layer(&s->moe, i) || !holds_layer(m->parts, m->n_parts, i)) continue;
-        snprintf(name, sizeof name, "decoder.layers.%d.mlp.router.weight", i);
+    char name[128], base[64];
+    for (int i = 0; i < n_all; i++) {
+        bool held = i < s->num_layers ? holds_layer(m->parts, m->n_parts, i)
+                                      : any_part(m->parts, m->n_parts, true);
+        if (!tr_model_is_moe_layer(s, i) || !held) continue;
+        tr_model_layer_base(base, sizeof base, s, i);
+        snprintf(name, sizeof name, "%s.mlp.router.weight", base);
         const tr_param_info *p = tr_model_find_param(m, name);
         if (!p) return TR_ERR_INTERNAL;
         m->moe_param0[i] = (int)(p - m->info);
@@ -431,7 +441,7 @@ static tr_status moe_create(tr_model *m) {
 
 static void moe_free(tr_model *m) {
     if (m->moe)
-        for (int i = 0; i < m->spec.num_layers; i++) tr_moe_free(m->moe[i]);
+        for (int i = 0; i < m->spec.num_layers + m->spec.mtp_layers; i++) tr_moe_free(m->moe[i]);
     free(m->moe);
     free(m->moe_param0);
 }
@@ -439,7 +449,9 @@ static void moe_free(tr_model *m) {
 void tr_model_moe_stats(tr_model *m, double *lb, double *z, int *n) {
     *lb = *z = 0.0;
     *n = 0;
-    for (int i = 0; m->moe && i < m->spec.num_layers; i++) {
+    /* the MTP depths' layers count like the decoder's (Megatron's tracker holds num_layers +
+     * mtp_num_layers entries) */
+    for (int i = 0; m->moe && i < m->spec.num_layers + m->spec.mtp_layers; i++) {
         if (!m->moe[i]) continue;
         double a, b;
         int k;
@@ -452,7 +464,7 @@ void tr_model_moe_stats(tr_model *m, double *lb, double *z, int *n) {
 
 void tr_model_moe_tokens(tr_model *m, double *out) {
     int E = m->spec.moe.experts;
-    for (int i = 0; i < m->spec.num_layers; i++) {
+    for (int i = 0; i < m->spec.num_layers + m->spec.mtp_layers; i++) {
         double *row = out + (size_t)i * E;
         if (m->moe && m->moe[i])
             tr_moe_take_tokens(m->moe[i], row);
@@ -463,7 +475,7 @@ void tr_model_moe_tokens(tr_model *m, double *out) {
 
 tr_status tr_model_moe_step_end(tr_model *m, tr_status (*reduce)(void *ctx, double *v, int n),
                                 void *ctx) {
-    for (int i = 0; m->moe && i < m->spec.num_layers; i++) {
+    for (int i = 0; m->moe && i < m->spec.num_layers + m->spec.mtp_layers; i++) {
         if (!m->moe[i]) continue;
         if (reduce && m->spec.moe.expert_bias)
             TR_TRY(reduce(ctx, tr_moe_step_counts(m->moe[i]), tr_moe_experts(m->moe[i])));

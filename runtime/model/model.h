@@ -461,8 +461,9 @@ int tr_model_layer_slots(const tr_model *m, int layer);
 void tr_model_moe_stats(tr_model *m, double *lb, double *z, int *n);
 tr_status tr_model_moe_step_end(tr_model *m, tr_status (*reduce)(void *ctx, double *v, int n),
                                 void *ctx);
-/* Tokens per expert since the last call (training forwards, after drops), out [num_layers *
- * moe.experts] by global layer: zeros for a dense layer or one this model does not hold. */
+/* Tokens per expert since the last call (training forwards, after drops), out [(num_layers +
+ * mtp_layers) * moe.experts] by global layer (an MTP depth's after the decoder's): zeros for a
+ * dense layer or one this model does not hold. */
 void tr_model_moe_tokens(tr_model *m, double *out);
 /* Points the MoE layers at their tensors (after the flat buffers moved). */
 tr_status tr_model_moe_bind(tr_model *m);

@@ -151,8 +151,8 @@ double tr_model_flops_per_seq(const tr_model_spec *s) {
     double mtp = s->mtp_layers * T * (per_tok + attn + 2.0 * 2.0 * C * C + 2.0 * C * s->vocab);
     /* an MoE layer: the router and the top-k experts (and the shared expert) instead of the MLP */
     double moe_delta = 0.0;
-    for (int i = 0; i < s->num_layers && s->moe.experts > 0; i++)
-        if (tr_moe_is_layer(&s->moe, i)) {
+    for (int i = 0; i < s->num_layers + s->mtp_layers && s->moe.experts > 0; i++)
+        if (tr_moe_is_layer(&s->moe, i < s->num_layers ? i : s->num_layers - 1)) {
             double g = s->swiglu ? 3.0 : 2.0; /* weights per unit of width */
             double mlp = g * C * ((double)s->moe.topk * s->moe.ffn + s->moe.shared_ffn);
             moe_delta += 2.0 * (C * s->moe.experts + mlp - (C * fc1 + s->ffn * C));

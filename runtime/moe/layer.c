@@ -30,6 +30,13 @@ static tr_moe_param param(const char *name, int rows, int cols, int init, bool n
 
 tr_status tr_moe_params(const tr_moe_spec *s, int layer, int hidden, bool swiglu,
                         tr_moe_param *out) {
+    char base[48];
+    snprintf(base, sizeof base, "decoder.layers.%d", layer);
+    return tr_moe_params_at(s, base, hidden, swiglu, out);
+}
+
+tr_status tr_moe_params_at(const tr_moe_spec *s, const char *base, int hidden, bool swiglu,
+                           tr_moe_param *out) {
     char n[sizeof out->name];
     int at = 0;
     int fc1 = swiglu ? 2 * s->ffn : s->ffn, sfc1 = swiglu ? 2 * s->shared_ffn : s->shared_ffn;
@@ -38,29 +45,29 @@ tr_status tr_moe_params(const tr_moe_spec *s, int layer, int hidden, bool swiglu
         int len_ = snprintf(n, sizeof n, __VA_ARGS__);                                             \
         if (len_ < 0 || (size_t)len_ >= sizeof n) return TR_ERR_INVALID;                           \
     } while (0)
-    NAME("decoder.layers.%d.mlp.router.weight", layer);
+    NAME("%s.mlp.router.weight", base);
     out[at++] = param(n, s->experts, hidden, TR_MOE_INIT_NORMAL, false);
     if (s->expert_bias) {
         /* Megatron's buffer, updated from token counts: never touched by the optimizer */
-        NAME("decoder.layers.%d.mlp.router.expert_bias", layer);
+        NAME("%s.mlp.router.expert_bias", base);
         out[at] = param(n, 1, s->experts, TR_MOE_INIT_ZERO, true);
         out[at++].frozen = true;
     }
     int ep = s->ep_size > 1 ? s->ep_size : 1, local = s->experts / ep;
     if (s->experts % ep || s->ep_rank < 0 || s->ep_rank >= ep) return TR_ERR_INVALID;
     for (int e = s->ep_rank * local; e < (s->ep_rank + 1) * local; e++) {
-        NAME("decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight", layer, e);
+        NAME("%s.mlp.experts.local_experts.%d.linear_fc1.weight", base, e);
         out[at++] = param(n, fc1, hidden, TR_MOE_INIT_NORMAL, false);
-        NAME("decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc2.weight", layer, e);
+        NAME("%s.mlp.experts.local_experts.%d.linear_fc2.weight", base, e);
         out[at++] = param(n, hidden, s->ffn, TR_MOE_INIT_SCALED, false);
     }
     if (s->shared_ffn > 0) {
-        NAME("decoder.layers.%d.mlp.shared_experts.linear_fc1.weight", layer);
+        NAME("%s.mlp.shared_experts.linear_fc1.weight", base);
         out[at++] = param(n, sfc1, hidden, TR_MOE_INIT_NORMAL, false);
-        NAME("decoder.layers.%d.mlp.shared_experts.linear_fc2.weight", layer);
+        NAME("%s.mlp.shared_experts.linear_fc2.weight", base);
         out[at++] = param(n, hidden, s->shared_ffn, TR_MOE_INIT_SCALED, false);
         if (s->shared_gate) {
-            NAME("decoder.layers.%d.mlp.shared_experts.gate_weight", layer);
+            NAME("%s.mlp.shared_experts.gate_weight", base);
             out[at++] = param(n, 1, hidden, TR_MOE_INIT_NORMAL, false);
         }
     }

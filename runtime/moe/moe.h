@@ -84,6 +84,9 @@ bool tr_moe_is_layer(const tr_moe_spec *s, int layer);
 int tr_moe_param_count(const tr_moe_spec *s);
 tr_status tr_moe_params(const tr_moe_spec *s, int layer, int hidden, bool swiglu,
                         tr_moe_param *out);
+/* The same under any layer prefix (an MTP depth's layer: mtp.layers.<d>.mtp_model_layer). */
+tr_status tr_moe_params_at(const tr_moe_spec *s, const char *base, int hidden, bool swiglu,
+                           tr_moe_param *out);
 
 tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_dims *d,
                         const tr_ops *ops);

@@ -82,8 +82,13 @@ static tr_status log_bubble(trainer *t, int64_t it, bool due) {
  * (every rank agrees on that). */
 static tr_status log_moe_tokens(trainer *t, bool due) {
     tr_model *m = &t->model;
-    int E = m->spec.moe.experts, L = m->spec.num_layers;
+    /* the MTP depths' layers follow the decoder's (numbered after them), MoE when its last is */
+    int E = m->spec.moe.experts, L = m->spec.num_layers + m->spec.mtp_layers;
     if (E <= 0 || !due) return TR_OK;
+    uint64_t mask[TR_MOE_MAX_LAYERS / 64];
+    memcpy(mask, m->spec.moe.layers, sizeof mask);
+    for (int i = m->spec.num_layers; i < L && i < TR_MOE_MAX_LAYERS; i++)
+        if (tr_moe_is_layer(&m->spec.moe, m->spec.num_layers - 1)) mask[i / 64] |= 1ull << (i % 64);
     double *v = malloc((size_t)L * E * sizeof *v);
     if (!v) return TR_ERR_NOMEM;
     tr_model_moe_tokens(m, v);
@@ -92,7 +97,7 @@ static tr_status log_moe_tokens(trainer *t, bool due) {
     if (st == TR_OK && t->have_pp)
         st = tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, v, (size_t)L * E,
                                        TR_COMM_F64, TR_COMM_SUM);
-    if (st == TR_OK) st = tr_train_log_moe_tokens(&t->log, v, L, E, m->spec.moe.layers);
+    if (st == TR_OK) st = tr_train_log_moe_tokens(&t->log, v, L, E, mask);
     free(v);
     return st;
 }

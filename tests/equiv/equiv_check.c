@@ -445,12 +445,13 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         }
     }
     /* and, per logged iteration (every log_interval and the last), the tokens per expert of every
-     * layer (a double each) */
+     * layer, the MTP depths' included (a double each) */
     int64_t li = c->logger.log_interval > 0 ? c->logger.log_interval : 1;
     int64_t logged = iters / li + (iters % li != 0);
+    int64_t moe_layers = m->num_layers + (m->mtp_num_layers != TR_NULL_INT ? m->mtp_num_layers : 0);
     int64_t moe_bytes =
         m->num_moe_experts != TR_NULL_INT
-            ? iters * (24 + 8 * run->expert_bias) + logged * 8 * m->num_layers * m->num_moe_experts
+            ? iters * (24 + 8 * run->expert_bias) + logged * 8 * moe_layers * m->num_moe_experts
             : 0;
     int64_t msg = r / (sp ? tp : 1) * h * (m->pipeline_dtype == TR_DTYPE_FP32 ? 4 : 2);
     int64_t eval_mbs = evals * v->eval_iters * (eval_split ? eval_nmb / dp : eval_nmb);

@@ -616,10 +616,17 @@ tr_equiv_test(mla_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
 tr_equiv_test(mla_direct_q_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
               model.q_lora_rank=null -- ${TR_TP2} model.pipeline_model_parallel_size=2)
 # DeepSeek's pairing: MLA attention over the DeepSeek-like MoE layers (dense first layer,
-# sigmoid routing with expert bias, shared expert), with the distributed optimizer and under PP.
-tr_equiv_test(mla_moe_dp2_distopt 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} --
+# sigmoid routing with expert bias, shared expert), with the distributed optimizer and under PP,
+# first without MTP; then deepseek_tiny whole, its MTP depth an MoE layer (the last decoder
+# layer's spec, as Megatron builds it) on the last stage under PP, its expert bias and balancing
+# losses with the decoder's.
+tr_equiv_test(mla_moe_dp2_distopt 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
+              model.mtp_num_layers=null -- ${TR_DISTOPT})
+tr_equiv_pp_test(mla_moe_pp2 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} ${TR_DS4}
+                 model.mtp_num_layers=null -- ${TR_PP2})
+tr_equiv_test(deepseek_mtp_moe_dp2_distopt 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} --
               ${TR_DISTOPT})
-tr_equiv_pp_test(mla_moe_pp2 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} ${TR_DS4} --
+tr_equiv_pp_test(deepseek_mtp_moe_pp2 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_DS4} --
                  ${TR_PP2})
 
 # Multi-token prediction (runtime/mtp/, the loss stage): two depths with their loss weighted 0.3,

@@ -2,7 +2,10 @@
  * backward differentiates is the main loss plus mtp_scale times each depth's loss (read back
  * with tr_model_mtp_losses); for each parameter tensor its directional derivative along a
  * random +-1 direction (central differences) must match the analytic gradient on it, for a
- * Llama with two depths (and dropout, ignored targets, a loss scale) and an MLA model with one.
+ * Llama with two depths (and dropout, ignored targets, a loss scale), an MLA model with one, and
+ * an MLA model over DeepSeek-like MoE layers whose depth is an MoE layer too (Megatron builds it
+ * from the last decoder layer's spec): the objective then adds each MoE layer's balancing losses
+ * (the depth's included), times their coefficients.
  * Semantics: depth d predicts the target d positions later (the first d targets of a row never
  * reach it, the last d positions are not trained), the reported loss is the main model's, and
  * the tensors carry Megatron's names. */
@@ -38,13 +41,38 @@ static tr_model_spec mla_mtp_spec(void) {
     return s;
 }
 
-/* main loss + mtp_scale * sum of the depths' losses; *main the main one. */
+/* DeepSeek's routing (runtime/moe/): a dense first layer, sigmoid scores with expert bias,
+ * group-limited top-k, scaled probabilities, a shared expert, the sequence aux loss and z-loss. */
+static tr_model_spec mla_moe_mtp_spec(void) {
+    tr_model_spec s = mla_mtp_spec();
+    s.moe = (tr_moe_spec){.experts = 4,
+                          .topk = 2,
+                          .ffn = 6,
+                          .shared_ffn = 8,
+                          .score = TR_MOE_SIGMOID,
+                          .groups = 2,
+                          .group_topk = 1,
+                          .topk_scale = 2.5f,
+                          .expert_bias = true,
+                          .bias_rate = 1e-3f,
+                          .balance = TR_MOE_LB_SEQ_AUX,
+                          .aux_coeff = 0.05f,
+                          .z_coeff = 0.01f};
+    s.moe.layers[0] = 1u << 1; /* layer 1 and, after it, the depth's */
+    return s;
+}
+
+/* main loss + mtp_scale * sum of the depths' losses (+ the MoE layers' balancing losses); *main
+ * the main one. */
 static double objective(tr_model *m, const int32_t *ids, const int32_t *tg, double *main,
                         float *depth) {
     float l = 0;
     CHECK_INT_EQ(tr_model_forward(m, ids, tg, &l), TR_OK);
     CHECK_INT_EQ(tr_model_mtp_losses(m, depth), TR_OK);
-    double total = l;
+    double lb = 0.0, z = 0.0;
+    int n_moe = 0;
+    tr_model_moe_stats(m, &lb, &z, &n_moe);
+    double total = l + m->spec.moe.aux_coeff * lb + m->spec.moe.z_coeff * z;
     for (int d = 0; d < m->spec.mtp_layers; d++) total += (double)m->spec.mtp_scale * depth[d];
     if (main) *main = l;
     return total;
@@ -79,6 +107,7 @@ static void check_fd(tr_model_spec s, int nb, float loss_scale) {
     int mtp_tensors = 0;
     for (int t = 0; t < m.n_info; t++) {
         const tr_param_info *p = &m.info[t];
+        if (p->frozen) continue; /* the expert bias: a buffer the token counts update */
         float *w = m.params + p->offset;
         const float *g = m.grads + p->offset;
         double analytic = 0.0, h = 2e-3;
@@ -118,6 +147,25 @@ static void test_llama_two_depths_fd(void) {
 
 static void test_mla_one_depth_fd(void) {
     check_fd(mla_mtp_spec(), 1, 1.0f);
+}
+
+static void test_mla_moe_one_depth_fd(void) {
+    tr_model_spec s = mla_moe_mtp_spec();
+    tr_model m;
+    CHECK_INT_EQ(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 2), TR_OK);
+    const char *moe[] = {
+        "mtp.layers.0.mtp_model_layer.mlp.router.weight",
+        "mtp.layers.0.mtp_model_layer.mlp.router.expert_bias",
+        "mtp.layers.0.mtp_model_layer.mlp.experts.local_experts.3.linear_fc2.weight",
+        "mtp.layers.0.mtp_model_layer.mlp.shared_experts.linear_fc1.weight",
+        "decoder.layers.1.mlp.router.weight",
+        "decoder.layers.0.mlp.linear_fc1.weight"};
+    for (size_t k = 0; k < sizeof moe / sizeof *moe; k++)
+        CHECK(tr_model_find_param(&m, moe[k]) != NULL);
+    CHECK(tr_model_find_param(&m, "mtp.layers.0.mtp_model_layer.mlp.linear_fc1.weight") == NULL);
+    CHECK(m.moe && m.moe[s.num_layers] != NULL);
+    tr_model_free(&m);
+    check_fd(s, 2, 0.5f);
 }
 
 /* Depth 1 reads target t + 1 at position t: the first target of each row never reaches it, the
@@ -189,4 +237,5 @@ static void test_pipeline_stages(void) {
 }
 
 TR_TEST_MAIN(TR_TEST(test_pipeline_stages), TR_TEST(test_llama_two_depths_fd),
-             TR_TEST(test_mla_one_depth_fd), TR_TEST(test_semantics))
+             TR_TEST(test_mla_one_depth_fd), TR_TEST(test_mla_moe_one_depth_fd),
+             TR_TEST(test_semantics))

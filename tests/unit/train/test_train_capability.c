@@ -95,7 +95,6 @@ static const capability_case cases[] = {
      2,
      {"model.mtp_num_layers=1", "model.pipeline_model_parallel_size=2",
       "model.pipeline_model_parallel_layout=\"Etm|tL\""}},
-    {"runtime.mtp_moe", 1, {"model.mtp_num_layers=1", "model.num_moe_experts=4"}},
     {"runtime.mtp_pipeline_untied",
      2,
      {"model.mtp_num_layers=1", "model.pipeline_model_parallel_size=2",

@@ -71,6 +71,14 @@ void tr_cp_take(int size, int rank, const int32_t *full, int seq_full, int32_t *
 tr_status tr_cp_index(int size, int rank, const int32_t *doc_start, int seq_full, int32_t *index,
                       int32_t *local_doc_start);
 
+/* The device buffers of one exchange type, in the order tr_cp_create (TR_CP_P2P: the ring's),
+ * tr_cp_use_all_gather and tr_cp_use_a2a allocate them (the last two on top of the ring's):
+ * their sizes in bytes in bytes[0..n), n returned (0: invalid shape). The runtime allocates with
+ * these sizes and the planner (runtime/plan) sizes a CP rank's activations with them. */
+enum { TR_CP_MAX_BUFFERS = 16 };
+int tr_cp_buffer_bytes(int type, int size, int batch, int seq_local, int heads, int groups,
+                       int head_dim, int64_t *bytes);
+
 /* Buffers for micro batches of `batch` sequences of seq_local rows of this rank (even), heads
  * and groups of this TP rank, on dev; the ring runs over group `group` of comm (size > 1). */
 tr_status tr_cp_create(tr_cp *cp, struct tr_device *dev, struct tr_comm *comm, int group, int batch,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/context_parallel/cp.h"
 #include "runtime/device/device.h"
 #include "runtime/distributed/ddp.h"
 #include "runtime/distributed/grad_buffer.h"
@@ -249,13 +250,31 @@ static tr_status act_sizes(const tr_model_spec *ms, tr_tp_shard shard, int mbs,
     return TR_OK;
 }
 
+/* The exchange's buffers as runtime/train/setup.c makes them: the ring's always, the
+ * all-gather's or the all-to-all's on top for those cp_comm_types (bytes and rounded bytes). */
+static tr_status cp_buffers(const tr_config *c, const tr_model_spec *ms, const tr_model *shape,
+                            int mbs, const tr_plan_gpu *g, int64_t *bytes, int64_t *rounded) {
+    const tr_str_list *ct = &c->model.cp_comm_type;
+    int types[2] = {TR_CP_P2P, -1};
+    if (!ct->null && ct->n > 0 && strcmp(ct->v[0], "allgather") == 0) types[1] = TR_CP_ALL_GATHER;
+    if (!ct->null && ct->n > 0 && strcmp(ct->v[0], "a2a") == 0) types[1] = TR_CP_A2A;
+    for (int t = 0; t < 2 && types[t] >= 0; t++) {
+        int64_t b[TR_CP_MAX_BUFFERS];
+        int n = tr_cp_buffer_bytes(types[t], ms->cp, mbs, ms->seq, shape->spec.heads,
+                                   shape->spec.groups, ms->head_dim, b);
+        if (n == 0) return TR_ERR_INVALID;
+        for (int i = 0; i < n; i++) *bytes += b[i], *rounded += tr_plan_round(g, b[i]);
+    }
+    return TR_OK;
+}
+
 tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms,
                                      const tr_plan_gpu *g, const tr_pp_layout *lay, int pp_rank,
                                      tr_plan_cache *cache, tr_plan_rank *r, tr_diags *d) {
     int tp = (int)c->model.tensor_model_parallel_size, dp = (int)c->derived.data_parallel_size;
     int pp = (int)c->model.pipeline_model_parallel_size, mbs = (int)c->train.micro_batch_size;
-    int nmb = (int)c->derived.num_microbatches;
-    bool distributed = dp > 1 || tp > 1 || pp > 1;
+    int nmb = (int)c->derived.num_microbatches, cp = ms->cp > 1 ? ms->cp : 1;
+    bool distributed = dp > 1 || tp > 1 || pp > 1 || cp > 1;
     tr_tp_shard shard = {0, tp};
     tr_model_part parts[64];
     memset(r, 0, sizeof *r);
@@ -275,7 +294,8 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
         r->layers += parts[k].num_layers;
     }
     param_val pv;
-    TR_TRY(param_sizes(c, ms, shard, parts, r->vpp, distributed, dp, cache, &pv, d));
+    /* the gradients reduce over data and context parallel ranks together (TR_GROUP_DP_CP) */
+    TR_TRY(param_sizes(c, ms, shard, parts, r->vpp, distributed, dp * cp, cache, &pv, d));
     r->n_params = pv.real;
     r->n_buckets = pv.n_buckets;
     int64_t A = pv.numel * 4, W = pv.wc * 2, L = pv.L * 4, state = pv.state;
@@ -312,15 +332,23 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
     r->peak[TR_MEM_PARAMS] = pk;
     r->peak[TR_MEM_GRADS] = distributed && rL > rA ? rL : rA;
     r->peak[TR_MEM_OPTIMIZER] = states * tr_plan_round(g, state * 4);
-    /* fine-tuning data brings document starts and position ids: the model gathers positions */
+    /* fine-tuning data brings document starts and position ids, and a CP rank's rows carry
+     * their global positions (runtime/train/step.c): the model gathers positions */
     int64_t pos_local = 0, pos_table = 0;
-    if (c->dataset.type == TR_DS_SFT) tr_model_position_bytes(&shape, &pos_local, &pos_table);
+    if (c->dataset.type == TR_DS_SFT || cp > 1)
+        tr_model_position_bytes(&shape, &pos_local, &pos_table);
     r->tokens += pos_local + 2 * pos_table;
     r->peak[TR_MEM_ACTIVATIONS] = (pos_local ? tr_plan_round(g, pos_local) : 0) +
                                   (pos_table ? 2 * tr_plan_round(g, pos_table) : 0) +
                                   tr_plan_round(g, as.tok_bytes) + tr_plan_round(g, as.act_bytes) +
                                   r->p2p_fp32 * tr_plan_round(g, msg * 4) +
                                   r->p2p_half * tr_plan_round(g, msg * 2);
+    if (cp > 1) {
+        int64_t cpb = 0, cpr = 0;
+        TR_TRY(cp_buffers(c, ms, &shape, mbs, g, &cpb, &cpr));
+        r->cp_buffers = cpb;
+        r->peak[TR_MEM_ACTIVATIONS] += cpr;
+    }
     r->peak[TR_MEM_WORKSPACE] = (pp > 1 ? 2 : 1) * tr_plan_round(g, (nmb > 0 ? nmb : 1) * 4);
     /* the device's own scratch, and the overflow flag of a step that rounds or unscales the
      * gradients (runtime/train/precision.c: half precision without grad_reduce_in_fp32, or

@@ -12,13 +12,6 @@ static double ring(int n) {
 
 static tr_status unsupported(const tr_config *c, tr_diags *d) {
     const tr_model_config *m = &c->model;
-    if (m->context_parallel_size > 1) {
-        tr_diag_add(d, TR_SEV_ERROR, "plan.unsupported", NULL, "model.context_parallel_size",
-                    "plan with context_parallel_size=1 (the runtime refuses CP today)",
-                    "the planner covers the axes the runtime runs; context parallelism "
-                    "is not one yet");
-        return TR_ERR_CONFIG;
-    }
     if (m->num_moe_experts != TR_NULL_INT && m->num_moe_experts > 0) {
         tr_diag_add(d, TR_SEV_ERROR, "plan.unsupported", NULL, "model.num_moe_experts",
                     "plan a dense model (the runtime refuses MoE layers today)",
@@ -51,17 +44,21 @@ static void add_comm(tr_plan *p, const char *g, int size, double bytes, double b
 
 static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
     const tr_plan_gpu *g = p->gpu;
-    double seq = ms->seq, tokens = (double)p->gbs * seq;
+    /* ms->seq is a CP rank's share: the FLOPs count whole sequences, the messages local rows */
+    int cp = p->cp > 1 ? p->cp : 1;
+    tr_model_spec whole = *ms;
+    whole.seq = ms->seq * cp;
+    double seq = whole.seq, tokens = (double)p->gbs * seq, seq_local = ms->seq;
     p->model_flops = c->derived.flops_per_token * tokens;
     /* recomputation reruns forwards: all of a layer's (full) or its attention core (selective) */
-    double fwd = tr_model_flops_per_seq(ms) * p->gbs;
+    double fwd = tr_model_flops_per_seq(&whole) * p->gbs;
     double head = 2.0 * seq * ms->hidden * ms->vocab * p->gbs;
     double attn =
         2.0 * 2.0 * ms->heads * ms->head_dim * (seq / 2.0) * seq * ms->num_layers * p->gbs;
     double extra = p->recompute == 2 ? fwd - head : p->recompute == 1 ? attn : 0.0;
     p->hw_flops = 3.0 * fwd + extra;
     double peak = (p->lowp ? g->tflops_bf16 : g->tflops_fp32) * 1e12;
-    int model_ranks = p->tp * p->pp;
+    int model_ranks = p->tp * p->pp * cp;
     double per_gpu = p->hw_flops / ((double)p->dp * model_ranks);
     const tr_plan_rank *busy = &p->ranks[0];
     for (int i = 1; i < p->n_ranks; i++)
@@ -79,7 +76,7 @@ static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
     /* bytes per step per group (what one rank sends) */
     int gpn = g->gpus_per_node;
     double dtype = p->lowp ? 2.0 : 4.0;
-    double msg_full = (double)p->mbs * seq * ms->hidden * dtype;
+    double msg_full = (double)p->mbs * seq_local * ms->hidden * dtype;
     int layers = busy->layers;
     p->n_comm = 0;
     int tp_colls = 4 + (p->recompute == 2 ? 2 : 0);
@@ -88,8 +85,30 @@ static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
     add_comm(p, "tp", p->tp, (double)layers * p->nmb * tp_colls * 2.0 * ring(p->tp) * msg_full,
              tp_cross ? g->net_gbs : g->nvlink_gbs, tp_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK,
              tp_over ? TR_PLAN_TP_HIDDEN : 0.0, tp_cross);
+    /* context parallel (TP ranks innermost, CP next): per layer and microbatch the fp32 K and V
+     * of this rank's rows (its KV groups) travel the ring cp-1 times forward and cp-1 times with
+     * cp hops of dK/dV backward (tests/equiv/equiv_check.c's volume); the all-gather gathers
+     * them forward and backward and reduce-scatters cp slots of dK/dV; the all-to-all trades
+     * q, k, v, out forward and twice as many tensors backward. A recomputed forward (full or
+     * selective: both rerun the attention core) runs its exchange again. */
+    if (cp > 1) {
+        double gl = ms->groups < p->tp ? 1 : ms->groups / p->tp, hl = ms->heads / p->tp;
+        double rows = (double)p->mbs * seq_local, kv = 2.0 * rows * gl * ms->head_dim * 4.0;
+        const tr_str_list *ct = &c->model.cp_comm_type;
+        bool ag = !ct->null && ct->n > 0 && strcmp(ct->v[0], "allgather") == 0;
+        bool a2a = !ct->null && ct->n > 0 && strcmp(ct->v[0], "a2a") == 0;
+        double fwd_b = ag    ? kv
+                       : a2a ? (2.0 * hl + 2.0 * gl) * rows * ms->head_dim * 4.0
+                             : (cp - 1) * kv;
+        double bwd_b = ag ? kv + cp * kv : a2a ? 2.0 * fwd_b : (cp - 1) * kv + cp * kv;
+        double per = fwd_b + bwd_b + (p->recompute ? fwd_b : 0.0);
+        bool cp_cross = (int64_t)p->tp * cp > gpn;
+        add_comm(p, "cp", cp, (double)busy->layers * p->nmb * per,
+                 cp_cross ? g->net_gbs : g->nvlink_gbs,
+                 cp_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK, 0.0, cp_cross);
+    }
     double msg = msg_full / (p->sp ? p->tp : 1);
-    bool pp_cross = (int64_t)p->tp * p->dp >= gpn && p->world > gpn;
+    bool pp_cross = (int64_t)p->tp * cp * p->dp >= gpn && p->world > gpn;
     add_comm(p, "pp", p->pp, 2.0 * p->nmb * p->vpp * msg, pp_cross ? g->net_gbs : g->nvlink_gbs,
              pp_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK, TR_PLAN_PP_HIDDEN, pp_cross);
     /* data parallel: fp32 gradients reduce-scattered and fp32 parameters gathered (dist.
@@ -97,9 +116,9 @@ static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
     int64_t buf = 0;
     for (int i = 0; i < p->n_ranks; i++)
         if (p->ranks[i].grads > buf) buf = p->ranks[i].grads;
-    bool dp_cross = (int64_t)p->tp * p->dp > gpn;
-    add_comm(p, "dp", p->dp, 2.0 * ring(p->dp) * (double)buf, dp_cross ? g->net_gbs : g->nvlink_gbs,
-             dp_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK,
+    bool dp_cross = (int64_t)p->tp * cp * p->dp > gpn;
+    add_comm(p, "dp", p->dp * cp, 2.0 * ring(p->dp * cp) * (double)buf,
+             dp_cross ? g->net_gbs : g->nvlink_gbs, dp_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK,
              c->ddp.overlap_grad_reduce ? TR_PLAN_DP_HIDDEN : 0.0, dp_cross);
     if (ms->tied && p->pp > 1)
         add_comm(p, "embedding", 2, 2.0 * 0.5 * ms->vocab / p->tp * ms->hidden * 4.0, g->net_gbs,

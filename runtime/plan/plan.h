@@ -58,6 +58,7 @@ typedef struct tr_plan_rank {
     int64_t act_arena;    /* every slot + recompute sets + scratch */
     int64_t tokens;       /* per-slot ids, targets, document starts, positions */
     int64_t p2p;          /* stage-transfer buffers held at once */
+    int64_t cp_buffers;   /* the context-parallel exchange's KV/dKV blocks (CP > 1) */
     int p2p_fp32, p2p_half;
     int64_t workspace; /* loss buffers, overflow flag */
     int64_t n_params;  /* parameters of the role (elements) */
@@ -70,7 +71,7 @@ typedef struct tr_plan_rank {
 
 /* Communication per step of one process group (bytes one rank sends). */
 typedef struct tr_plan_comm {
-    const char *group; /* "tp", "pp", "dp", "embedding" */
+    const char *group; /* "tp", "cp", "pp", "dp" (data and context parallel), "embedding" */
     int size;
     double bytes;
     double seconds; /* exposed time after overlap */
@@ -90,7 +91,7 @@ typedef struct tr_plan {
     double hw_flops;    /* per step including recomputation */
     double t_compute, t_bubble, t_optimizer, t_comm, step_s, mfu;
     double bubble; /* (p - 1) / (v m) of the compute time */
-    tr_plan_comm comm[4];
+    tr_plan_comm comm[5];
     int n_comm;
 } tr_plan;
 

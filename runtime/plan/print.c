@@ -46,7 +46,8 @@ void tr_plan_print(FILE *out, const tr_config *c, const tr_plan *p) {
                 " buckets, %.3f GiB padding)\n",
                 gib(r->grads), r->n_buckets, gib(r->ddp_padding));
         fprintf(out, "  optimizer state          %10.3f GiB  (%s)\n", gib(r->optimizer),
-                p->dist_opt && p->dp > 1 ? "sharded over DP" : "not sharded");
+                p->dist_opt && p->dp * (p->cp > 1 ? p->cp : 1) > 1 ? "sharded over DP x CP"
+                                                                   : "not sharded");
         fprintf(out, "  activations / microbatch %10.3f GiB\n", gib(r->act_per_slot));
         fprintf(out,
                 "  activation arena         %10.3f GiB  (every slot, recompute sets, scratch)\n",
@@ -54,6 +55,9 @@ void tr_plan_print(FILE *out, const tr_config *c, const tr_plan *p) {
         fprintf(out, "  token buffers            %10.3f GiB\n", gib(r->tokens));
         fprintf(out, "  p2p buffers              %10.3f GiB  (%d fp32, %d half)\n", gib(r->p2p),
                 r->p2p_fp32, r->p2p_half);
+        if (p->cp > 1)
+            fprintf(out, "  CP exchange buffers      %10.3f GiB  (KV and dK/dV blocks)\n",
+                    gib(r->cp_buffers));
         fprintf(out, "  workspace                %10.3f GiB\n", gib(r->workspace));
         fprintf(out,
                 "  peaks per kind: params %.3f, grads %.3f, optimizer %.3f, activations %.3f, "

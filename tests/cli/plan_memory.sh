@@ -1,5 +1,5 @@
 # The planner's bytes per rank against the runtime's: for tiny dense layouts (TP, SP, PP, VPP,
-# DP, the distributed optimizer, recomputation, mixed precision, SFT packing, LoRA) `run_recipe --plan --gpu
+# CP, DP, the distributed optimizer, recomputation, mixed precision, SFT packing, LoRA) `run_recipe --plan --gpu
 # cpu --json` (the cpu-strict device's page-rounded allocations) is compared with the peaks per
 # memory kind the cpu-strict device measured on every rank of a one-iteration run of the same
 # layout; each kind must agree within 3% (docs/plan.md). The planner's numbers come from the
@@ -77,6 +77,16 @@ layout 4 $T -pp 2 ddp.use_distributed_optimizer=true optimizer.use_distributed_o
 layout 4 $T -tp 2 ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
 layout 4 $T -pp 4 model.num_layers=8 -vp 2 train.global_batch_size=8
 layout 2 $T -pp 2 model.num_layers=4 -vp 2 train.global_batch_size=8 model.recompute_granularity=selective
+# Context parallelism: the exchange's buffers (tr_cp_buffer_bytes) and the global positions a
+# CP rank's rows carry, over TP/SP, PP, DP and the distributed optimizer.
+layout 2 $T -cp 2
+layout 4 $T -cp 4
+layout 2 $G -cp 2
+layout 4 $T -cp 2 -tp 2 model.sequence_parallel=true
+layout 4 $T -cp 2 -pp 2
+layout 4 $T -cp 2 ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
+layout 2 $T -cp 2 model.cp_comm_type=allgather
+layout 2 $T -cp 2 model.cp_comm_type=a2a mixed_precision.preset=bf16_mixed
 # Fine-tuning: packed sequences (the position buffers) and LoRA's adapters over a frozen base
 # loaded from a checkpoint.
 rr --recipe llama_tiny_pretrain train.train_iters=1 checkpoint.save="$TMP/pt" \
@@ -89,5 +99,5 @@ layout 2 $S -pp 2
 layout 1 $L
 layout 2 $L -tp 2
 layout 2 $L ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
-[ "$n" -ge 20 ] || fail "only $n layouts"
+[ "$n" -ge 28 ] || fail "only $n layouts"
 echo "cli_plan_memory: $n layouts within 3%"

@@ -1,7 +1,9 @@
 /* The planner's own contracts (runtime/plan/plan.h); its numbers against the runtime's measured
  * allocations are tests/cli/plan_memory.sh, against Megatron's formula tests/cli/plan.sh.
  *  - the memo changes no number: every layout planned with and without it, twice through it;
- *  - context parallelism and MoE layers are refused (plan.unsupported), not guessed;
+ *  - context parallelism is planned: the exchange's buffers on every rank and the ring's volume
+ *    per layer and microbatch, (CP-1) K/V forward and (CP-1) K/V + CP dK/dV backward (the volume
+ *    tests/equiv/equiv_check.c books); MoE layers are refused (plan.unsupported), not guessed;
  *  - every layout the search prints is selected by its overrides: resolved with them from the
  *    recipe it validates and plans to the same numbers;
  *  - the search's fast path (typed overrides on a history-less copy, the error rules alone, the
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "recipes/resolve.h"
+#include "runtime/model/model.h"
 #include "runtime/plan/plan.h"
 #include "tests/unit/harness.h"
 
@@ -76,7 +79,7 @@ static void test_memo_changes_nothing(void) {
     tr_plan_cache_free(cache);
 }
 
-static void test_cp_and_moe_refused(void) {
+static void test_cp_planned_moe_refused(void) {
     static const char *const cp[] = {"model.context_parallel_size=2"};
     tr_diags d;
     tr_diags_init(&d);
@@ -87,8 +90,16 @@ static void test_cp_and_moe_refused(void) {
     CHECK(tr_config_finalize(&c, &w, &d) == TR_OK);
     CHECK(tr_config_validate(&c, &vo, &d) == TR_OK);
     tr_plan p;
-    CHECK(tr_plan_make(&c, tr_plan_gpu_find("h100-80gb"), &p, &d) == TR_ERR_CONFIG);
-    CHECK(tr_diags_find(&d, "plan.unsupported") != NULL);
+    CHECK(tr_plan_make(&c, tr_plan_gpu_find("h100-80gb"), &p, &d) == TR_OK);
+    CHECK(p.cp == 2 && p.n_ranks == 1 && p.ranks[0].cp_buffers > 0);
+    tr_model_spec ms;
+    CHECK(tr_model_spec_from_config(&c, &ms, &d) == TR_OK);
+    double kv = 2.0 * p.mbs * ms.seq * ms.groups * ms.head_dim * 4.0;
+    double want = (double)ms.num_layers * p.nmb * ((2 - 1) * kv + (2 - 1) * kv + 2 * kv);
+    const tr_plan_comm *ring = NULL;
+    for (int i = 0; i < p.n_comm; i++)
+        if (strcmp(p.comm[i].group, "cp") == 0) ring = &p.comm[i];
+    CHECK(ring && ring->size == 2 && ring->bytes == want);
     tr_config_free(&c);
     tr_diags_free(&d);
     tr_diags_init(&d);
@@ -208,6 +219,6 @@ static void test_search_fast_path_matches_plain(void) {
     search_paths_agree("llama_tiny_pretrain", 8, "cpu");
 }
 
-TR_TEST_MAIN(TR_TEST(test_memo_changes_nothing), TR_TEST(test_cp_and_moe_refused),
+TR_TEST_MAIN(TR_TEST(test_memo_changes_nothing), TR_TEST(test_cp_planned_moe_refused),
              TR_TEST(test_search_overrides_select_the_layout),
              TR_TEST(test_search_fast_path_matches_plain))

@@ -289,12 +289,21 @@ static bool is_deepseek(const tr_model_spec *s) {
            !s->bias_qkv && !s->learned_pos && !s->mtp_layers;
 }
 
-static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
+typedef struct progress {
+    tr_hf_progress_fn fn;
+    void *ctx;
+    int done, n;
+    uint64_t bytes, total;
+} progress;
+
+static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
+                              tr_diags *d);
 
 /* The adapters merged into a model without them (the merged model computes the adapted one's
  * forward), which is then exported: writing the base weights alone would drop what the
  * fine-tune learned. */
-static tr_status export_merged(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d) {
+static tr_status export_merged(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
+                               tr_diags *d) {
     if (!tr_device_host_visible(m->dev))
         return export_error(d, dir,
                             "merging LoRA adapters runs on a host model; load the checkpoint on "
@@ -308,12 +317,17 @@ static tr_status export_merged(const tr_model *m, const char *dir, tr_st_dtype d
     TR_TRY(tr_model_create(&base, &bs, (tr_tp_shard){0, 1}, m->ops, 1));
     tr_status st = tr_lora_merge(m, &base);
     if (st != TR_OK) st = export_error(d, dir, "the adapters could not be merged into the weights");
-    if (st == TR_OK) st = export_plain(&base, dir, dtype, d);
+    if (st == TR_OK) st = export_plain(&base, dir, dtype, pr, d);
     tr_model_free(&base);
     return st;
 }
 
 tr_status tr_hf_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d) {
+    return tr_hf_export_progress(m, dir, dtype, NULL, NULL, d);
+}
+
+tr_status tr_hf_export_progress(const tr_model *m, const char *dir, tr_st_dtype dtype,
+                                tr_hf_progress_fn fn, void *ctx, tr_diags *d) {
     const tr_model_spec *s = &m->full;
     if (m->tp.size != 1 || m->n_parts != 1 || m->parts[0].num_layers != s->num_layers ||
         (!is_llama(s) && !is_gpt2(s) && !is_deepseek(s)))
@@ -323,7 +337,9 @@ tr_status tr_hf_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr
         return export_error(d, dir, "export of MoE models is not built yet");
     if (dtype != TR_ST_F32 && dtype != TR_ST_BF16 && dtype != TR_ST_F16)
         return export_error(d, dir, "export writes F32, BF16 or F16");
-    return s->lora_rank ? export_merged(m, dir, dtype, d) : export_plain(m, dir, dtype, d);
+    progress pr = {.fn = fn, .ctx = ctx};
+    return s->lora_rank ? export_merged(m, dir, dtype, &pr, d)
+                        : export_plain(m, dir, dtype, &pr, d);
 }
 
 /* One output tensor's fp32 values while the parameters that feed it are read; written out (in
@@ -336,7 +352,7 @@ typedef struct pending {
     bool written;
 } pending;
 
-static tr_status flush(pending *q, tr_st_dtype dtype, tr_st_stream *w, tr_diags *d) {
+static tr_status flush(pending *q, tr_st_dtype dtype, tr_st_stream *w, progress *pr, tr_diags *d) {
     if (q->written) return TR_OK;
     if (!q->vals && !(q->vals = calloc((size_t)(q->numel ? q->numel : 1), sizeof *q->vals)))
         return TR_ERR_NOMEM;
@@ -353,10 +369,14 @@ static tr_status flush(pending *q, tr_st_dtype dtype, tr_st_stream *w, tr_diags 
     free(q->vals);
     q->vals = NULL;
     q->written = true;
+    pr->done++;
+    pr->bytes += (uint64_t)q->numel * tr_st_dtype_size(dtype);
+    if (pr->fn && st == TR_OK) pr->fn(pr->ctx, pr->done, pr->n, pr->bytes, pr->total);
     return st;
 }
 
-static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d) {
+static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
+                              tr_diags *d) {
     const tr_model_spec *s = &m->full;
     bool gpt2 = is_gpt2(s);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -386,7 +406,9 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
         shape[i][0] = o[i].rows;
         shape[i][1] = o[i].cols;
         e[i] = (tr_st_entry){o[i].name, dtype, o[i].cols ? 2 : 1, shape[i], NULL};
+        pr->total += (uint64_t)numel * tr_st_dtype_size(dtype);
     }
+    pr->n = n;
     if (st == TR_OK) {
         qsort(sorted, (size_t)n, sizeof *sorted, by_name);
         for (int j = 0; j < n; j++)
@@ -440,11 +462,11 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
         }
         for (int j = 0; st == TR_OK && j < 3; j++)
             if (src.t[j] && q[src.t[j] - sorted].filled >= q[src.t[j] - sorted].numel)
-                st = flush(&q[src.t[j] - sorted], dtype, &out, d);
+                st = flush(&q[src.t[j] - sorted], dtype, &out, pr, d);
     }
     free(host);
     /* What no parameter fed (none in these maps) is written as zeros, as before. */
-    for (int j = 0; st == TR_OK && j < n; j++) st = flush(&q[j], dtype, &out, d);
+    for (int j = 0; st == TR_OK && j < n; j++) st = flush(&q[j], dtype, &out, pr, d);
     if (open_) {
         if (st == TR_OK)
             st = tr_st_stream_commit(&out, d);

@@ -69,7 +69,7 @@ for r in $(seq 1 "$ROUNDS"); do
     # Timed inside Python: the interpreter's and torch's start are not the load's.
     [ $has_st = 1 ] && s=$(python3 -c "import time; from safetensors.torch import load_file
 t = time.monotonic(); x = load_file('$W/hf/model.safetensors'); s = sum(v.sum().item() for v in x.values())
-print(f"{time.monotonic() - t:.3f}")")
+print('%.3f' % (time.monotonic() - t))")
     echo "$c" >>"$W/cat"; echo "$i" >>"$W/imp"; echo "$x" >>"$W/exp"; echo "$s" >>"$W/st"
     printf 'round %d: cat %.3f s  import %.3f s  export %.3f s  safetensors %s s\n' "$r" "$c" "$i" "$x" "$s"
 done

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/validate.h"
 #include "overrides/overrides.h"
@@ -180,6 +181,15 @@ tr_status tr_ckpt_hf_load(const tr_ckpt_hf_src *src, tr_model *m, tr_diags *d) {
     return st;
 }
 
+/* A progress line (tensors, GB, GB/s), redrawn in place: only on a terminal, so that logs and
+ * the tests' captured stderr stay as they were. */
+static void show_progress(void *ctx, int done, int n, uint64_t bytes, uint64_t total) {
+    double dt = now() - *(const double *)ctx;
+    fprintf(stderr, "\rexport: %d/%d tensors, %.2f/%.2f GB, %.2f GB/s%s", done, n,
+            1e-9 * (double)bytes, 1e-9 * (double)total, dt > 0 ? 1e-9 * (double)bytes / dt : 0.0,
+            done == n ? "\n" : "");
+}
+
 static int run_export(const args *a, tr_diags *d) {
     tr_config c;
     double t0 = now();
@@ -193,7 +203,8 @@ static int run_export(const args *a, tr_diags *d) {
         fprintf(stderr, "export: read %s of weights in %.2f s\n", h, t1 - t0);
         st = a->adapter_only ? tr_hf_adapter_export(&m, a->hf_out,
                                                     c.checkpoint.pretrained_checkpoint, a->dtype, d)
-                             : tr_hf_export(&m, a->hf_out, a->dtype, d);
+                             : tr_hf_export_progress(&m, a->hf_out, a->dtype,
+                                                     isatty(2) ? show_progress : NULL, &t1, d);
     }
     if (st == TR_OK)
         fprintf(stderr, "export: wrote %s/%s in %.2f s\n", a->hf_out,

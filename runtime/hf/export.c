@@ -6,6 +6,7 @@
  * transposed back), the vocabulary padding dropped. A model with LoRA or DoRA adapters is merged
  * into a model without them first (runtime/peft/lora.h), as Megatron-Bridge exports it. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,12 +289,21 @@ static bool is_deepseek(const tr_model_spec *s) {
            !s->bias_qkv && !s->learned_pos && !s->mtp_layers;
 }
 
-static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
+typedef struct progress {
+    tr_hf_progress_fn fn;
+    void *ctx;
+    int done, n;
+    uint64_t bytes, total;
+} progress;
+
+static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
+                              tr_diags *d);
 
 /* The adapters merged into a model without them (the merged model computes the adapted one's
  * forward), which is then exported: writing the base weights alone would drop what the
  * fine-tune learned. */
-static tr_status export_merged(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d) {
+static tr_status export_merged(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
+                               tr_diags *d) {
     if (!tr_device_host_visible(m->dev))
         return export_error(d, dir,
                             "merging LoRA adapters runs on a host model; load the checkpoint on "
@@ -307,12 +317,17 @@ static tr_status export_merged(const tr_model *m, const char *dir, tr_st_dtype d
     TR_TRY(tr_model_create(&base, &bs, (tr_tp_shard){0, 1}, m->ops, 1));
     tr_status st = tr_lora_merge(m, &base);
     if (st != TR_OK) st = export_error(d, dir, "the adapters could not be merged into the weights");
-    if (st == TR_OK) st = export_plain(&base, dir, dtype, d);
+    if (st == TR_OK) st = export_plain(&base, dir, dtype, pr, d);
     tr_model_free(&base);
     return st;
 }
 
 tr_status tr_hf_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d) {
+    return tr_hf_export_progress(m, dir, dtype, NULL, NULL, d);
+}
+
+tr_status tr_hf_export_progress(const tr_model *m, const char *dir, tr_st_dtype dtype,
+                                tr_hf_progress_fn fn, void *ctx, tr_diags *d) {
     const tr_model_spec *s = &m->full;
     if (m->tp.size != 1 || m->n_parts != 1 || m->parts[0].num_layers != s->num_layers ||
         (!is_llama(s) && !is_gpt2(s) && !is_deepseek(s)))
@@ -322,10 +337,46 @@ tr_status tr_hf_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr
         return export_error(d, dir, "export of MoE models is not built yet");
     if (dtype != TR_ST_F32 && dtype != TR_ST_BF16 && dtype != TR_ST_F16)
         return export_error(d, dir, "export writes F32, BF16 or F16");
-    return s->lora_rank ? export_merged(m, dir, dtype, d) : export_plain(m, dir, dtype, d);
+    progress pr = {.fn = fn, .ctx = ctx};
+    return s->lora_rank ? export_merged(m, dir, dtype, &pr, d)
+                        : export_plain(m, dir, dtype, &pr, d);
 }
 
-static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d) {
+/* One output tensor's fp32 values while the parameters that feed it are read; written out (in
+ * the file's dtype) and freed once every element has come, so the export holds a few tensors
+ * beside the model, not a second copy of it. */
+typedef struct pending {
+    float *vals;
+    int64_t filled, numel;
+    int out; /* its index in the file (transformers' order) */
+    bool written;
+} pending;
+
+static tr_status flush(pending *q, tr_st_dtype dtype, tr_st_stream *w, progress *pr, tr_diags *d) {
+    if (q->written) return TR_OK;
+    if (!q->vals && !(q->vals = calloc((size_t)(q->numel ? q->numel : 1), sizeof *q->vals)))
+        return TR_ERR_NOMEM;
+    tr_status st = TR_OK;
+    if (dtype == TR_ST_F32) {
+        st = tr_st_stream_put(w, q->out, q->vals, d);
+    } else {
+        uint16_t *h = malloc((size_t)(q->numel ? q->numel : 1) * sizeof *h);
+        if (!h) return TR_ERR_NOMEM;
+        for (int64_t j = 0; j < q->numel; j++) h[j] = tr_lowp_bits(dtype == TR_ST_BF16, q->vals[j]);
+        st = tr_st_stream_put(w, q->out, h, d);
+        free(h);
+    }
+    free(q->vals);
+    q->vals = NULL;
+    q->written = true;
+    pr->done++;
+    pr->bytes += (uint64_t)q->numel * tr_st_dtype_size(dtype);
+    if (pr->fn && st == TR_OK) pr->fn(pr->ctx, pr->done, pr->n, pr->bytes, pr->total);
+    return st;
+}
+
+static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
+                              tr_diags *d) {
     const tr_model_spec *s = &m->full;
     bool gpt2 = is_gpt2(s);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -335,33 +386,37 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
     out_tensor *o = calloc((size_t)max, sizeof *o);
     tr_st_entry *e = calloc((size_t)max, sizeof *e);
     int64_t(*shape)[2] = calloc((size_t)max, sizeof *shape);
-    void **bufs = calloc((size_t)max, sizeof *bufs);
-    if (!o || !e || !shape || !bufs) {
-        free(o), free(e), free(shape), free(bufs);
+    if (!o || !e || !shape) {
+        free(o), free(e), free(shape);
         return TR_ERR_NOMEM;
     }
     int n = gpt2 ? list_gpt2(s, vocab, o) : list_tensors(s, vocab, o);
-    /* The output tensors as an in-memory checkpoint (fp32, sorted for lookup), filled through
-     * the same map the import reads by: each model element written where the import would read
-     * it from. */
-    tr_st_tensor *views = calloc((size_t)n, sizeof *views);
-    float **vals = calloc((size_t)n, sizeof *vals);
-    tr_status st = views && vals ? TR_OK : TR_ERR_NOMEM;
+    /* The output tensors as a checkpoint of fp32 views (sorted for lookup) that the import's own
+     * map is run against: each model element goes where the import would read it from. */
+    tr_st_tensor *sorted = calloc((size_t)n, sizeof *sorted);
+    pending *q = calloc((size_t)n, sizeof *q);
+    tr_status st = sorted && q ? TR_OK : TR_ERR_NOMEM;
     for (int i = 0; st == TR_OK && i < n; i++) {
         int64_t numel = o[i].rows * (o[i].cols ? o[i].cols : 1);
-        if (!(vals[i] = calloc((size_t)(numel ? numel : 1), sizeof **vals))) st = TR_ERR_NOMEM;
-        views[i] = (tr_st_tensor){.name = o[i].name,
-                                  .dtype = TR_ST_F32,
-                                  .ndim = o[i].cols ? 2 : 1,
-                                  .shape = {o[i].rows, o[i].cols},
-                                  .end = (uint64_t)numel * 4,
-                                  .data = vals[i]};
+        sorted[i] = (tr_st_tensor){.name = o[i].name,
+                                   .dtype = TR_ST_F32,
+                                   .ndim = o[i].cols ? 2 : 1,
+                                   .shape = {o[i].rows, o[i].cols},
+                                   .end = (uint64_t)numel * 4};
+        shape[i][0] = o[i].rows;
+        shape[i][1] = o[i].cols;
+        e[i] = (tr_st_entry){o[i].name, dtype, o[i].cols ? 2 : 1, shape[i], NULL};
+        pr->total += (uint64_t)numel * tr_st_dtype_size(dtype);
     }
-    tr_st_tensor *sorted = st == TR_OK ? malloc((size_t)n * sizeof *sorted) : NULL;
-    if (st == TR_OK && !sorted) st = TR_ERR_NOMEM;
+    pr->n = n;
     if (st == TR_OK) {
-        memcpy(sorted, views, (size_t)n * sizeof *sorted);
         qsort(sorted, (size_t)n, sizeof *sorted, by_name);
+        for (int j = 0; j < n; j++)
+            q[j] =
+                (pending){.numel = tr_st_numel(&sorted[j]),
+                          .out = (int)((const out_tensor *)(uintptr_t)(sorted[j].name -
+                                                                       offsetof(out_tensor, name)) -
+                                       o)};
     }
     tr_st_file file = {.t = sorted, .n = n};
     const tr_hf_arch *arch = gpt2         ? &tr_hf_arch_gpt2
@@ -370,56 +425,61 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
                                           : &tr_hf_arch_llama;
     tr_hf_weights w = {.files = &file, .n = 1, .architecture = (char *)(uintptr_t)arch->name};
     tr_hf_shape k = tr_hf_shape_of(s);
-    /* A device model is read once to the host. */
-    bool direct = tr_device_host_visible(m->dev);
-    float *host = direct ? m->params : malloc((size_t)m->n_params * sizeof *host);
-    if (st == TR_OK && !host) st = TR_ERR_NOMEM;
-    if (st == TR_OK && !direct)
-        st = tr_device_to_host(m->dev, host, m->params, (size_t)m->n_params * sizeof *host);
-    for (int i = 0; st == TR_OK && i < m->n_info; i++) {
-        const tr_param_info *p = &m->info[i];
-        tr_hf_source src;
-        st = arch->source(p->name, &k, &w, &src, d);
-        for (int64_t e = 0; st == TR_OK && e < p->numel; e++) {
-            int64_t at = tr_model_logical_index(m, p, e), idx = 0;
-            int which = arch->locate(&src, &k, at / p->full_cols, at % p->full_cols, &idx);
-            /* The views' data are this function's own buffers (vals), writable. */
-            if (which >= 0) ((float *)(uintptr_t)src.t[which]->data)[idx] = host[p->offset + e];
-        }
-    }
-    size_t esize = tr_st_dtype_size(dtype);
-    for (int i = 0; st == TR_OK && i < n; i++) {
-        int64_t numel = o[i].rows * (o[i].cols ? o[i].cols : 1);
-        if (dtype == TR_ST_F32) {
-            bufs[i] = vals[i];
-            vals[i] = NULL;
-        } else if ((bufs[i] = malloc((size_t)(numel ? numel : 1) * esize))) {
-            for (int64_t j = 0; j < numel; j++) {
-                uint16_t h = tr_lowp_bits(dtype == TR_ST_BF16, vals[i][j]);
-                memcpy((char *)bufs[i] + 2 * j, &h, 2);
-            }
-        } else {
-            st = TR_ERR_NOMEM;
-        }
-        shape[i][0] = o[i].rows;
-        shape[i][1] = o[i].cols;
-        e[i] = (tr_st_entry){o[i].name, dtype, o[i].cols ? 2 : 1, shape[i], bufs[i]};
-    }
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const char *keys[] = {"format"}, *values[] = {"pt"};
-    if (st == TR_OK) st = tr_st_write(path, e, n, keys, values, 1, d);
+    tr_st_stream out = {.fd = -1};
+    bool open_ = false;
+    if (st == TR_OK)
+        open_ = (st = tr_st_stream_open(&out, path, e, n, keys, values, 1, d)) == TR_OK;
+    /* A device model is read a parameter at a time to the host. */
+    bool direct = tr_device_host_visible(m->dev);
+    float *host = NULL;
+    for (int i = 0; st == TR_OK && i < m->n_info; i++) {
+        const tr_param_info *p = &m->info[i];
+        tr_hf_source src = {0};
+        st = arch->source(p->name, &k, &w, &src, d);
+        const float *from = m->params + p->offset;
+        if (st == TR_OK && !direct) {
+            free(host);
+            host = malloc((size_t)(p->numel ? p->numel : 1) * sizeof *host);
+            st = host ? tr_device_to_host(m->dev, host, from, (size_t)p->numel * sizeof *host)
+                      : TR_ERR_NOMEM;
+            from = host;
+        }
+        for (int64_t x = 0; st == TR_OK && x < p->numel; x++) {
+            int64_t at = tr_model_logical_index(m, p, x), idx = 0;
+            int which = arch->locate(&src, &k, at / p->full_cols, at % p->full_cols, &idx);
+            if (which < 0) continue;
+            pending *t = &q[src.t[which] - sorted];
+            if (t->written) continue;
+            if (!t->vals && !(t->vals = calloc((size_t)t->numel, sizeof *t->vals))) {
+                st = TR_ERR_NOMEM;
+                break;
+            }
+            t->vals[idx] = from[x];
+            t->filled++;
+        }
+        for (int j = 0; st == TR_OK && j < 3; j++)
+            if (src.t[j] && q[src.t[j] - sorted].filled >= q[src.t[j] - sorted].numel)
+                st = flush(&q[src.t[j] - sorted], dtype, &out, pr, d);
+    }
+    free(host);
+    /* What no parameter fed (none in these maps) is written as zeros, as before. */
+    for (int j = 0; st == TR_OK && j < n; j++) st = flush(&q[j], dtype, &out, pr, d);
+    if (open_) {
+        if (st == TR_OK)
+            st = tr_st_stream_commit(&out, d);
+        else
+            tr_st_stream_abort(&out);
+    }
     const char *dt = dtype == TR_ST_F32 ? "float32" : dtype == TR_ST_BF16 ? "bfloat16" : "float16";
     if (st == TR_OK)
         st = gpt2        ? write_gpt2_config(dir, s, vocab, dt, d)
              : s->mla.on ? write_deepseek_config(dir, s, vocab, dt, d)
                          : write_llama_config(dir, s, vocab, dt, d);
-    for (int i = 0; i < n; i++) {
-        free(bufs[i]);
-        if (vals) free(vals[i]);
-    }
-    if (!direct) free(host);
-    free(views), free(sorted), free(vals);
-    free(o), free(e), free(shape), free(bufs);
+    for (int j = 0; q && j < n; j++) free(q[j].vals);
+    free(sorted), free(q);
+    free(o), free(e), free(shape);
     return st;
 }

@@ -58,6 +58,12 @@ bool tr_hf_architecture_known(const char *name);
  * same forward (tr_lora_merge). "hf.export" when the model is none of those, not whole, or
  * carries adapters on a device. */
 tr_status tr_hf_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr_diags *d);
+/* The same, told after each tensor written how many of n tensors and of total bytes are out
+ * (a converter's progress bar); fn may be NULL. The tensors are streamed: each is written (to
+ * the temporary file) and freed as soon as the parameters that feed it are read. */
+typedef void (*tr_hf_progress_fn)(void *ctx, int done, int n, uint64_t bytes, uint64_t total);
+tr_status tr_hf_export_progress(const tr_model *m, const char *dir, tr_st_dtype dtype,
+                                tr_hf_progress_fn fn, void *ctx, tr_diags *d);
 
 /* LoRA adapters alone, as PEFT saves them (runtime/hf/adapter.c): DIR/adapter_config.json
  * (peft_type LORA, r, lora_alpha, target_modules, base_model_name_or_path: base_model, or

@@ -96,4 +96,23 @@ typedef struct tr_st_entry {
 tr_status tr_st_write(const char *path, const tr_st_entry *e, int n, const char *const *meta_keys,
                       const char *const *meta_values, int n_meta, tr_diags *d);
 
+/* The same file written a tensor at a time, so that a converter holds one tensor, not the model:
+ * tr_st_stream_open writes the header of the entries (their data unused), each tensor's bytes
+ * then go to its place with tr_st_stream_put in any order, and tr_st_stream_commit renames the
+ * temporary file over the target once every tensor was put (tr_st_stream_abort removes it). The
+ * bytes are tr_st_write's for the same entries. */
+typedef struct tr_st_stream {
+    char *path, *tmp;
+    int fd;
+    int n;
+    uint64_t *at, *bytes; /* each tensor's file offset and size */
+    bool *done;
+} tr_st_stream;
+tr_status tr_st_stream_open(tr_st_stream *s, const char *path, const tr_st_entry *e, int n,
+                            const char *const *meta_keys, const char *const *meta_values,
+                            int n_meta, tr_diags *d);
+tr_status tr_st_stream_put(tr_st_stream *s, int i, const void *data, tr_diags *d);
+tr_status tr_st_stream_commit(tr_st_stream *s, tr_diags *d);
+void tr_st_stream_abort(tr_st_stream *s);
+
 #endif

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "runtime/hf/safetensors.h"
@@ -186,5 +187,103 @@ tr_status tr_st_write(const char *path, const tr_st_entry *e, int n, const char 
     free(tmp);
     free(h.s);
     free(bytes);
+    return st;
+}
+
+void tr_st_stream_abort(tr_st_stream *s) {
+    if (s->fd >= 0) {
+        close(s->fd);
+        unlink(s->tmp);
+    }
+    free(s->path), free(s->tmp), free(s->at), free(s->bytes), free(s->done);
+    *s = (tr_st_stream){.fd = -1};
+}
+
+tr_status tr_st_stream_open(tr_st_stream *s, const char *path, const tr_st_entry *e, int n,
+                            const char *const *meta_keys, const char *const *meta_values,
+                            int n_meta, tr_diags *d) {
+    *s = (tr_st_stream){.fd = -1, .n = n};
+    if (n < 0 || n_meta < 0) return fail(d, path, "negative count", NULL);
+    size_t cnt = (size_t)(n ? n : 1);
+    s->path = strdup(path);
+    s->tmp = malloc(strlen(path) + 32);
+    s->at = calloc(cnt, sizeof *s->at);
+    s->bytes = calloc(cnt, sizeof *s->bytes);
+    s->done = calloc(cnt, sizeof *s->done);
+    if (!s->path || !s->tmp || !s->at || !s->bytes || !s->done) {
+        tr_st_stream_abort(s);
+        return TR_ERR_NOMEM;
+    }
+    /* The entries' data are put later: checked as present here. */
+    tr_st_entry *chk = malloc(cnt * sizeof *chk);
+    if (!chk) {
+        tr_st_stream_abort(s);
+        return TR_ERR_NOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        chk[i] = e[i];
+        chk[i].data = chk;
+    }
+    tr_status st = check_entries(path, chk, n, s->bytes, d);
+    free(chk);
+    text h = {0};
+    if (st == TR_OK) put_header(&h, e, n, s->bytes, meta_keys, meta_values, n_meta);
+    if (st == TR_OK && h.oom) st = TR_ERR_NOMEM;
+    snprintf(s->tmp, strlen(path) + 32, "%s.tmp-%ld", path, (long)getpid());
+    if (st == TR_OK && (s->fd = open(s->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0)
+        st = fail(d, s->tmp, "cannot create the temporary file", strerror(errno));
+    uint64_t at = 8 + h.n;
+    for (int i = 0; i < n; i++) {
+        s->at[i] = at;
+        at += s->bytes[i];
+    }
+    if (st == TR_OK) {
+        unsigned char len8[8];
+        for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
+        if (!write_all(s->fd, len8, 8) || !write_all(s->fd, h.s, h.n))
+            st = fail(d, s->tmp, "write failed", strerror(errno));
+    }
+    free(h.s);
+    if (st != TR_OK) tr_st_stream_abort(s);
+    return st;
+}
+
+tr_status tr_st_stream_put(tr_st_stream *s, int i, const void *data, tr_diags *d) {
+    if (i < 0 || i >= s->n || s->done[i]) return fail(d, s->path, "tensor put twice", NULL);
+    const char *c = data;
+    uint64_t off = s->at[i], left = s->bytes[i];
+    while (left) {
+        ssize_t w = pwrite(s->fd, c, (size_t)left, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return fail(d, s->tmp, "write failed", strerror(errno));
+        c += w, off += (uint64_t)w, left -= (uint64_t)w;
+    }
+    s->done[i] = true;
+    return TR_OK;
+}
+
+tr_status tr_st_stream_commit(tr_st_stream *s, tr_diags *d) {
+    tr_status st = TR_OK;
+    for (int i = 0; st == TR_OK && i < s->n; i++)
+        if (!s->done[i]) st = fail(d, s->path, "a tensor was never written", NULL);
+    if (st == TR_OK && fsync(s->fd) != 0) st = fail(d, s->tmp, "write failed", strerror(errno));
+    if (st == TR_OK) {
+        int fd = s->fd;
+        s->fd = -1;
+        if (close(fd) != 0) st = fail(d, s->tmp, "close failed", strerror(errno));
+        if (st == TR_OK && rename(s->tmp, s->path) != 0)
+            st = fail(d, s->path, "rename failed", strerror(errno));
+        if (st != TR_OK) unlink(s->tmp);
+    }
+    if (st == TR_OK) {
+        char *dir = strdup(s->path);
+        int dfd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+        free(dir);
+    }
+    tr_st_stream_abort(s);
     return st;
 }

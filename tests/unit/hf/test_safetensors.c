@@ -102,6 +102,55 @@ static void test_writes_what_it_reads_back(void) {
     tr_diags_free(&d);
 }
 
+static unsigned char *slurp(const char *path, long *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *len = ftell(f);
+    rewind(f);
+    unsigned char *b = malloc((size_t)*len + 1);
+    if (b && fread(b, 1, (size_t)*len, f) != (size_t)*len) *len = -1;
+    fclose(f);
+    return b;
+}
+
+/* The streamed writer puts the tensors in any order and leaves tr_st_write's exact bytes; until
+ * it commits the target is absent, and a tensor never put refuses the commit. */
+static void test_stream_writes_the_same_bytes(void) {
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t bf[3] = {0x3f80, 0xc000, 0x7f80};
+    int64_t sw[2] = {2, 3}, sb[1] = {3}, se[1] = {0};
+    const char *keys[] = {"format"}, *values[] = {"pt"};
+    tr_st_entry e[] = {{"b.weight", TR_ST_F32, 2, sw, w},
+                       {"a.weight", TR_ST_BF16, 1, sb, bf},
+                       {"empty", TR_ST_F32, 1, se, NULL}};
+    tr_diags d = {0};
+    char one[4096], two[4096]; /* tmp_path's buffer is reused */
+    snprintf(one, sizeof one, "%s", tmp_path("whole.safetensors"));
+    snprintf(two, sizeof two, "%s", tmp_path("stream.safetensors"));
+    CHECK(tr_st_write(one, e, 3, keys, values, 1, &d) == TR_OK);
+    tr_st_stream s;
+    CHECK(tr_st_stream_open(&s, two, e, 3, keys, values, 1, &d) == TR_OK);
+    CHECK(tr_st_stream_put(&s, 1, bf, &d) == TR_OK);
+    CHECK(tr_st_stream_put(&s, 2, NULL, &d) == TR_OK);
+    CHECK(access(two, F_OK) != 0);
+    CHECK(tr_st_stream_put(&s, 1, bf, &d) != TR_OK); /* twice */
+    CHECK(tr_st_stream_put(&s, 0, w, &d) == TR_OK);
+    CHECK(tr_st_stream_commit(&s, &d) == TR_OK);
+    long n1 = 0, n2 = 0;
+    unsigned char *b1 = slurp(one, &n1), *b2 = slurp(two, &n2);
+    CHECK(b1 && b2 && n1 > 0 && n1 == n2 && memcmp(b1, b2, (size_t)n1) == 0);
+    free(b1), free(b2);
+    unlink(two);
+    CHECK(tr_st_stream_open(&s, two, e, 3, NULL, NULL, 0, &d) == TR_OK);
+    CHECK(tr_st_stream_put(&s, 0, w, &d) == TR_OK);
+    CHECK(tr_st_stream_commit(&s, &d) != TR_OK);
+    CHECK(access(two, F_OK) != 0);
+    unlink(one);
+    CHECK_INT_EQ(d.n_errors, 2);
+    tr_diags_free(&d);
+}
+
 /* A file of an 8-byte length and `header` (len bytes of it), then `data` bytes of zeros. */
 static unsigned char *file_of(const char *header, size_t data, size_t *len) {
     size_t n = strlen(header);
@@ -211,5 +260,5 @@ static void test_open_refuses_what_is_not_a_regular_file(void) {
 }
 
 TR_TEST_MAIN(TR_TEST(test_reads_the_reference_file), TR_TEST(test_writes_what_it_reads_back),
-             TR_TEST(test_refuses_hostile_headers),
+             TR_TEST(test_stream_writes_the_same_bytes), TR_TEST(test_refuses_hostile_headers),
              TR_TEST(test_open_refuses_what_is_not_a_regular_file))

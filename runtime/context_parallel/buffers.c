@@ -102,6 +102,9 @@ tr_status tr_cp_use_a2a(tr_cp *cp) {
         if (!*want[i])
             TR_TRY(
                 tr_device_alloc(cp->dev, TR_MEM_ACTIVATIONS, (size_t)bytes[i], (void **)want[i]));
+    if (!cp->ag_ds) /* the gathered document starts, the last entry of the sizes */
+        TR_TRY(
+            tr_device_alloc(cp->dev, TR_MEM_ACTIVATIONS, (size_t)bytes[nf], (void **)&cp->ag_ds));
     size_t rows = (size_t)cp->batch * (size_t)cp->seq * (size_t)cp->size;
     if (!cp->ag_ds_host) cp->ag_ds_host = malloc(rows * sizeof(int32_t));
     if (!cp->ag_ds_host) return TR_ERR_NOMEM;

@@ -6,6 +6,11 @@
 # fp32 copy of every output tensor and a bf16 copy: about 2.5 x).
 . "$(dirname "$0")/lib.sh"
 CK="$(dirname "$RR")/trestle_ckpt"
+# AddressSanitizer's shadow memory and quarantine make peak RSS measure the sanitizer.
+if ldd "$CK" 2>/dev/null | grep -q 'libasan'; then
+    echo "SKIP: peak RSS is not the program's under AddressSanitizer"
+    exit 77
+fi
 cd "$TMP" || exit 1
 python3 - "$TMP" <<'PY' || fail "could not write the HF models"
 import array, json, os, random, struct, sys

@@ -115,8 +115,24 @@ static int train(const tr_config *c, const char *dir, int rank, tr_comm *comm, t
     if (s == TR_OK && rank == 0 && c->logger.tensorboard_dir)
         fprintf(report, "TensorBoard events written to %s\n", c->logger.tensorboard_dir);
     if (s == TR_OK) return r.stop == TR_STOP_SIGNAL ? EXIT_SIGNAL_BASE + r.signal : 0;
+    /* A failure without a diagnostic still says what failed and where. */
+    if (d->n_errors == 0)
+        tr_diag_add(d, TR_SEV_ERROR, "train.failed", NULL, NULL,
+                    "run again with logger.log_level=DEBUG for the step that failed",
+                    "training stopped with status %s on rank %d", tr_status_name(s), rank);
     if (tr_diags_find(d, "train.nan_loss")) return EXIT_NAN_LOSS;
     return tr_cli_exit_code(s, d);
+}
+
+/* Rank 0 prints the run's diagnostics; another rank that failed prints what training added on it
+ * (to stderr, under its rank): a failure of one rank alone, a bad shard or a peer's slice, would
+ * otherwise end the job with an exit code and no word. No collective here: a failed rank's
+ * peers may still be inside one. */
+static void print_rank_errors(int rank, int size, const tr_diags *d) {
+    if (d->n_errors == 0) return;
+    fprintf(stderr, "rank %d of %d failed:\n", rank, size);
+    tr_diags_print_text(d, stderr, isatty(fileno(stderr)) != 0);
+    fflush(stderr);
 }
 
 int tr_cli_launch(const tr_cli *cli, int *argc, char ***argv) {
@@ -192,7 +208,10 @@ int tr_cli_launch(const tr_cli *cli, int *argc, char ***argv) {
     }
     tr_comm_destroy(comm);
     tr_device_close(dev);
-    if (rank == 0) tr_cli_print_diags(cli, &d);
+    if (rank == 0)
+        tr_cli_print_diags(cli, &d);
+    else if (code != 0)
+        print_rank_errors(rank, size, &d);
     tr_parallel_state_free(&ps);
     tr_config_free(&c);
     tr_diags_free(&d);

@@ -5,7 +5,7 @@
 
 #include "kernels/common/philox.h"
 #include "runtime/device/device.h"
-#include "runtime/model/dora.h"
+#include "runtime/model/adapters/dora.h"
 #include "runtime/model/internal.h"
 #include "runtime/model/linear.h"
 

@@ -6,7 +6,7 @@
 
 #include "runtime/comm/comm.h"
 #include "runtime/device/device.h"
-#include "runtime/model/dora.h"
+#include "runtime/model/adapters/dora.h"
 #include "runtime/model/internal.h"
 
 typedef struct layout {

@@ -1,7 +1,7 @@
 /* See runtime/model/linear.h. */
 #include "runtime/model/linear.h"
 
-#include "runtime/model/dora.h"
+#include "runtime/model/adapters/dora.h"
 #include "runtime/model/internal.h"
 #include "runtime/model/tensor_parallel.h"
 

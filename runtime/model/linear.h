@@ -33,7 +33,7 @@ typedef struct tr_linear {
     float *lora_da, *lora_db;
     int lora_site; /* layer * TR_LORA_TARGETS + target: the adapter's dropout stream */
     /* DoRA: the magnitude m [out] and its gradient, and this step's m / ||V|| and 1 / ||V||
-     * [out] each (runtime/model/dora.h); dora_m NULL: plain LoRA. */
+     * [out] each (runtime/model/adapters/dora.h); dora_m NULL: plain LoRA. */
     const float *dora_m;
     float *dora_dm, *dora_scale, *dora_inv;
     unsigned overlap; /* TR_TPO_* (model.h) this layer applies; 0 for none */

@@ -100,7 +100,7 @@ typedef struct tr_model_spec {
      * (1 << TR_LORA_*) is set in lora_targets; every other parameter is then frozen. */
     int lora_rank;
     unsigned lora_targets;
-    /* DoRA (peft.scheme=dora; runtime/model/dora.h): each adapted layer also has a magnitude
+    /* DoRA (peft.scheme=dora; runtime/model/adapters/dora.h): each adapted layer also has a magnitude
      * vector m [out], and its output (before the bias) is scaled per output by
      * m / ||W + scale B A|| (row norms, treated as constants in backward). */
     int lora_dora;

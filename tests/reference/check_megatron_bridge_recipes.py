@@ -11,7 +11,7 @@ train_iters, ETP defaulting to 1 with EP > 1, TP overlap dropped below TP 2, the
 an H100 gets) and compares every key=value of the values column. Keys it cannot derive from
 the recipe code alone are skipped and counted. Exit 1 on any mismatch.
 
-The test that reads the same table against Trestle is tests/unit/config/test_recipe_values.c.
+The test that reads the same table against Trestle is tests/unit/recipes/test_recipe_values.c.
 """
 import ast
 import importlib.abc

@@ -1,5 +1,5 @@
-/* See runtime/model/dora.h. */
-#include "runtime/model/dora.h"
+/* See runtime/model/adapters/dora.h. */
+#include "runtime/model/adapters/dora.h"
 
 #include <stdlib.h>
 

@@ -100,9 +100,9 @@ typedef struct tr_model_spec {
      * (1 << TR_LORA_*) is set in lora_targets; every other parameter is then frozen. */
     int lora_rank;
     unsigned lora_targets;
-    /* DoRA (peft.scheme=dora; runtime/model/adapters/dora.h): each adapted layer also has a magnitude
-     * vector m [out], and its output (before the bias) is scaled per output by
-     * m / ||W + scale B A|| (row norms, treated as constants in backward). */
+    /* DoRA (peft.scheme=dora; runtime/model/adapters/dora.h): each adapted layer also has a
+     * magnitude vector m [out], and its output (before the bias) is scaled per output by m / ||W +
+     * scale B A|| (row norms, treated as constants in backward). */
     int lora_dora;
     float lora_scale;             /* alpha / rank */
     int lora_a_init, lora_b_init; /* TR_INIT_* of the adapters' A [rank, in] and B [out, rank] */

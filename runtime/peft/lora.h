@@ -6,8 +6,8 @@
  * is frozen: no gradient, no update, no weight decay. The adapters live in the model's flat
  * buffers like any parameter, so data parallelism, gradient clipping and checkpoints handle them
  * unchanged; under TP the adapters split as Megatron's ParallelLinearAdapter
- * (runtime/model/linear.c). peft.scheme=dora adds DoRA's magnitudes (runtime/model/adapters/dora.h).
- * See docs/runtime.md "LoRA". */
+ * (runtime/model/linear.c). peft.scheme=dora adds DoRA's magnitudes
+ * (runtime/model/adapters/dora.h). See docs/runtime.md "LoRA". */
 #ifndef TR_RUNTIME_LORA_H
 #define TR_RUNTIME_LORA_H
 

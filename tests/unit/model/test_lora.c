@@ -269,8 +269,8 @@ static tr_model_spec dora_spec(void) {
     return s;
 }
 
-/* DoRA (runtime/model/adapters/dora.h): magnitudes start as the row norms of W, so the model starts as
- * the base model (to rounding: m / ||V|| is 1 within an ulp); a magnitude is a trainable,
+/* DoRA (runtime/model/adapters/dora.h): magnitudes start as the row norms of W, so the model starts
+ * as the base model (to rounding: m / ||V|| is 1 within an ulp); a magnitude is a trainable,
  * undecayed vector that follows its layer's output; training moves the adapters and
  * magnitudes only, and the merge (rows of V scaled by m / ||V||) computes the same forward. */
 static void test_dora(void) {

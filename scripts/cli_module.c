@@ -7,6 +7,16 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A CUDA build's run on a CUDA device opens the module with the CUDA runtime in it; every other
+ * run opens the one without, so a host run maps no CUDA library (docs/cli.md). */
+static const char *module_name(void) {
+#ifdef TRESTLE_LAUNCH_CUDA_MODULE
+    const char *dev = getenv("TRESTLE_DEVICE");
+    if (dev && strcmp(dev, "cuda") == 0) return "trestle_launch_cuda.so";
+#endif
+    return "trestle_launch.so";
+}
+
 /* The module sits beside the executable that was run, wherever it was copied to with it. */
 static int module_path(char *buf, size_t cap) {
     const char *env = getenv("TRESTLE_LAUNCH_MODULE");
@@ -18,14 +28,14 @@ static int module_path(char *buf, size_t cap) {
     char *slash = strrchr(exe, '/');
     if (!slash) return -1;
     *slash = '\0';
-    return snprintf(buf, cap, "%s/trestle_launch.so", exe) < (int)cap ? 0 : -1;
+    return snprintf(buf, cap, "%s/%s", exe, module_name()) < (int)cap ? 0 : -1;
 }
 
 /* The module's symbol `name`, or NULL with the reason in `why`. */
 static void *module_symbol(const char *name, char *why, size_t cap) {
     char path[4200];
     if (module_path(path, sizeof path) != 0) {
-        snprintf(why, cap, "cannot locate trestle_launch.so (set TRESTLE_LAUNCH_MODULE)");
+        snprintf(why, cap, "cannot locate %s (set TRESTLE_LAUNCH_MODULE)", module_name());
         return NULL;
     }
     /* Global, because Open MPI's own plugins resolve libmpi's symbols from the global scope;

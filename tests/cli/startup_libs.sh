@@ -30,7 +30,12 @@ rc=$?
 [ "$rc" -eq 0 ] || { show; fail "launch: exit $rc"; }
 grep -Eq 'calling init: .*trestle_launch' "$TMP/err" || fail "launch: the module was not loaded"
 grep -Eq 'calling init: .*libmpi' "$TMP/err" || fail "launch: MPI was not loaded"
-echo "ok   a launch loads trestle_launch.so and MPI"
+# A CUDA build's host run opens the CUDA-free module: no CUDA library is mapped (the CUDA one is
+# trestle_launch_cuda.so, for TRESTLE_DEVICE=cuda).
+if grep -E 'calling init: .*(libcudart|libcublas|libnccl|trestle_launch_cuda)' "$TMP/err"; then
+    fail "launch: a host run loaded a CUDA library"
+fi
+echo "ok   a launch loads trestle_launch.so and MPI, and no CUDA library"
 
 # A module that cannot be opened is an internal failure with the loader's reason, not a crash.
 TRESTLE_LAUNCH_MODULE="$TMP/none.so" rr --recipe llama_tiny_pretrain train.train_iters=1

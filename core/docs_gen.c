@@ -260,10 +260,13 @@ tr_status tr_docs_effects(FILE *out) {
           "results are those of the default.\n\n",
           out);
     put_flagged(out, TR_F_NO_EFFECT);
-    fputs("## Parameters of features not built\n\nThey matter only while their feature is on "
-          "(mixture of experts, multi-latent attention, multi-token prediction, YaRN, context "
-          "parallelism, autocast, some tokenizers), and a run that turns the feature on is "
-          "refused.\n\n",
+    fputs("## Parameters of features not built\n\nThey configure a feature or an implementation "
+          "the runtime does not have (fused kernels, grouped GEMMs, dispatcher backends, FSDP, "
+          "autocast, YaRN outside multi-latent attention, some tokenizer options). Where the "
+          "feature would change the results, a run that turns it on is refused by its rule "
+          "(docs/validation-rules.md); where it changes only speed or memory, the run trains as "
+          "without it and the `config.no_effect` note names the key (\"feature not "
+          "built\").\n\n",
           out);
     put_flagged(out, TR_F_UNBUILT);
     return ferror(out) ? TR_ERR_IO : TR_OK;

@@ -118,7 +118,8 @@ static int train(const tr_config *c, const char *dir, int rank, tr_comm *comm, t
     /* A failure without a diagnostic still says what failed and where. */
     if (d->n_errors == 0)
         tr_diag_add(d, TR_SEV_ERROR, "train.failed", NULL, NULL,
-                    "run again with logger.log_level=DEBUG for the step that failed",
+                    "the log above shows the last step reached; a failure without its own "
+                    "diagnostic is a bug in Trestle: report it with this status",
                     "training stopped with status %s on rank %d", tr_status_name(s), rank);
     if (tr_diags_find(d, "train.nan_loss")) return EXIT_NAN_LOSS;
     return tr_cli_exit_code(s, d);

@@ -295,33 +295,56 @@ static tr_status tensor_error(tr_ckpt_reader *r, const char *name, const char *f
     return TR_ERR_INVALID;
 }
 
+/* Hashing a piece right after reading it finds it in the cache; one pass over the whole shard
+ * after the read would fetch it from memory again (a second memory pass of the load). */
+enum { HASH_CHUNK = 4 << 20 };
+
+/* Reads shard sh piece by piece, into dst as a whole (whole) or each piece over the one chunk at
+ * dst, and hashes each piece as it arrives. Returns 0, an errno, or -1 when the file ends early. */
+static int read_hashed(int fd, const tr_ckpt_shard *sh, char *dst, bool whole, XXH3_state_t *state,
+                       tr_ckpt_progress *progress) {
+    XXH3_64bits_reset(state);
+    for (uint64_t got = 0; got < sh->bytes;) {
+        size_t want = sh->bytes - got > HASH_CHUNK ? HASH_CHUNK : (size_t)(sh->bytes - got);
+        char *at = whole ? dst + got : dst;
+        ssize_t n = pread(fd, at, want, (off_t)(sh->pos + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? errno : -1;
+        XXH3_64bits_update(state, at, (size_t)n);
+        got += (uint64_t)n;
+        if (progress) tr_ckpt_progress_add(progress, (uint64_t)n);
+    }
+    return 0;
+}
+
+/* The shard's diagnostic after read_hashed returned rc with the state's digest. */
+static tr_status shard_result(tr_ckpt_reader *r, const tr_ckpt_entry *e, const tr_ckpt_shard *sh,
+                              int rc, XXH3_state_t *state, tr_diags *d) {
+    if (rc != 0)
+        return tensor_error(r, e->name, r->m.files[sh->file].name, "checkpoint.file_truncated",
+                            "the checkpoint is damaged; load an older one",
+                            rc > 0 ? strerror(rc) : "the file ended early", d);
+    uint64_t h = XXH3_64bits_digest(state);
+    if (h == sh->xxh3) return TR_OK;
+    char sl[160], what[320];
+    format_slice(&sh->slice, sl, sizeof sl);
+    snprintf(what, sizeof what,
+             "shard %s at byte %" PRIu64 " fails its checksum (stored xxh3 %016" PRIx64
+             ", computed %016" PRIx64 ")",
+             sl, sh->pos, sh->xxh3, h);
+    return tensor_error(r, e->name, r->m.files[sh->file].name, "checkpoint.checksum_mismatch",
+                        "the data file is corrupt; load an older checkpoint", what, d);
+}
+
 /* Reads shard sh into buf and checks its checksum. */
 static tr_status read_shard(tr_ckpt_reader *r, const tr_ckpt_entry *e, const tr_ckpt_shard *sh,
                             void *buf, tr_diags *d) {
-    const char *file = r->m.files[sh->file].name;
-    int fd = r->fds[sh->file];
-    char *p = buf;
-    for (uint64_t got = 0; got < sh->bytes;) {
-        ssize_t n = pread(fd, p + got, sh->bytes - got, (off_t)(sh->pos + got));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0)
-            return tensor_error(r, e->name, file, "checkpoint.file_truncated",
-                                "the checkpoint is damaged; load an older one",
-                                n < 0 ? strerror(errno) : "the file ended early", d);
-        got += (uint64_t)n;
-    }
-    uint64_t h = XXH3_64bits(buf, sh->bytes);
-    if (h != sh->xxh3) {
-        char sl[160], what[320];
-        format_slice(&sh->slice, sl, sizeof sl);
-        snprintf(what, sizeof what,
-                 "shard %s at byte %" PRIu64 " fails its checksum (stored xxh3 %016" PRIx64
-                 ", computed %016" PRIx64 ")",
-                 sl, sh->pos, sh->xxh3, h);
-        return tensor_error(r, e->name, file, "checkpoint.checksum_mismatch",
-                            "the data file is corrupt; load an older checkpoint", what, d);
-    }
-    return TR_OK;
+    XXH3_state_t *state = XXH3_createState();
+    if (!state) return TR_ERR_NOMEM;
+    int rc = read_hashed(r->fds[sh->file], sh, buf, true, state, NULL);
+    tr_status st = shard_result(r, e, sh, rc, state, d);
+    XXH3_freeState(state);
+    return st;
 }
 
 /* Copies the region ov from a row-major block at src (covering slice a) into one at dst
@@ -419,8 +442,7 @@ tr_status tr_ckpt_load_tensors(tr_ckpt_reader *r, const tr_ckpt_tensor *t, int n
 }
 
 tr_status tr_ckpt_verify(tr_ckpt_reader *r, tr_ckpt_progress *progress, tr_diags *d) {
-    enum { CHUNK = 8 << 20 };
-    char *buf = malloc(CHUNK);
+    char *buf = malloc(HASH_CHUNK);
     XXH3_state_t *state = XXH3_createState();
     if (!buf || !state) {
         free(buf);
@@ -432,36 +454,9 @@ tr_status tr_ckpt_verify(tr_ckpt_reader *r, tr_ckpt_progress *progress, tr_diags
         const tr_ckpt_entry *e = &r->m.tensors[i];
         for (int s = 0; s < e->n_shards; s++) {
             const tr_ckpt_shard *sh = &e->shards[s];
-            XXH3_64bits_reset(state);
-            bool short_read = false;
-            for (uint64_t got = 0; got < sh->bytes;) {
-                size_t want = sh->bytes - got > CHUNK ? CHUNK : (size_t)(sh->bytes - got);
-                ssize_t n = pread(r->fds[sh->file], buf, want, (off_t)(sh->pos + got));
-                if (n < 0 && errno == EINTR) continue;
-                if (n <= 0) {
-                    short_read = true;
-                    break;
-                }
-                XXH3_64bits_update(state, buf, (size_t)n);
-                got += (uint64_t)n;
-                if (progress) tr_ckpt_progress_add(progress, (uint64_t)n);
-            }
-            const char *file = r->m.files[sh->file].name;
-            uint64_t h = XXH3_64bits_digest(state);
-            if (short_read) {
-                worst = tensor_error(r, e->name, file, "checkpoint.file_truncated",
-                                     "the checkpoint is damaged; load an older one",
-                                     "the file ended early", d);
-            } else if (h != sh->xxh3) {
-                char sl[160], what[320];
-                format_slice(&sh->slice, sl, sizeof sl);
-                snprintf(what, sizeof what,
-                         "shard %s at byte %" PRIu64 " fails its checksum (stored xxh3 %016" PRIx64
-                         ", computed %016" PRIx64 ")",
-                         sl, sh->pos, sh->xxh3, h);
-                worst = tensor_error(r, e->name, file, "checkpoint.checksum_mismatch",
-                                     "the data file is corrupt; load an older checkpoint", what, d);
-            }
+            int rc = read_hashed(r->fds[sh->file], sh, buf, false, state, progress);
+            tr_status st = shard_result(r, e, sh, rc, state, d);
+            if (st != TR_OK) worst = st;
         }
     }
     free(buf);

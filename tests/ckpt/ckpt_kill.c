@@ -173,11 +173,16 @@ int main(int argc, char **argv) {
             fprintf(stderr, "round %d: %s exists but does not verify\n", k, path);
             failures++;
         }
+        /* The first save's time is one sample of a shared disk's (seen: 8 ms to 180 ms in one
+         * run): the window follows the outcomes, narrower after a save that completed, wider
+         * after one that was cut, so both keep happening whatever the disk does. */
         if (latest == it) {
             completed++;
+            save_us *= 0.7;
         } else {
             interrupted++;
             partial += left_partial(root, it);
+            save_us *= 1.1;
         }
         good = latest;
         tr_ckpt_retain(root, 2, 0, &d);
@@ -185,9 +190,10 @@ int main(int argc, char **argv) {
     }
     /* good: the tracker's checkpoint loaded bitwise after the kill; partial: an interrupted save
      * left its temporary directory (for retention); bad: anything else, which must never be. */
-    printf("ckpt_kill: %d rounds, %d process(es) (seed %u, save %.0f us): %d interrupted, %d "
-           "completed; checkpoints good %d, partial %d, bad %d\n",
-           k, procs, seed, save_us, interrupted, completed, k - failures, partial, failures);
+    printf(
+        "ckpt_kill: %d rounds, %d process(es) (seed %u, last window %.0f us): %d interrupted, %d "
+        "completed; checkpoints good %d, partial %d, bad %d\n",
+        k, procs, seed, save_us, interrupted, completed, k - failures, partial, failures);
     if (interrupted == 0 || interrupted < min_interrupted) {
         fprintf(stderr, "%d saves interrupted (wanted %d): the test proved too little\n",
                 interrupted, min_interrupted > 1 ? min_interrupted : 1);

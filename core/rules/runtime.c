@@ -133,10 +133,18 @@ TR_RULE_FN(tr_check_runtime_moe_recompute) {
             "activation recomputation in MoE models");
 }
 
+/* LoRA on MoE layers adapts each expert's and the shared expert's fc1 / fc2 (runtime/moe/lora.c)
+ * on one expert rank: DoRA's magnitudes there and the adapters under expert parallelism (whose
+ * received rows the dropout keys cannot name) are not built. */
 TR_RULE_FN(tr_check_runtime_moe_peft) {
     if (!moe(c) || c->peft.scheme < 0) return;
-    TR_FAIL("peft.scheme,model.num_moe_experts", "set peft.scheme=null (full fine-tuning)", NOT_YET,
-            "PEFT adapters on MoE models");
+    if (c->peft.scheme == TR_PEFT_DORA)
+        TR_FAIL("peft.scheme,model.num_moe_experts", "set peft.scheme=lora", NOT_YET,
+                "DoRA on MoE models (magnitudes on the experts)");
+    if (c->model.expert_model_parallel_size > 1)
+        TR_FAIL("peft.scheme,model.expert_model_parallel_size",
+                "set model.expert_model_parallel_size=1 (use data or pipeline parallelism)",
+                NOT_YET, "LoRA adapters with expert parallelism");
 }
 
 TR_RULE_FN(tr_check_runtime_moe_bias) {

@@ -169,6 +169,19 @@ tr_status tr_hf_adapter_export(const tr_model *m, const char *dir, const char *b
         return adapter_error(d, dir,
                              "PEFT adapter files are written for a LoRA (not DoRA) Llama or Qwen3 "
                              "model");
+    /* PEFT names an expert's adapter after transformers' per-expert modules, which the
+     * runtime's per-expert adapters would need mapping to (gate/up split like fc1): not built. */
+    for (int i = 0; i < m->n_info; i++) {
+        const char *name = m->info[i].name;
+        if (!strstr(name, ".mlp.experts.") && !strstr(name, ".mlp.shared_experts.")) continue;
+        if (!strstr(name, ".adapter.")) continue;
+        char what[256];
+        snprintf(what, sizeof what,
+                 "the MoE experts' adapters (%s, ...) have no PEFT names yet: export the merged "
+                 "model, or adapt only linear_qkv and linear_proj",
+                 name);
+        return adapter_error(d, dir, what);
+    }
     if (dtype != TR_ST_F32 && dtype != TR_ST_BF16 && dtype != TR_ST_F16)
         return adapter_error(d, dir, "adapters are written as F32, BF16 or F16");
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)

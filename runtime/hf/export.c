@@ -313,6 +313,7 @@ static tr_status export_merged(const tr_model *m, const char *dir, tr_st_dtype d
     bs.lora_targets = 0;
     bs.lora_dora = 0;
     bs.lora_dropout = 0.0f;
+    bs.moe.lora_rank = 0;
     tr_model base;
     TR_TRY(tr_model_create(&base, &bs, (tr_tp_shard){0, 1}, m->ops, 1));
     tr_status st = tr_lora_merge(m, &base);

@@ -192,14 +192,16 @@ static tr_status add_word_embedding(layout *l, const tr_model_spec *s, int tp, b
 
 /* An MoE layer's router, experts and shared expert in place of the MLP (runtime/moe/moe.h). */
 static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
-    static const int init[] = {TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_ZERO};
+    const int init[] = {TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_ZERO, s->lora_a_init,
+                        s->lora_b_init};
     int n = tr_moe_param_count(&s->moe);
     tr_moe_param *p = malloc((size_t)n * sizeof *p);
     if (!p) return TR_ERR_NOMEM;
     tr_status st = tr_moe_params_at(&s->moe, base, s->hidden, s->swiglu, p);
     for (int k = 0; k < n && st == TR_OK; k++) {
         st = add_param(l, p[k].name, p[k].rows, p[k].cols, p[k].no_decay, init[p[k].init]);
-        if (st == TR_OK) l->info[l->n - 1].frozen |= p[k].frozen;
+        /* LoRA on the experts (runtime/moe/lora.c): the adapters train, the rest is frozen */
+        if (st == TR_OK) l->info[l->n - 1].frozen = !p[k].adapter && (l->freeze || p[k].frozen);
     }
     free(p);
     return st;

@@ -140,7 +140,7 @@ typedef struct tr_tp_shard {
 /* One parameter tensor: a named range of the flat buffer. Under tensor parallelism it is this
  * rank's shard of a logical [full_rows, full_cols] tensor, split along split_dim. */
 typedef struct tr_param_info {
-    char name[80]; /* Megatron's names, e.g. decoder.layers.0.self_attention.linear_qkv.weight */
+    char name[128]; /* Megatron's names, e.g. decoder.layers.0.self_attention.linear_qkv.weight */
     int64_t offset, numel;
     int rows, cols; /* 2-D view of the shard; vectors have rows == 1 */
     bool no_decay;  /* biases and norm weights: Megatron applies no weight decay to them */

@@ -19,7 +19,7 @@ int tr_moe_param_count(const tr_moe_spec *s) {
     int ep = s->ep_size > 1 ? s->ep_size : 1;
     int n = 1 + (s->expert_bias ? 1 : 0) + 2 * (s->experts / ep);
     if (s->shared_ffn > 0) n += 2 + (s->shared_gate ? 1 : 0);
-    return n;
+    return n + tr_moe_lora_param_count(s);
 }
 
 static tr_moe_param param(const char *name, int rows, int cols, int init, bool no_decay) {
@@ -72,7 +72,8 @@ tr_status tr_moe_params_at(const tr_moe_spec *s, const char *base, int hidden, b
         }
     }
 #undef NAME
-    return TR_OK;
+    for (int i = 0; i < at && s->lora_rank > 0; i++) out[i].frozen = true;
+    return tr_moe_lora_params(s, base, hidden, swiglu, out + at);
 }
 
 void tr_moe_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *offsets) {
@@ -94,6 +95,12 @@ void tr_moe_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *of
             if (L->s.shared_gate) v[w]->s_gate = base[w] + offsets[at++];
         }
     }
+    if (L->s.lora_rank > 0) { /* the frozen base: no gradients (LoRA) */
+        memset(L->g.fc1, 0, (size_t)L->El * sizeof *L->g.fc1);
+        memset(L->g.fc2, 0, (size_t)L->El * sizeof *L->g.fc2);
+        L->g.router = L->g.s_fc1 = L->g.s_fc2 = L->g.s_gate = NULL;
+    }
+    tr_moe_lora_bind(L, params, grads, offsets + at);
 }
 
 /* n floats (rounded up to 16) at *off of base (NULL: only counted). */
@@ -237,6 +244,11 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     for (int i = 0; i < L->d.slots; i++)
         layout_state(L, L->buf + per * i, &L->st[i], L->ibuf + ints_per_state(L) * i);
     layout_scratch(L, L->buf + per * L->d.slots, true);
+    tr_status lst = tr_moe_lora_create(L);
+    if (lst != TR_OK) {
+        tr_moe_free(L);
+        return lst;
+    }
     if (L->ep > 1) {
         tr_status st = tr_moe_ep_alloc(L);
         if (st != TR_OK) {
@@ -258,6 +270,7 @@ void tr_moe_free(tr_moe_layer *L) {
     free(L->aux_N);
     free(L->ep_buf);
     free(L->ep_ibuf);
+    tr_moe_lora_free(L);
     free(L);
 }
 
@@ -267,6 +280,7 @@ tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bo
     tr_moe_state *st = &L->st[slot];
     int T = L->T, h = L->d.hidden, k = L->k;
     double t0 = now();
+    tr_moe_lora_begin(L, slot, true, training, seed, round);
     memcpy(st->x, x, (size_t)T * h * sizeof(float));
     double lb, z;
     TR_TRY(tr_moe_route(L, st, training, seed, round, &lb, &z));
@@ -317,6 +331,7 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
     tr_moe_state *st = &L->st[slot];
     int T = L->T, h = L->d.hidden, k = L->k, E = L->E;
     double t0 = now();
+    tr_moe_lora_begin(L, slot, false, false, 0, 0);
     /* the combine: d prob = <dy, expert output>, d expert output = prob dy */
     for (int r = 0; r < st->off[E]; r++) {
         int a = st->row_a[r];
@@ -363,8 +378,9 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
         xr = L->d_rows;
     }
     bool lowp = L->s.router_lowp;
-    TR_TRY(tr_moe_gemm(L, lowp, TR_TRANS, TR_NOTRANS, E, h, T, L->d_logits, E, xr, h, 1.0f,
-                       L->g.router, h));
+    if (L->g.router)
+        TR_TRY(tr_moe_gemm(L, lowp, TR_TRANS, TR_NOTRANS, E, h, T, L->d_logits, E, xr, h, 1.0f,
+                           L->g.router, h));
     if (!st->noise) {
         TR_TRY(tr_moe_gemm(L, lowp, TR_NOTRANS, TR_NOTRANS, T, h, E, L->d_logits, E, L->p.router, h,
                            1.0f, dx, h));

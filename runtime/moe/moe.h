@@ -50,6 +50,13 @@ typedef struct tr_moe_spec {
      * 1 and 0): this rank holds experts [ep_rank * experts / ep_size, ...) of experts / ep_size,
      * and tokens travel to them over the EP group (the alltoall dispatcher). */
     int ep_size, ep_rank;
+    /* LoRA (runtime/moe/lora.c): 0, or the rank of the adapters on every expert's and the shared
+     * expert's linear_fc1 / linear_fc2 (where lora_fc1 / lora_fc2 say); every base tensor of the
+     * layer, the router included, is then frozen. */
+    int lora_rank;
+    bool lora_fc1, lora_fc2;
+    float lora_scale;   /* alpha / rank */
+    float lora_dropout; /* on the adapter's input, training only */
 } tr_moe_spec;
 
 /* What the model fixes for a layer. */
@@ -62,14 +69,22 @@ typedef struct tr_moe_dims {
     struct tr_comm *comm;
 } tr_moe_dims;
 
-enum { TR_MOE_INIT_NORMAL, TR_MOE_INIT_SCALED, TR_MOE_INIT_ZERO };
+/* LORA_A / LORA_B: the initializers peft.lora_A_init_method / lora_B_init_method name. */
+enum {
+    TR_MOE_INIT_NORMAL,
+    TR_MOE_INIT_SCALED,
+    TR_MOE_INIT_ZERO,
+    TR_MOE_INIT_LORA_A,
+    TR_MOE_INIT_LORA_B
+};
 
 /* One parameter tensor of the layer, in the order the layer binds them. */
 typedef struct tr_moe_param {
-    char name[80];
+    char name[128];
     int rows, cols;
     int init; /* TR_MOE_INIT_* */
     bool no_decay, frozen;
+    bool adapter; /* a LoRA tensor: trained while the rest of the model is frozen */
 } tr_moe_param;
 
 typedef struct tr_moe_layer tr_moe_layer;

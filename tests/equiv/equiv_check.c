@@ -52,7 +52,7 @@ typedef struct run_out {
     int64_t buffer_numel; /* the flat parameter buffer (the DP layout, padding included) */
     float *params;        /* every logical parameter tensor, model order, concatenated */
     int64_t n;
-    char (*names)[80];
+    char (*names)[128];
     int64_t *starts; /* per tensor, into params; n_tensors + 1 entries */
     int n_tensors;
     /* Pipeline parallel with tied embeddings: the last stage's copy of the word embedding,
@@ -72,7 +72,7 @@ typedef struct run_out {
     int64_t act_numel; /* the model's activation floats on this rank */
 } run_out;
 
-static int index_of(char (*names)[80], int n, const char *name) {
+static int index_of(char (*names)[128], int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (strcmp(names[i], name) == 0) return i;
     return -1;

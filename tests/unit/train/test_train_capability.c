@@ -38,7 +38,7 @@ static const capability_case cases[] = {
      1,
      {"model.num_moe_experts=4", "model.recompute_granularity=full",
       "model.recompute_method=uniform", "model.recompute_num_layers=1"}},
-    {"runtime.moe_peft", 1, {"model.num_moe_experts=4", "peft.scheme=lora"}},
+    {"runtime.moe_peft", 1, {"model.num_moe_experts=4", "peft.scheme=dora"}},
     {"runtime.moe_bias", 1, {"model.num_moe_experts=4", "model.add_bias_linear=true"}},
     {"runtime.moe_router", 1, {"model.num_moe_experts=4", "model.moe_router_dtype=fp64"}},
     {"runtime.moe_global_aux_dp",

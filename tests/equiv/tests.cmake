@@ -539,6 +539,31 @@ tr_equiv_pp_test(deepseek_moe_pp2_dp2_distopt 4 deepseek_tiny_pretrain ${TR_EQUI
                  ${TR_DS4} -- ${TR_PP2} ${TR_DISTOPT})
 tr_equiv_pp_test(mixtral_moe_pp2_vpp2 2 mixtral_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2}
                  ${TR_VPP2})
+# LoRA on MoE layers (runtime/moe/lora.c): each expert's and the shared expert's fc1 / fc2 adapted,
+# the base (router included) frozen, from a pretrained checkpoint a setup test writes. Dropout
+# masks keyed by the global microbatch and each row's (token, choice), so DP and PP draw the
+# single-rank run's; the distributed optimizer with overlap reports the MoE layers' frozen
+# tensors ready without gradients. A gated shared expert (Qwen2-MoE-like) has its adapters too.
+set(TR_MOE_LORA_SHARED model.moe_shared_expert_intermediate_size=32 model.moe_shared_expert_gate=true)
+set(TR_MOE_LORA_BASE ${CMAKE_BINARY_DIR}/equiv_moe_lora_base)
+add_test(NAME mpi_equiv_moe_lora_base
+         COMMAND $<TARGET_FILE:run_recipe> --recipe qwen3_moe_tiny_pretrain train.train_iters=3
+                 ${TR_MOE_LORA_SHARED} validation.eval_iters=0 checkpoint.save=${TR_MOE_LORA_BASE}
+                 checkpoint.save_interval=3 logger.output_dir=${TR_MOE_LORA_BASE}/log)
+set_tests_properties(mpi_equiv_moe_lora_base PROPERTIES LABELS "mpi" FIXTURES_SETUP moe_lora_base
+                     ENVIRONMENT "${TR_MPIRUN_ENV};OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+set(TR_MOE_LORA ${TR_EQUIV_COMMON} ${TR_MOE_LORA_SHARED} peft.scheme=lora peft.dim=4 peft.alpha=8
+                optimizer.lr=1e-2 checkpoint.pretrained_checkpoint=${TR_MOE_LORA_BASE})
+function(tr_equiv_moe_lora_test name np)
+  tr_mpirun_test(mpi_equiv_${name} ${np} equiv_check ${ARGN})
+  set_tests_properties(mpi_equiv_${name} PROPERTIES FIXTURES_REQUIRED moe_lora_base)
+endfunction()
+tr_equiv_moe_lora_test(qwen3_moe_lora_dp2 2 --check-volume qwen3_moe_tiny_pretrain ${TR_MOE_LORA} --)
+tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_dp2_distopt_overlap 2 --expect-overlap
+                       qwen3_moe_tiny_pretrain ${TR_MOE_LORA} peft.dropout=0.1 -- ${TR_DISTOPT}
+                       ${TR_OVERLAP})
+tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_pp2 2 qwen3_moe_tiny_pretrain ${TR_MOE_LORA}
+                       peft.dropout=0.1 -- ${TR_PP2})
 
 # Context parallelism (runtime/context_parallel/): each sequence in 2 x CP chunks, rank r keeping
 # chunks r and 2CP-1-r with their global positions (RoPE; learned positions on GPT), the p2p ring

@@ -248,7 +248,7 @@
     X(tr_check_runtime_moe_recompute, "runtime.moe_recompute", E, false,                           \
       "MoE models train without activation recomputation (not built yet).")                        \
     X(tr_check_runtime_moe_peft, "runtime.moe_peft", E, false,                                     \
-      "LoRA on MoE models runs without DoRA and expert parallelism (not built yet).")                                   \
+      "LoRA on MoE models runs without DoRA and expert parallelism (not built yet).")              \
     X(tr_check_runtime_moe_bias, "runtime.moe_bias", E, false,                                     \
       "MoE models have no linear-layer biases (not built yet).")                                   \
     X(tr_check_runtime_moe_router, "runtime.moe_router", E, false,                                 \

@@ -176,6 +176,13 @@ static const float *dropped(tr_moe_layer *L, int target, int e, int row0, const 
     return dst;
 }
 
+/* Adapters run in fp32, as on dense layers (mixed precision rounds the base GEMMs only). */
+static tr_status gemm(const tr_moe_layer *L, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                      const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                      int ldc) {
+    return L->ops->gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
 static int site_of(const tr_moe_layer *L, int target, int e) {
     return target * (L->El + 1) + (e < 0 ? L->El : e);
 }
@@ -195,10 +202,9 @@ tr_status tr_moe_lora_fwd(tr_moe_layer *L, int target, int e, int row0, const fl
     dims(L, target, e, &in, &out);
     const float *xd = dropped(L, target, e, row0, x, n, in, true, A->xd);
     if (!xd) return TR_ERR_INTERNAL;
-    TR_TRY(
-        tr_moe_gemm(L, true, TR_NOTRANS, TR_TRANS, n, r, in, xd, in, A->a[s], in, 0.0f, A->u, r));
+    TR_TRY(gemm(L, TR_NOTRANS, TR_TRANS, n, r, in, xd, in, A->a[s], in, 0.0f, A->u, r));
     TR_TRY(L->ops->scale(A->u, (int64_t)n * r, A->scale));
-    return tr_moe_gemm(L, true, TR_NOTRANS, TR_TRANS, n, out, r, A->u, r, A->b[s], r, 1.0f, y, out);
+    return gemm(L, TR_NOTRANS, TR_TRANS, n, out, r, A->u, r, A->b[s], r, 1.0f, y, out);
 }
 
 tr_status tr_moe_lora_bwd(tr_moe_layer *L, int target, int e, int row0, const float *x,
@@ -210,23 +216,17 @@ tr_status tr_moe_lora_bwd(tr_moe_layer *L, int target, int e, int row0, const fl
     const float *xd = dropped(L, target, e, row0, x, n, in, true, A->xd);
     if (!xd) return TR_ERR_INTERNAL;
     /* u = scale drop(x) A^T; dB += dy^T u; du = scale dy B; dA += du^T drop(x) */
-    TR_TRY(
-        tr_moe_gemm(L, true, TR_NOTRANS, TR_TRANS, n, r, in, xd, in, A->a[s], in, 0.0f, A->u, r));
+    TR_TRY(gemm(L, TR_NOTRANS, TR_TRANS, n, r, in, xd, in, A->a[s], in, 0.0f, A->u, r));
     TR_TRY(L->ops->scale(A->u, (int64_t)n * r, A->scale));
-    TR_TRY(
-        tr_moe_gemm(L, true, TR_TRANS, TR_NOTRANS, out, r, n, dy, out, A->u, r, 1.0f, A->db[s], r));
-    TR_TRY(tr_moe_gemm(L, true, TR_NOTRANS, TR_NOTRANS, n, r, out, dy, out, A->b[s], r, 0.0f, A->du,
-                       r));
+    TR_TRY(gemm(L, TR_TRANS, TR_NOTRANS, out, r, n, dy, out, A->u, r, 1.0f, A->db[s], r));
+    TR_TRY(gemm(L, TR_NOTRANS, TR_NOTRANS, n, r, out, dy, out, A->b[s], r, 0.0f, A->du, r));
     TR_TRY(L->ops->scale(A->du, (int64_t)n * r, A->scale));
-    TR_TRY(
-        tr_moe_gemm(L, true, TR_TRANS, TR_NOTRANS, r, in, n, A->du, r, xd, in, 1.0f, A->da[s], in));
+    TR_TRY(gemm(L, TR_TRANS, TR_NOTRANS, r, in, n, A->du, r, xd, in, 1.0f, A->da[s], in));
     if (!dx) return TR_OK;
     if (!A->drop)
-        return tr_moe_gemm(L, true, TR_NOTRANS, TR_NOTRANS, n, in, r, A->du, r, A->a[s], in, 1.0f,
-                           dx, in);
+        return gemm(L, TR_NOTRANS, TR_NOTRANS, n, in, r, A->du, r, A->a[s], in, 1.0f, dx, in);
     /* the dropped input's gradient, through the same mask, added to the base layer's */
-    TR_TRY(tr_moe_gemm(L, true, TR_NOTRANS, TR_NOTRANS, n, in, r, A->du, r, A->a[s], in, 0.0f,
-                       A->xd, in));
+    TR_TRY(gemm(L, TR_NOTRANS, TR_NOTRANS, n, in, r, A->du, r, A->a[s], in, 0.0f, A->xd, in));
     if (!dropped(L, target, e, row0, A->xd, n, in, false, A->xd)) return TR_ERR_INTERNAL;
     return L->ops->add(dx, A->xd, (int64_t)n * in);
 }

@@ -564,6 +564,9 @@ tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_dp2_distopt_overlap 2 --expect-ove
                        ${TR_OVERLAP})
 tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_pp2 2 qwen3_moe_tiny_pretrain ${TR_MOE_LORA}
                        peft.dropout=0.1 -- ${TR_PP2})
+tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_pp2_dp2_distopt 4 qwen3_moe_tiny_pretrain
+                       ${TR_MOE_LORA} peft.dropout=0.1 optimizer.clip_grad=0.05 -- ${TR_PP2}
+                       ${TR_DISTOPT})
 
 # Context parallelism (runtime/context_parallel/): each sequence in 2 x CP chunks, rank r keeping
 # chunks r and 2CP-1-r with their global positions (RoPE; learned positions on GPT), the p2p ring

@@ -194,30 +194,46 @@ static void dims(const tr_moe_layer *L, int target, int e, int *in, int *out) {
     *out = target == TR_MOE_LORA_FC1 ? fc1 : L->d.hidden;
 }
 
+/* One adapted block: its site and shapes, the dropped input xd and u = scale xd A^T (into
+ * the scratch); site -1 when the layer has no adapter there. */
+typedef struct block {
+    int site, in, out;
+    const float *xd;
+} block;
+
+static tr_status low_rank(tr_moe_layer *L, int target, int e, int row0, const float *x, int n,
+                          block *b) {
+    tr_moe_lora *A = L->lora;
+    b->site = -1;
+    if (!A || n == 0 || !A->a[site_of(L, target, e)]) return TR_OK;
+    b->site = site_of(L, target, e);
+    dims(L, target, e, &b->in, &b->out);
+    b->xd = dropped(L, target, e, row0, x, n, b->in, true, A->xd);
+    if (!b->xd) return TR_ERR_INTERNAL;
+    TR_TRY(gemm(L, TR_NOTRANS, TR_TRANS, n, A->r, b->in, b->xd, b->in, A->a[b->site], b->in, 0.0f,
+                A->u, A->r));
+    return L->ops->scale(A->u, (int64_t)n * A->r, A->scale);
+}
+
 tr_status tr_moe_lora_fwd(tr_moe_layer *L, int target, int e, int row0, const float *x, float *y,
                           int n) {
+    block b;
+    TR_TRY(low_rank(L, target, e, row0, x, n, &b));
+    if (b.site < 0) return TR_OK;
     tr_moe_lora *A = L->lora;
-    if (!A || n == 0 || !A->a[site_of(L, target, e)]) return TR_OK;
-    int s = site_of(L, target, e), in, out, r = A->r;
-    dims(L, target, e, &in, &out);
-    const float *xd = dropped(L, target, e, row0, x, n, in, true, A->xd);
-    if (!xd) return TR_ERR_INTERNAL;
-    TR_TRY(gemm(L, TR_NOTRANS, TR_TRANS, n, r, in, xd, in, A->a[s], in, 0.0f, A->u, r));
-    TR_TRY(L->ops->scale(A->u, (int64_t)n * r, A->scale));
-    return gemm(L, TR_NOTRANS, TR_TRANS, n, out, r, A->u, r, A->b[s], r, 1.0f, y, out);
+    return gemm(L, TR_NOTRANS, TR_TRANS, n, b.out, A->r, A->u, A->r, A->b[b.site], A->r, 1.0f, y,
+                b.out);
 }
 
 tr_status tr_moe_lora_bwd(tr_moe_layer *L, int target, int e, int row0, const float *x,
                           const float *dy, float *dx, int n) {
+    block b;
+    TR_TRY(low_rank(L, target, e, row0, x, n, &b));
+    if (b.site < 0) return TR_OK;
     tr_moe_lora *A = L->lora;
-    if (!A || n == 0 || !A->a[site_of(L, target, e)]) return TR_OK;
-    int s = site_of(L, target, e), in, out, r = A->r;
-    dims(L, target, e, &in, &out);
-    const float *xd = dropped(L, target, e, row0, x, n, in, true, A->xd);
-    if (!xd) return TR_ERR_INTERNAL;
-    /* u = scale drop(x) A^T; dB += dy^T u; du = scale dy B; dA += du^T drop(x) */
-    TR_TRY(gemm(L, TR_NOTRANS, TR_TRANS, n, r, in, xd, in, A->a[s], in, 0.0f, A->u, r));
-    TR_TRY(L->ops->scale(A->u, (int64_t)n * r, A->scale));
+    int s = b.site, in = b.in, out = b.out, r = A->r;
+    const float *xd = b.xd;
+    /* dB += dy^T u; du = scale dy B; dA += du^T drop(x) */
     TR_TRY(gemm(L, TR_TRANS, TR_NOTRANS, out, r, n, dy, out, A->u, r, 1.0f, A->db[s], r));
     TR_TRY(gemm(L, TR_NOTRANS, TR_NOTRANS, n, r, out, dy, out, A->b[s], r, 0.0f, A->du, r));
     TR_TRY(L->ops->scale(A->du, (int64_t)n * r, A->scale));

@@ -262,6 +262,7 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
 
 void tr_moe_free(tr_moe_layer *L) {
     if (!L) return;
+    tr_moe_lora_free(L);
     free(L->buf);
     free(L->ibuf);
     free(L->st);
@@ -270,7 +271,6 @@ void tr_moe_free(tr_moe_layer *L) {
     free(L->aux_N);
     free(L->ep_buf);
     free(L->ep_ibuf);
-    tr_moe_lora_free(L);
     free(L);
 }
 

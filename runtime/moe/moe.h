@@ -69,22 +69,18 @@ typedef struct tr_moe_dims {
     struct tr_comm *comm;
 } tr_moe_dims;
 
-/* LORA_A / LORA_B: the initializers peft.lora_A_init_method / lora_B_init_method name. */
-enum {
-    TR_MOE_INIT_NORMAL,
-    TR_MOE_INIT_SCALED,
-    TR_MOE_INIT_ZERO,
-    TR_MOE_INIT_LORA_A,
-    TR_MOE_INIT_LORA_B
-};
+enum { TR_MOE_INIT_NORMAL, TR_MOE_INIT_SCALED, TR_MOE_INIT_ZERO };
+
+/* A LoRA adapter's A and B (runtime/moe/lora.c): peft.lora_A_init_method / lora_B_init_method. */
+enum { TR_MOE_INIT_LORA_A = TR_MOE_INIT_ZERO + 1, TR_MOE_INIT_LORA_B };
 
 /* One parameter tensor of the layer, in the order the layer binds them. */
 typedef struct tr_moe_param {
     char name[128];
+    bool adapter; /* a LoRA tensor: trained while the rest of the model is frozen */
     int rows, cols;
     int init; /* TR_MOE_INIT_* */
     bool no_decay, frozen;
-    bool adapter; /* a LoRA tensor: trained while the rest of the model is frozen */
 } tr_moe_param;
 
 typedef struct tr_moe_layer tr_moe_layer;

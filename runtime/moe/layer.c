@@ -262,11 +262,11 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
 
 void tr_moe_free(tr_moe_layer *L) {
     if (!L) return;
-    tr_moe_lora_free(L);
     free(L->buf);
     free(L->ibuf);
     free(L->st);
     free(L->p.fc1);
+    tr_moe_lora_free(L);
     free(L->counts);
     free(L->aux_N);
     free(L->ep_buf);

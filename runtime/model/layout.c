@@ -200,9 +200,11 @@ static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
     tr_status st = tr_moe_params_at(&s->moe, base, s->hidden, s->swiglu, p);
     for (int k = 0; k < n && st == TR_OK; k++) {
         st = add_param(l, p[k].name, p[k].rows, p[k].cols, p[k].no_decay, init[p[k].init]);
-        /* LoRA on the experts (runtime/moe/lora.c): the adapters train, the rest is frozen */
-        if (st == TR_OK) l->info[l->n - 1].frozen = !p[k].adapter && (l->freeze || p[k].frozen);
+        if (st == TR_OK) l->info[l->n - 1].frozen |= p[k].frozen;
     }
+    /* LoRA on the experts (runtime/moe/lora.c): the adapters train, the rest is frozen */
+    for (int k = 0; k < n && st == TR_OK; k++)
+        if (p[k].adapter) l->info[l->n - n + k].frozen = false;
     free(p);
     return st;
 }

@@ -21,7 +21,8 @@ tr_hf_shape tr_hf_shape_of(const tr_model_spec *f) {
                          .tied = f->tied,
                          .qk_norm = f->qk_norm,
                          .moe = f->moe,
-                         .mla = f->mla};
+                         .mla = f->mla,
+                         .mtp = f->mtp_layers};
 }
 
 static const tr_hf_arch *arch_named(const char *name) {

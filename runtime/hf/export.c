@@ -98,7 +98,8 @@ static int list_moe(const tr_model_spec *s, const tr_hf_moe_names *nm, int i, ou
 
 /* transformers' order and shapes: embedding, each layer's modules, the final norm, the head.
  * DeepSeek-V3's MTP depths follow as layers num_layers.. (enorm, hnorm, eh_proj, the layer,
- * shared_head.norm), as DeepSeek's checkpoints hold them. */
+ * shared_head.norm, and the copies of the embedding and the output layer), as DeepSeek's
+ * checkpoints hold them. */
 static int list_tensors(const tr_model_spec *s, int64_t vocab, const tr_hf_moe_names *nm,
                         out_tensor *o) {
     int n = 0;
@@ -136,7 +137,11 @@ static int list_tensors(const tr_model_spec *s, int64_t vocab, const tr_hf_moe_n
             n = add(o, n, s->head_dim, 0, "model.layers.%d.self_attn.q_norm.weight", i);
             n = add(o, n, s->head_dim, 0, "model.layers.%d.self_attn.k_norm.weight", i);
         }
-        if (mtp) n = add(o, n, C, 0, "model.layers.%d.shared_head.norm.weight", i);
+        if (mtp) {
+            n = add(o, n, vocab, C, "model.layers.%d.embed_tokens.weight", i);
+            n = add(o, n, C, 0, "model.layers.%d.shared_head.norm.weight", i);
+            n = add(o, n, vocab, C, "model.layers.%d.shared_head.head.weight", i);
+        }
     }
     o[n++] = (out_tensor){"model.norm.weight", C, 0};
     if (!s->tied) o[n++] = (out_tensor){"lm_head.weight", vocab, C};
@@ -274,32 +279,49 @@ static tr_status write_llama_config(const char *dir, const tr_model_spec *s, int
     return config_commit(f, tmp, dir, d);
 }
 
-/* config.json of a DeepseekV3ForCausalLM with dense layers (first_k_dense_replace = the layers, so
- * the one routed expert transformers requires is never built): the keys apply_deepseek
- * (config.c) reads. */
+/* config.json of a DeepseekV3ForCausalLM: the keys apply_deepseek and apply_deepseek_moe
+ * (config.c) read. A dense model has first_k_dense_replace = the layers, so the one routed
+ * expert transformers' config requires is never built. */
 static tr_status write_deepseek_config(const char *dir, const tr_model_spec *s, int64_t vocab,
                                        const char *dtype, tr_diags *d) {
-    char tmp[4096], q[32], eps[32];
+    char tmp[4096], q[32], eps[32], scale[32];
     FILE *f = NULL;
     TR_TRY(config_open(dir, tmp, sizeof tmp, &f, d));
     const tr_mla_spec *a = &s->mla;
+    const tr_moe_spec *e = &s->moe;
     float_text(s->eps, eps, sizeof eps);
     if (a->q_lora_rank > 0)
         snprintf(q, sizeof q, "%d", a->q_lora_rank);
     else
         snprintf(q, sizeof q, "null");
+    int first = 0;
+    while (first < s->num_layers && (e->experts <= 0 || !tr_moe_is_layer(e, first))) first++;
+    float_text(e->experts > 0 ? e->topk_scale : 1.0f, scale, sizeof scale);
     fprintf(f,
             "{\n  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n  \"model_type\": "
             "\"deepseek_v3\",\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
             "  \"num_hidden_layers\": %d,\n  \"first_k_dense_replace\": %d,\n"
-            "  \"n_routed_experts\": 1,\n  \"num_experts_per_tok\": 1,\n  \"n_group\": 1,\n"
-            "  \"topk_group\": 1,\n  \"num_attention_heads\": %d,\n"
+            "  \"num_attention_heads\": %d,\n"
             "  \"num_key_value_heads\": %d,\n  \"q_lora_rank\": %s,\n  \"kv_lora_rank\": %d,\n"
             "  \"qk_nope_head_dim\": %d,\n  \"qk_rope_head_dim\": %d,\n  \"v_head_dim\": %d,\n"
             "  \"head_dim\": %d,\n  \"vocab_size\": %lld,\n  \"max_position_embeddings\": %d,\n"
             "  \"rms_norm_eps\": %s,\n  \"rope_interleave\": true,\n",
-            s->hidden, s->ffn, s->num_layers, s->num_layers, s->heads, s->heads, q, a->kv_lora_rank,
+            s->hidden, s->ffn, s->num_layers, first, s->heads, s->heads, q, a->kv_lora_rank,
             a->qk_dim, a->rope_dim, a->v_dim, a->rope_dim, (long long)vocab, s->seq, eps);
+    if (e->experts > 0)
+        fprintf(f,
+                "  \"n_routed_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+                "  \"moe_intermediate_size\": %d,\n  \"n_shared_experts\": %d,\n"
+                "  \"n_group\": %d,\n  \"topk_group\": %d,\n  \"routed_scaling_factor\": %s,\n"
+                "  \"norm_topk_prob\": true,\n  \"scoring_func\": \"sigmoid\",\n"
+                "  \"topk_method\": \"noaux_tc\",\n",
+                e->experts, e->topk, e->ffn, e->shared_ffn / e->ffn, e->groups > 1 ? e->groups : 1,
+                e->groups > 1 ? e->group_topk : 1, scale);
+    else
+        fputs("  \"n_routed_experts\": 1,\n  \"num_experts_per_tok\": 1,\n  \"n_group\": 1,\n"
+              "  \"topk_group\": 1,\n",
+              f);
+    fprintf(f, "  \"num_nextn_predict_layers\": %d,\n", s->mtp_layers);
     if (a->yarn)
         fprintf(f,
                 "  \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": %.17g, "
@@ -486,6 +508,29 @@ static tr_status flush(pending *q, tr_st_dtype dtype, tr_st_stream *w, progress 
     return st;
 }
 
+/* Parameter p's elements (host values `from`) into the output tensors src names, each flushed
+ * once complete. */
+static tr_status feed(const tr_model *m, const tr_param_info *p, const float *from,
+                      const tr_hf_arch *arch, const tr_hf_shape *k, const tr_hf_source *src,
+                      pending *q, const tr_st_tensor *sorted, tr_st_dtype dtype, tr_st_stream *out,
+                      progress *pr, tr_diags *d) {
+    for (int64_t x = 0; x < p->numel; x++) {
+        int64_t at = tr_model_logical_index(m, p, x), idx = 0;
+        int which = arch->locate(src, k, at / p->full_cols, at % p->full_cols, &idx);
+        if (which < 0) continue;
+        pending *t = &q[src->t[which] - sorted];
+        if (t->written) continue;
+        if (!t->vals && !(t->vals = calloc((size_t)t->numel, sizeof *t->vals))) return TR_ERR_NOMEM;
+        t->vals[idx] = from[x];
+        t->filled++;
+    }
+    tr_status st = TR_OK;
+    for (int j = 0; st == TR_OK && j < 3; j++)
+        if (src->t[j] && q[src->t[j] - sorted].filled >= q[src->t[j] - sorted].numel)
+            st = flush(&q[src->t[j] - sorted], dtype, out, pr, d);
+    return st;
+}
+
 static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
                               tr_diags *d) {
     const tr_model_spec *s = &m->full;
@@ -561,22 +606,24 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
                       : TR_ERR_NOMEM;
             from = host;
         }
-        for (int64_t x = 0; st == TR_OK && x < p->numel; x++) {
-            int64_t at = tr_model_logical_index(m, p, x), idx = 0;
-            int which = arch->locate(&src, &k, at / p->full_cols, at % p->full_cols, &idx);
-            if (which < 0) continue;
-            pending *t = &q[src.t[which] - sorted];
-            if (t->written) continue;
-            if (!t->vals && !(t->vals = calloc((size_t)t->numel, sizeof *t->vals))) {
-                st = TR_ERR_NOMEM;
-                break;
+        if (st == TR_OK) st = feed(m, p, from, arch, &k, &src, q, sorted, dtype, &out, pr, d);
+        /* DeepSeek's MTP layers hold copies of the embedding and the output layer, which
+         * Megatron shares with the main model: each depth's copy is fed the same elements. */
+        const char *copy = strcmp(p->name, "embedding.word_embeddings.weight") == 0 ? "embed_tokens"
+                           : strcmp(p->name, "output_layer.weight") == 0 ? "shared_head.head"
+                                                                         : NULL;
+        for (int c = 0; copy && st == TR_OK && c < (s->tied ? 2 : 1); c++) {
+            if (c) copy = "shared_head.head"; /* tied: the embedding is the output layer too */
+            for (int dep = 0; st == TR_OK && dep < s->mtp_layers; dep++) {
+                char name[128];
+                snprintf(name, sizeof name, "model.layers.%d.%s.weight", s->num_layers + dep, copy);
+                tr_st_tensor key = {.name = name};
+                const tr_st_tensor *t = bsearch(&key, sorted, (size_t)n, sizeof *sorted, by_name);
+                tr_hf_source mirror = src;
+                mirror.t[0] = t;
+                if (t) st = feed(m, p, from, arch, &k, &mirror, q, sorted, dtype, &out, pr, d);
             }
-            t->vals[idx] = from[x];
-            t->filled++;
         }
-        for (int j = 0; st == TR_OK && j < 3; j++)
-            if (src.t[j] && q[src.t[j] - sorted].filled >= q[src.t[j] - sorted].numel)
-                st = flush(&q[src.t[j] - sorted], dtype, &out, pr, d);
     }
     free(host);
     /* What no parameter fed (none in these maps) is written as zeros, as before. */

@@ -450,7 +450,19 @@ static const int checked_fields[] = {TR_FID_model_num_layers,
                                      TR_FID_model_beta_fast,
                                      TR_FID_model_beta_slow,
                                      TR_FID_model_mscale,
-                                     TR_FID_model_mscale_all_dim};
+                                     TR_FID_model_mscale_all_dim,
+                                     TR_FID_model_num_moe_experts,
+                                     TR_FID_model_moe_router_topk,
+                                     TR_FID_model_moe_ffn_hidden_size,
+                                     TR_FID_model_moe_shared_expert_intermediate_size,
+                                     TR_FID_model_moe_layer_freq,
+                                     TR_FID_model_moe_router_score_function,
+                                     TR_FID_model_moe_router_pre_softmax,
+                                     TR_FID_model_moe_router_enable_expert_bias,
+                                     TR_FID_model_moe_router_num_groups,
+                                     TR_FID_model_moe_router_group_topk,
+                                     TR_FID_model_moe_router_topk_scaling_factor,
+                                     TR_FID_model_mtp_num_layers};
 
 /* The value finalize() gives a field whose null means "compute it": kv_channels (hidden /
  * heads), num_query_groups (the heads), ffn_hidden_size (4 x hidden). */

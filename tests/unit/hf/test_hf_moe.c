@@ -77,6 +77,26 @@ static void test_qwen3_moe_config(void) {
     tr_diags_free(&d);
 }
 
+/* A model section whose routing disagrees with config.json is refused naming the field. */
+static void test_routing_mismatch(void) {
+    tr_diags d = {0};
+    tr_config c;
+    tr_model_spec s;
+    CHECK(config_from_dir(MIXTRAL, &c, &s, &d));
+    CHECK(tr_hf_config_check(&c, MIXTRAL, &d) == TR_OK);
+    c.model.moe_router_topk = 1;
+    c.model.moe_router_pre_softmax = true;
+    CHECK(tr_hf_config_check(&c, MIXTRAL, &d) != TR_OK);
+    int found = 0;
+    for (int i = 0; i < d.n; i++)
+        found += strcmp(d.items[i].id, "hf.config_mismatch") == 0 &&
+                 (strstr(d.items[i].message, "model.moe_router_topk") ||
+                  strstr(d.items[i].message, "model.moe_router_pre_softmax"));
+    CHECK_INT_EQ(found, 2);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+}
+
 static void test_mixtral_matches_transformers(void) {
     parity(MIXTRAL, "hf_mixtral/expected.bin");
 }
@@ -86,5 +106,5 @@ static void test_qwen3_moe_matches_transformers(void) {
 }
 
 TR_TEST_MAIN(TR_TEST(test_mixtral_config), TR_TEST(test_qwen3_moe_config),
-             TR_TEST(test_mixtral_matches_transformers),
+             TR_TEST(test_routing_mismatch), TR_TEST(test_mixtral_matches_transformers),
              TR_TEST(test_qwen3_moe_matches_transformers))

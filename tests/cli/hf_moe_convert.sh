@@ -6,21 +6,11 @@
 # the fixture's) equals the one-rank export byte for byte (DeepSeek-V3 with MTP: DP 4). EP is
 # not in the runtime yet.
 . "$(dirname "$0")/lib.sh"
-CK="$(dirname "$RR")/trestle_ckpt"
 CMP="$SRC/tests/cli/st_compare.py"
 FIX="$SRC/tests/reference/fixtures"
 tok=(tokenizer.tokenizer_type=NullTokenizer tokenizer.vocab_size=64)
 small=("${tok[@]}" model.seq_length=12 dataset.seq_length=12 train.train_iters=2
        validation.eval_iters=0 logger.log_interval=1)
-ck() {
-    "$CK" "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
-mpi() {
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
-        "$MPIEXEC" --allow-run-as-root --oversubscribe "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
 same() { # A B WHAT: every tensor byte-identical
     python3 "$CMP" "$1" "$2" >"$TMP/cmp" || fail "$3: $(cat "$TMP/cmp")"
 }

@@ -38,6 +38,8 @@ tr_cli_test(finetune_run "${TR_CLI_MPI_ENV}")
 tr_cli_test(hf_model "${TR_CLI_MPI_ENV}" SERIAL)
 tr_cli_test(hf_convert "${TR_CLI_MPI_ENV}" SERIAL)
 tr_cli_test(hf_moe_convert "${TR_CLI_MPI_ENV}" SERIAL)
+# Four architectures, each with a four-rank run.
+set_tests_properties(cli_hf_moe_convert PROPERTIES TIMEOUT 300)
 tr_cli_test(hf_convert_rss "")
 set_tests_properties(cli_hf_convert_rss PROPERTIES SKIP_RETURN_CODE 77)
 tr_cli_test(hf_generate "")

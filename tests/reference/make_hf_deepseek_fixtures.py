@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Writes tiny random DeepseekV3ForCausalLM directories for the import tests
-(tests/unit/hf/test_hf_deepseek.c): multi-latent attention with interleaved rotary channels (rope_interleave),
-saved with save_pretrained (config.json + model.safetensors, float32), and what transformers
-computes for one batch in the TRMFIX01 format of make_fixtures.py: tokens, targets, logits,
-loss and every parameter's gradient (g:NAME under Trestle's names; MLA's tensors map one to one).
+(tests/unit/hf/test_hf_deepseek.c): multi-latent attention with interleaved rotary channels
+(rope_interleave), saved with save_pretrained (config.json + model.safetensors, float32), and
+what transformers computes for one batch in the TRMFIX01 format of make_fixtures.py: tokens,
+targets, logits, loss and every parameter's gradient (g:NAME under Trestle's names; MLA's
+tensors map one to one).
 
   hf_deepseek_v3: compressed queries (q_lora_rank), YaRN as DeepSeek-V3 configures it but with a
     short original context so the frequency ramp blends (factor 4, mscale 0.8, mscale_all_dim

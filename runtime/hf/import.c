@@ -21,7 +21,8 @@ tr_hf_shape tr_hf_shape_of(const tr_model_spec *f) {
                          .tied = f->tied,
                          .qk_norm = f->qk_norm,
                          .moe = f->moe,
-                         .mla = f->mla};
+                         .mla = f->mla,
+                         .mtp = f->mtp_layers};
 }
 
 static const tr_hf_arch *arch_named(const char *name) {
@@ -40,12 +41,12 @@ bool tr_hf_architecture_known(const char *name) {
 tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d) {
     const tr_hf_arch *a = arch_named(w->architecture);
     if (!a)
-        return tr_diag_add(d, TR_SEV_ERROR, "hf.architecture", NULL, NULL,
-                           "Trestle imports LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, "
-                           "MixtralForCausalLM, Qwen3MoeForCausalLM and DeepseekV3ForCausalLM "
-                           "(dense layers) so far",
-                           "architecture %s is not one Trestle maps",
-                           w->architecture ? w->architecture : "(none given)");
+        return tr_diag_add(
+            d, TR_SEV_ERROR, "hf.architecture", NULL, NULL,
+            "Trestle imports LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, "
+            "MixtralForCausalLM, Qwen3MoeForCausalLM and DeepseekV3ForCausalLM so far",
+            "architecture %s is not one Trestle maps",
+            w->architecture ? w->architecture : "(none given)");
     const tr_model_spec *f = &m->full;
     tr_hf_shape k = tr_hf_shape_of(f);
     for (int fi = 0; fi < w->n; fi++)

@@ -141,5 +141,7 @@ static bool deepseek_known(const char *n, const tr_hf_shape *k) {
            strncmp(rest, "self_attn.v_proj.", 17) != 0 && tr_hf_arch_llama.known(as, k);
 }
 
-const tr_hf_arch tr_hf_arch_deepseek_v3 = {"DeepseekV3ForCausalLM", deepseek_known, deepseek_source,
-                                           deepseek_locate};
+const tr_hf_arch tr_hf_arch_deepseek_v3 = {.name = "DeepseekV3ForCausalLM",
+                                           .known = deepseek_known,
+                                           .source = deepseek_source,
+                                           .locate = deepseek_locate};

@@ -515,15 +515,16 @@ static tr_status feed(const tr_model *m, const tr_param_info *p, const float *fr
                       const tr_hf_arch *arch, const tr_hf_shape *k, const tr_hf_source *src,
                       pending *q, const tr_st_tensor *sorted, tr_st_dtype dtype, tr_st_stream *out,
                       progress *pr, tr_diags *d) {
-    for (int64_t x = 0; x < p->numel; x++) {
+    for (int64_t x = 0, n; x < p->numel; x += n) {
         int64_t at = tr_model_logical_index(m, p, x), idx = 0;
+        n = tr_hf_row_run(arch, src, tr_model_logical_run(p, x));
         int which = arch->locate(src, k, at / p->full_cols, at % p->full_cols, &idx);
         if (which < 0) continue;
         pending *t = &q[src->t[which] - sorted];
         if (t->written) continue;
         if (!t->vals && !(t->vals = calloc((size_t)t->numel, sizeof *t->vals))) return TR_ERR_NOMEM;
-        t->vals[idx] = from[x];
-        t->filled++;
+        memcpy(t->vals + idx, from + x, (size_t)n * sizeof *from);
+        t->filled += n;
     }
     tr_status st = TR_OK;
     for (int j = 0; st == TR_OK && j < 3; j++)

@@ -63,11 +63,14 @@ tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d) {
         float *dst = direct ? m->params + p->offset
                             : malloc((size_t)(p->numel ? p->numel : 1) * sizeof *dst);
         if (!dst) return TR_ERR_NOMEM;
-        for (int64_t e = 0; e < p->numel; e++) {
-            int64_t at = tr_model_logical_index(m, p, e);
-            int64_t idx = 0;
+        for (int64_t e = 0, n; e < p->numel; e += n) {
+            int64_t at = tr_model_logical_index(m, p, e), idx = 0;
+            n = tr_hf_row_run(a, &s, tr_model_logical_run(p, e));
             int which = a->locate(&s, &k, at / p->full_cols, at % p->full_cols, &idx);
-            dst[e] = which < 0 ? 0.0f : tr_hf_value(s.t[which], idx);
+            if (which < 0)
+                memset(dst + e, 0, (size_t)n * sizeof *dst);
+            else
+                tr_hf_values(s.t[which], idx, n, dst + e);
         }
         if (direct) continue;
         tr_status st =

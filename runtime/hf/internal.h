@@ -33,7 +33,14 @@ typedef struct tr_hf_arch {
      * s->t[returned] and its flat index *at; -1 for an element the checkpoint does not hold (the
      * vocabulary padding, zero). Import reads there, export writes there: one map, both ways. */
     int (*locate)(const tr_hf_source *s, const tr_hf_shape *k, int64_t r, int64_t c, int64_t *at);
+    /* Whether a row of source s lies in order: (r, c + j) at *at + j of the same tensor (or all
+     * absent), so that the converters copy whole runs. NULL: every source's rows do. */
+    bool (*rows_in_order)(const tr_hf_source *s);
 } tr_hf_arch;
+
+/* The elements of the logical row r from column c on that the converters may move at once: n
+ * (at most) when the architecture's rows of s lie in order, else 1. */
+int64_t tr_hf_row_run(const tr_hf_arch *a, const tr_hf_source *s, int64_t n);
 
 extern const tr_hf_arch tr_hf_arch_llama, tr_hf_arch_qwen3, tr_hf_arch_gpt2, tr_hf_arch_deepseek_v3;
 extern const tr_hf_arch tr_hf_arch_mixtral, tr_hf_arch_qwen3_moe;
@@ -94,5 +101,7 @@ tr_status tr_hf_need(const tr_hf_weights *w, const char *name, int64_t rows, int
                      const tr_st_tensor **out, tr_diags *d);
 /* Element i of t, widened to fp32. */
 float tr_hf_value(const tr_st_tensor *t, int64_t i);
+/* n consecutive values from element i on, as fp32. */
+void tr_hf_values(const tr_st_tensor *t, int64_t i, int64_t n, float *out);
 
 #endif

@@ -169,7 +169,11 @@ static tr_status qwen3_moe_source(const char *name, const tr_hf_shape *k, const 
     return moe_source(&tr_hf_moe_qwen3, name, k, w, s, d);
 }
 
-const tr_hf_arch tr_hf_arch_mixtral = {"MixtralForCausalLM", mixtral_known, mixtral_source,
-                                       moe_locate};
-const tr_hf_arch tr_hf_arch_qwen3_moe = {"Qwen3MoeForCausalLM", qwen3_moe_known, qwen3_moe_source,
-                                         moe_locate};
+const tr_hf_arch tr_hf_arch_mixtral = {.name = "MixtralForCausalLM",
+                                       .known = mixtral_known,
+                                       .source = mixtral_source,
+                                       .locate = moe_locate};
+const tr_hf_arch tr_hf_arch_qwen3_moe = {.name = "Qwen3MoeForCausalLM",
+                                         .known = qwen3_moe_known,
+                                         .source = qwen3_moe_source,
+                                         .locate = moe_locate};

@@ -509,6 +509,9 @@ void tr_param_kv_range(const tr_param_info *p, int64_t *off, int64_t *numel);
 /* The logical element (row-major in the full_rows x full_cols tensor) of element e of p's shard
  * on this rank. */
 int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_t e);
+/* How many local elements from e on (to the end of its local row) have consecutive logical
+ * indices: a converter copies that run at once. */
+int64_t tr_model_logical_run(const tr_param_info *p, int64_t e);
 
 /* The parameter named `name` (Megatron's name), or NULL. */
 const tr_param_info *tr_model_find_param(const tr_model *m, const char *name);

@@ -11,7 +11,7 @@ const char *tr_device_name(const tr_device *dev) {
 }
 
 bool tr_device_host_visible(const tr_device *dev) {
-    return dev->kind == TR_DEVICE_CPU;
+    return dev->kind == TR_DEVICE_CPU || dev->kind == TR_DEVICE_CPU_COUNT;
 }
 
 const tr_ops *tr_device_ops(const tr_device *dev) {

@@ -35,5 +35,6 @@ struct tr_device {
 /* Each fills dev (kind, name, ops, be, impl) or reports why it cannot. */
 tr_status tr_device_cuda_open(tr_device *dev, int local_rank, int local_size, tr_diags *d);
 tr_status tr_device_strict_open(tr_device *dev, tr_diags *d);
+tr_status tr_device_count_open(tr_device *dev, tr_diags *d);
 
 #endif

@@ -217,8 +217,10 @@ static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
     a->ce_stats = carve(c, 4 * bt); /* [3, bt] stats, then bt floats of TP scratch */
     a->losses = carve(c, bt);
     a->dloss = carve(c, bt);
+    tr_mtp_acts scratch = {0};              /* a sizing pass has no MTP records */
     for (int d = 0; d < s->mtp_layers; d++) /* MTP: each depth's layer and its own tensors */
-        tr_mtp_carve_acts(bt, (int)C, s->vocab, s->layernorm, &a->mtp[d], carve_cb, c);
+        tr_mtp_carve_acts(bt, (int)C, s->vocab, s->layernorm, a->mtp ? &a->mtp[d] : &scratch,
+                          carve_cb, c);
 }
 
 /* The output layer's inputs and logits gradients of the microbatches whose weight gradients
@@ -258,7 +260,8 @@ static void carve_acts(tr_model *m, carver *c) {
             }
             if (p->has_loss) {
                 for (int d = 0; d < s->mtp_layers; d++)
-                    carve_layer(m, c, &a->layers[p->num_layers + d], NULL, 0);
+                    carve_layer(m, c, a->layers ? &a->layers[p->num_layers + d] : &scratch_layer,
+                                NULL, 0);
                 carve_head(m, c, a);
             }
         }

@@ -433,7 +433,8 @@ static tr_status moe_create(tr_model *m) {
                          .layer = i,
                          .swiglu = s->swiglu,
                          .gelu_tanh = s->gelu_tanh,
-                         .lowp = s->lowp};
+                         .lowp = s->lowp,
+                         .dev = m->dev};
         TR_TRY(tr_moe_create(&m->moe[i], &s->moe, &d, m->ops));
     }
     return tr_model_moe_bind(m);

@@ -468,6 +468,8 @@ void tr_model_moe_tokens(tr_model *m, double *out);
 /* Points the MoE layers at their tensors (after the flat buffers moved). */
 tr_status tr_model_moe_bind(tr_model *m);
 
+/* Layer `layer` (an MTP depth's past the decoder's) has an MoE MLP. */
+bool tr_model_is_moe_layer(const tr_model_spec *s, int layer);
 /* The parameter list tr_model_create_parts would lay out (no buffers): *info is allocated
  * (free it), offsets are those of the model's own flat buffer, *numel its size. */
 tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_model_part *parts,

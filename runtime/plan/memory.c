@@ -12,6 +12,7 @@
 #include "runtime/distributed/ddp.h"
 #include "runtime/distributed/grad_buffer.h"
 #include "runtime/model/model.h"
+#include "runtime/moe/moe.h"
 #include "runtime/optimizer/optimizer.h"
 #include "runtime/peft/lora.h"
 #include "runtime/pipeline/pipeline.h"
@@ -33,7 +34,7 @@ static bool ends_with(const char *s, const char *tail) {
 }
 
 /* The tensors the forward's GEMMs read as weights (runtime/model/wcopy.c marks them through the
- * views: the four linear layers of every layer and the output weight, which is the word
+ * views: the four linear layers of every decoder layer and the output weight, which is the word
  * embedding on any stage holding it when tied). */
 static int64_t weight_copy_elems(const tr_model_spec *s, const tr_param_info *info, int n) {
     if (!s->lowp || s->no_weight_copy) return 0;
@@ -44,7 +45,10 @@ static int64_t weight_copy_elems(const tr_model_spec *s, const tr_param_info *in
                     ends_with(nm, "linear_fc1.weight") || ends_with(nm, "linear_fc2.weight") ||
                     (!s->tied && strcmp(nm, "output_layer.weight") == 0) ||
                     (s->tied && strcmp(nm, "embedding.word_embeddings.weight") == 0);
-        if (used && !strstr(nm, ".adapter."))
+        /* the views wcopy.c marks are the decoder's dense layers': an MoE layer's experts and
+         * the MTP depths' layers run their GEMMs on the fp32 weights */
+        if (used && !strstr(nm, ".adapter.") && !strstr(nm, ".mlp.experts.") &&
+            !strstr(nm, ".mlp.shared_experts.") && strncmp(nm, "mtp.", 4) != 0)
             total += (info[i].numel + WCOPY_ALIGN - 1) / WCOPY_ALIGN * WCOPY_ALIGN;
     }
     return total ? total : 1;
@@ -268,6 +272,35 @@ static tr_status cp_buffers(const tr_config *c, const tr_model_spec *ms, const t
     return TR_OK;
 }
 
+/* The MoE layers' states and scratch (runtime/moe/layer.c allocates them as activations, one
+ * set per layer this rank holds, with its part's slots; an MTP depth's layer on the loss stage):
+ * tr_moe_buffer_bytes, the sizing tr_moe_create allocates with (dropless: the worst case). */
+static tr_status moe_buffers(const tr_model_spec *ms, int mbs, const tr_model_part *parts,
+                             int n_parts, const tr_plan_gpu *g, int64_t *bytes, int64_t *rounded) {
+    if (ms->moe.experts <= 0) return TR_OK;
+    for (int k = 0; k < n_parts; k++) {
+        const tr_model_part *p = &parts[k];
+        int n = p->num_layers + (p->has_loss ? ms->mtp_layers : 0);
+        for (int i = 0; i < n; i++) {
+            int layer = i < p->num_layers ? p->first_layer + i : ms->num_layers + i - p->num_layers;
+            if (!tr_model_is_moe_layer(ms, layer)) continue;
+            tr_moe_dims dm = {.hidden = ms->hidden,
+                              .batch = mbs,
+                              .seq = ms->seq,
+                              .slots = p->slots,
+                              .layer = layer,
+                              .swiglu = ms->swiglu,
+                              .gelu_tanh = ms->gelu_tanh,
+                              .lowp = ms->lowp};
+            int64_t b[TR_MOE_MAX_BUFFERS];
+            int nb = tr_moe_buffer_bytes(&ms->moe, &dm, b);
+            if (nb == 0) return TR_ERR_INVALID;
+            for (int j = 0; j < nb; j++) *bytes += b[j], *rounded += tr_plan_round(g, b[j]);
+        }
+    }
+    return TR_OK;
+}
+
 tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms,
                                      const tr_plan_gpu *g, const tr_pp_layout *lay, int pp_rank,
                                      tr_plan_cache *cache, tr_plan_rank *r, tr_diags *d) {
@@ -343,6 +376,10 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
                                   tr_plan_round(g, as.tok_bytes) + tr_plan_round(g, as.act_bytes) +
                                   r->p2p_fp32 * tr_plan_round(g, msg * 4) +
                                   r->p2p_half * tr_plan_round(g, msg * 2);
+    int64_t mb = 0, mr = 0;
+    TR_TRY(moe_buffers(ms, mbs, parts, r->vpp, g, &mb, &mr));
+    r->moe_buffers = mb;
+    r->peak[TR_MEM_ACTIVATIONS] += mr;
     if (cp > 1) {
         int64_t cpb = 0, cpr = 0;
         TR_TRY(cp_buffers(c, ms, &shape, mbs, g, &cpb, &cpr));

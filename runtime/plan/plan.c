@@ -10,18 +10,6 @@ static double ring(int n) {
     return n > 1 ? (double)(n - 1) / n : 0.0;
 }
 
-static tr_status unsupported(const tr_config *c, tr_diags *d) {
-    const tr_model_config *m = &c->model;
-    if (m->num_moe_experts != TR_NULL_INT && m->num_moe_experts > 0) {
-        tr_diag_add(d, TR_SEV_ERROR, "plan.unsupported", NULL, "model.num_moe_experts",
-                    "plan a dense model (the runtime refuses MoE layers today)",
-                    "the planner covers the axes the runtime runs; mixture-of-experts "
-                    "layers are not one yet");
-        return TR_ERR_CONFIG;
-    }
-    return TR_OK;
-}
-
 /* Which pp ranks are distinct roles: the first, one in the middle, the last. */
 static int roles(int pp, int *which) {
     int n = 0;
@@ -136,7 +124,6 @@ tr_status tr_plan_make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan *p, t
 tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache,
                               tr_plan *p, tr_diags *d) {
     memset(p, 0, sizeof *p);
-    TR_TRY(unsupported(c, d));
     const tr_model_config *m = &c->model;
     p->gpu = gpu;
     p->world = (int)c->derived.world_size;

@@ -59,6 +59,8 @@ typedef struct tr_plan_rank {
     int64_t tokens;       /* per-slot ids, targets, document starts, positions */
     int64_t p2p;          /* stage-transfer buffers held at once */
     int64_t cp_buffers;   /* the context-parallel exchange's KV/dKV blocks (CP > 1) */
+    int64_t moe_buffers;  /* the MoE layers' states and scratch (tr_moe_buffer_bytes; dropless:
+                           * every token's top-k expert rows, the worst case) */
     int p2p_fp32, p2p_half;
     int64_t workspace; /* loss buffers, overflow flag */
     int64_t n_params;  /* parameters of the role (elements) */

@@ -58,6 +58,11 @@ void tr_plan_print(FILE *out, const tr_config *c, const tr_plan *p) {
         if (p->cp > 1)
             fprintf(out, "  CP exchange buffers      %10.3f GiB  (KV and dK/dV blocks)\n",
                     gib(r->cp_buffers));
+        if (r->moe_buffers)
+            fprintf(out,
+                    "  MoE token buffers        %10.3f GiB  (router, expert rows at the dropless "
+                    "worst case: every token's top-k on this rank's experts; shared expert)\n",
+                    gib(r->moe_buffers));
         fprintf(out, "  workspace                %10.3f GiB\n", gib(r->workspace));
         fprintf(out,
                 "  peaks per kind: params %.3f, grads %.3f, optimizer %.3f, activations %.3f, "
@@ -114,9 +119,9 @@ void tr_plan_print_json(FILE *out, const tr_plan *p) {
                 "%s{\"pp_rank\":%d,\"n_params\":%" PRId64 ",\"params\":%" PRId64
                 ",\"param_copy\":%" PRId64 ",\"grads\":%" PRId64 ",\"optimizer\":%" PRId64
                 ",\"act_per_slot\":%" PRId64 ",\"act_arena\":%" PRId64 ",\"p2p\":%" PRId64
-                ",\"total\":%" PRId64 ",\"peak\":{",
+                ",\"moe_buffers\":%" PRId64 ",\"total\":%" PRId64 ",\"peak\":{",
                 i ? "," : "", r->pp_rank, r->n_params, r->params, r->param_copy, r->grads,
-                r->optimizer, r->act_per_slot, r->act_arena, r->p2p, r->total);
+                r->optimizer, r->act_per_slot, r->act_arena, r->p2p, r->moe_buffers, r->total);
         for (int k = 0; k < TR_MEM_KIND_COUNT; k++)
             fprintf(out, "%s\"%s\":%" PRId64, k ? "," : "", kinds[k], r->peak[k]);
         fprintf(out, "}}");

@@ -279,7 +279,8 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
                               int kv_rep, const tr_model_part *parts, int n_parts) {
     bool has_embedding = any_part(parts, n_parts, false), has_loss = any_part(parts, n_parts, true);
     /* MTP reads the word embedding: a loss stage without it has the tied copy only */
-    if (s->mtp_layers && has_loss && !has_embedding && !s->tied) return TR_ERR_INVALID;
+    if (s->mtp_layers && has_loss && !has_embedding && !s->tied && !s->sizing_only)
+        return TR_ERR_INVALID;
     l->freeze = s->lora_rank > 0;
     if (has_embedding) {
         TR_TRY(add_word_embedding(l, s, tp, false));
@@ -304,6 +305,9 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
      * initialisation, so it starts equal to the first stage's and the embedding group's
      * gradient all-reduce keeps it equal. (MTP reads it as its embedding.) */
     if (s->tied && !has_embedding) TR_TRY(add_word_embedding(l, s, tp, true));
+    /* sizing only (runtime.mtp_pipeline_untied): Megatron's MTP stage builds its own embedding */
+    if (!s->tied && !has_embedding && s->mtp_layers && s->sizing_only)
+        TR_TRY(add_word_embedding(l, s, tp, true));
     for (int k = 0; k < s->mtp_layers; k++)
         TR_TRY(add_mtp_depth(l, s, k, qkv_dim, fc1_dim, tp, kv_rep));
     return TR_OK;
@@ -493,13 +497,15 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
     if (s->rope && (s->rope_p.rot_dim < 2 || s->rope_p.rot_dim > s->head_dim))
         return TR_ERR_INVALID;
     const tr_mla_spec *a = &s->mla;
-    if (a->on && (a->q_lora_rank < 0 || a->kv_lora_rank < 1 || a->qk_dim < 1 || a->rope_dim < 2 ||
-                  a->rope_dim % 2 || a->v_dim != s->head_dim || s->groups != s->heads ||
-                  s->sequence_parallel || s->lora_rank || s->recompute || s->lowp || s->qk_norm))
+    bool run = !s->sizing_only;
+    if (a->on &&
+        (a->q_lora_rank < 0 || a->kv_lora_rank < 1 || a->qk_dim < 1 || a->rope_dim < 2 ||
+         a->rope_dim % 2 || a->v_dim != s->head_dim || s->groups != s->heads ||
+         (run && (s->sequence_parallel || s->lora_rank || s->recompute || s->lowp || s->qk_norm))))
         return TR_ERR_INVALID; /* what runtime.mla_* refuse */
-    if (s->mtp_layers < 0 ||
-        (s->mtp_layers && (s->sequence_parallel || s->lora_rank || s->recompute || s->lowp ||
-                           s->defer_wgrad || s->learned_pos || s->hidden % tp.size)))
+    if (s->mtp_layers < 0 || (s->mtp_layers && run &&
+                              (s->sequence_parallel || s->lora_rank || s->recompute || s->lowp ||
+                               s->defer_wgrad || s->learned_pos || s->hidden % tp.size)))
         return TR_ERR_INVALID; /* what runtime.mtp_* refuse */
     if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) return TR_ERR_INVALID;
     /* Query groups (or, TP being a multiple of them, their heads), the MLP width and the padded
@@ -508,7 +514,7 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
         s->groups % tp.size == 0 || (tp.size % s->groups == 0 && s->heads % tp.size == 0);
     if (!kv_split || s->ffn % tp.size || s->vocab % tp.size) return TR_ERR_INVALID;
     if (s->sequence_parallel && s->seq % tp.size) return TR_ERR_INVALID;
-    if (s->moe.experts > 0 && tp.size > 1) return TR_ERR_INVALID; /* runtime.moe_layers */
+    if (run && s->moe.experts > 0 && tp.size > 1) return TR_ERR_INVALID; /* runtime.moe_tp */
     return TR_OK;
 }
 

@@ -91,6 +91,11 @@ typedef struct tr_model_spec {
      * fp32 weights itself (gemm_lowp), as before the copy existed. Bitwise the same results; for
      * tests that prove it (tr_train_opts.no_weight_copy sets it). */
     int no_weight_copy;
+    /* Sizing only (the planner's predicted plans): tr_model_param_list and tr_model_shape lay
+     * out combinations the runtime refuses to build (its runtime.* rules: MoE with TP, MLA and
+     * MTP with SP or half precision) as the runtime's code would lay them out; never set for a
+     * model that runs. */
+    bool sizing_only;
     /* Mixed precision with every saved activation in fp32: the inputs of the linear layers (norm
      * outputs, the MLP activation) are then rounded by each GEMM that reads them instead of
      * being stored rounded once. Bitwise the same results, twice the memory of those tensors;

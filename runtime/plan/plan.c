@@ -95,6 +95,19 @@ static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
                  cp_cross ? g->net_gbs : g->nvlink_gbs,
                  cp_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK, 0.0, cp_cross);
     }
+    /* expert parallel (predicted only: the runtime runs EP 1 today): per MoE layer and
+     * microbatch the alltoall dispatcher sends each routed row (top-k per token) and brings its
+     * output back, forward and backward, (EP - 1) / EP of them to other ranks */
+    if (p->ep > 1 && ms->moe.experts > 0) {
+        int n_moe = 0;
+        for (int i = 0; i < ms->num_layers; i++) n_moe += tr_model_is_moe_layer(ms, i);
+        double rows = (double)p->mbs * seq_local / (p->sp ? p->tp : 1) * ms->moe.topk;
+        double per = 4.0 * ring(p->ep) * rows * ms->hidden * dtype;
+        bool ep_cross = (int64_t)p->ep * (p->sp ? 1 : p->tp) > gpn;
+        add_comm(p, "ep", p->ep, (double)n_moe / p->pp * p->nmb * per,
+                 ep_cross ? g->net_gbs : g->nvlink_gbs,
+                 ep_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK, 0.0, ep_cross);
+    }
     double msg = msg_full / (p->sp ? p->tp : 1);
     bool pp_cross = (int64_t)p->tp * cp * p->dp >= gpn && p->world > gpn;
     add_comm(p, "pp", p->pp, 2.0 * p->nmb * p->vpp * msg, pp_cross ? g->net_gbs : g->nvlink_gbs,
@@ -133,6 +146,8 @@ tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_pla
                  ? 1
                  : (int)m->virtual_pipeline_model_parallel_size;
     p->cp = (int)m->context_parallel_size;
+    p->ep = m->num_moe_experts != TR_NULL_INT ? (int)m->expert_model_parallel_size : 1;
+    p->etp = m->num_moe_experts != TR_NULL_INT ? (int)m->expert_tensor_parallel_size : 1;
     p->dp = (int)c->derived.data_parallel_size;
     p->mbs = (int)c->train.micro_batch_size;
     p->gbs = (int)c->train.global_batch_size;

@@ -83,6 +83,12 @@ typedef struct tr_plan_comm {
 typedef struct tr_plan {
     const tr_plan_gpu *gpu;
     int world, tp, pp, vpp, cp, dp, mbs, gbs, nmb;
+    int ep, etp; /* the expert layout (1 for dense models) */
+    /* The runtime refuses this config (its capability rules, core/rules/runtime.c): the numbers
+     * are predicted from Megatron's semantics, not backed by a run; refused_by lists the rule
+     * ids. Set by the caller that planned it anyway (--plan, the search's predicted list). */
+    bool predicted_only;
+    char refused_by[256];
     bool sp, dist_opt, lowp;
     int recompute; /* 0 none, 1 selective, 2 full */
     int n_ranks;
@@ -93,7 +99,7 @@ typedef struct tr_plan {
     double hw_flops;    /* per step including recomputation */
     double t_compute, t_bubble, t_optimizer, t_comm, step_s, mfu;
     double bubble; /* (p - 1) / (v m) of the compute time */
-    tr_plan_comm comm[5];
+    tr_plan_comm comm[6];
     int n_comm;
 } tr_plan;
 
@@ -122,8 +128,8 @@ void tr_plan_print_json(FILE *out, const tr_plan *p);
 /* ---- search ---- */
 
 typedef struct tr_plan_candidate {
-    int tp, pp, vpp, cp, ep, etp, dp, mbs;
-    int recompute; /* 0 none, 1 selective (core_attn), 2 full uniform 1 */
+    int tp, pp, vpp, cp, ep, etp, dp, mbs; /* etp 0: a dense model (not set) */
+    int recompute;                         /* 0 none, 1 selective (core_attn), 2 full uniform 1 */
     bool dist_opt, sp;
     tr_plan plan;
 } tr_plan_candidate;
@@ -137,6 +143,12 @@ typedef struct tr_plan_search {
     int tried, valid, fit;
     tr_plan_candidate *best; /* [n_best], fastest first */
     int n_best;
+    /* Candidates the runtime's capability rules alone refuse (runtime.*, counted under their
+     * ids like every rejection), planned as predicted only: how many planned, how many fit,
+     * and the fastest fitting [n_pred] (plan.predicted_only, plan.refused_by). */
+    int predicted, predicted_fit;
+    tr_plan_candidate *pred;
+    int n_pred;
     tr_plan_rejection *why; /* rule ids (and "memory") with counts */
     int n_why;
     double seconds;          /* the whole search */

@@ -24,6 +24,15 @@ void tr_plan_print(FILE *out, const tr_config *c, const tr_plan *p) {
             c->recipe_name ? c->recipe_name : "(config)", p->world, p->gpu->name, p->tp, p->pp,
             p->vpp, p->cp, p->dp, p->mbs, p->gbs, p->nmb, p->sp ? "on" : "off",
             p->dist_opt ? "on" : "off", rc[p->recompute], p->lowp ? "bf16/fp16 mixed" : "fp32");
+    if (p->ep > 1 || p->etp > 1)
+        fprintf(out,
+                "experts: EP %d, ETP %d (Megatron's layout; the runtime runs EP 1 and ETP 1)\n",
+                p->ep, p->etp);
+    if (p->predicted_only)
+        fprintf(out,
+                "PREDICTED ONLY: the runtime refuses this configuration (%s); the numbers follow "
+                "Megatron's semantics where the runtime has no allocation to size them by\n",
+                p->refused_by);
     fprintf(out,
             "assumptions: fp32 master parameters and fp32 gradients (the runtime keeps both "
             "in fp32 whatever grad_reduce_in_fp32 says), Adam m and v in fp32, a half-precision "
@@ -108,11 +117,12 @@ void tr_plan_print_json(FILE *out, const tr_plan *p) {
             "{\"gpu\":\"%s\",\"world\":%d,\"tp\":%d,\"pp\":%d,\"vpp\":%d,\"cp\":%d,\"dp\":%d,"
             "\"mbs\":%d,\"gbs\":%d,\"sp\":%s,\"dist_opt\":%s,\"recompute\":%d,\"fits\":%s,"
             "\"peak_total\":%" PRId64 ",\"step_s\":%.6g,\"mfu\":%.6g,\"bubble\":%.6g,"
-            "\"model_flops\":%.6g,\"ranks\":[",
+            "\"model_flops\":%.6g,\"ep\":%d,\"etp\":%d,\"predicted_only\":%s,"
+            "\"refused_by\":\"%s\",\"ranks\":[",
             p->gpu->name, p->world, p->tp, p->pp, p->vpp, p->cp, p->dp, p->mbs, p->gbs,
             p->sp ? "true" : "false", p->dist_opt ? "true" : "false", p->recompute,
-            p->fits ? "true" : "false", p->peak_total, p->step_s, p->mfu, p->bubble,
-            p->model_flops);
+            p->fits ? "true" : "false", p->peak_total, p->step_s, p->mfu, p->bubble, p->model_flops,
+            p->ep, p->etp, p->predicted_only ? "true" : "false", p->refused_by);
     for (int i = 0; i < p->n_ranks; i++) {
         const tr_plan_rank *r = &p->ranks[i];
         fprintf(out,

@@ -250,7 +250,11 @@ static void carve_acts(tr_model *m, carver *c) {
                     TR_RC_ALL & ~set_groups(m, r));
     for (int k = 0; k < m->n_parts; k++) {
         const tr_model_part *p = &m->parts[k];
-        for (int slot = 0; slot < part_slots(p); slot++) {
+        /* a sizing pass carves one slot: every slot of a part takes the same floats (carve
+         * only adds rounded sizes) */
+        int n_carved = m->slot_acts ? part_slots(p) : part_slots(p) > 0;
+        int64_t slot_from = c->used;
+        for (int slot = 0; slot < n_carved; slot++) {
             tr_slot_acts *a = m->slot_acts ? &m->slot_acts[m->slot_start[k] + slot] : &scratch_slot;
             for (int i = 0; i < p->num_layers; i++) {
                 int at;
@@ -265,6 +269,7 @@ static void carve_acts(tr_model *m, carver *c) {
                 carve_head(m, c, a);
             }
         }
+        if (!m->slot_acts && n_carved) c->used += (c->used - slot_from) * (part_slots(p) - 1);
     }
     carve_deferred(m, c);
     m->sp_full = s->sequence_parallel ? carve(c, bt * C) : NULL;

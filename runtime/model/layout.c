@@ -23,11 +23,21 @@ typedef struct split {
     int tp;
 } split;
 
+/* a + b into out (n > 0), cut to fit as snprintf cuts; false when cut. Without the format
+ * parser: the planner lays out tens of thousands of parameter lists per second. */
+static bool cat2(char *out, size_t n, const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b), at = la < n - 1 ? la : n - 1;
+    memcpy(out, a, at);
+    size_t tb = lb < n - 1 - at ? lb : n - 1 - at;
+    memcpy(out + at, b, tb);
+    out[at + tb] = 0;
+    return la + lb < n;
+}
+
 /* prefix + suffix into a parameter name; a name that would not fit tr_param_info.name is an
  * error rather than a silently shortened (and then ambiguous) name. */
 static tr_status param_name(char *out, size_t n, const char *prefix, const char *suffix) {
-    int len = snprintf(out, n, "%s%s", prefix, suffix);
-    return len >= 0 && (size_t)len < n ? TR_OK : TR_ERR_INVALID;
+    return cat2(out, n, prefix, suffix) ? TR_OK : TR_ERR_INVALID;
 }
 
 static tr_status add_param_split(layout *l, const char *name, int rows, int cols, bool no_decay,
@@ -41,7 +51,7 @@ static tr_status add_param_split(layout *l, const char *name, int rows, int cols
     }
     tr_param_info *p = &l->info[l->n++];
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
+    cat2(p->name, sizeof p->name, name, "");
     p->rows = rows;
     p->cols = cols;
     p->numel = (int64_t)rows * cols;
@@ -213,22 +223,28 @@ bool tr_model_is_moe_layer(const tr_model_spec *s, int layer) {
 }
 
 void tr_model_layer_base(char *out, size_t n, const tr_model_spec *s, int layer) {
-    if (layer < s->num_layers)
-        snprintf(out, n, "decoder.layers.%d", layer);
-    else
+    if (layer < 0 || layer >= s->num_layers) {
         snprintf(out, n, "mtp.layers.%d.mtp_model_layer", layer - s->num_layers);
+        return;
+    }
+    char num[16];
+    int at = (int)sizeof num - 1;
+    num[at] = 0;
+    do num[--at] = (char)('0' + layer % 10);
+    while ((layer /= 10) > 0);
+    cat2(out, n, "decoder.layers.", num + at);
 }
 
 /* One transformer layer's tensors under `base` (a decoder layer or an MTP depth's). */
 static tr_status add_layer(layout *l, const tr_model_spec *s, int layer, const char *base,
                            int qkv_dim, int fc1_dim, int tp, int kv_rep) {
     char pre[96];
-    snprintf(pre, sizeof pre, "%s.input_layernorm", base);
+    cat2(pre, sizeof pre, base, ".input_layernorm");
     TR_TRY(add_norm(l, s, pre));
     if (s->mla.on) {
         TR_TRY(add_mla(l, s, base, tp));
     } else {
-        snprintf(pre, sizeof pre, "%s.self_attention.linear_qkv", base);
+        cat2(pre, sizeof pre, base, ".self_attention.linear_qkv");
         int first = l->n;
         TR_TRY(
             add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL, true, false, tp));
@@ -236,19 +252,19 @@ static tr_status add_layer(layout *l, const tr_model_spec *s, int layer, const c
         mark_kv(l, first, s, kv_rep, tp);
         TR_TRY(add_qk_norms(l, s, base, tp));
     }
-    snprintf(pre, sizeof pre, "%s.self_attention.linear_proj", base);
+    cat2(pre, sizeof pre, base, ".self_attention.linear_proj");
     TR_TRY(add_linear(l, pre, s->hidden, s->heads * s->head_dim, s->bias_linear,
                       TR_INIT_SCALED_NORMAL, false, false, tp));
     TR_TRY(
         add_adapter(l, s, pre, TR_LORA_PROJ, s->hidden, s->heads * s->head_dim, false, false, tp));
-    snprintf(pre, sizeof pre, "%s.pre_mlp_layernorm", base);
+    cat2(pre, sizeof pre, base, ".pre_mlp_layernorm");
     TR_TRY(add_norm(l, s, pre));
     if (tr_model_is_moe_layer(s, layer)) return add_moe(l, s, base);
-    snprintf(pre, sizeof pre, "%s.mlp.linear_fc1", base);
+    cat2(pre, sizeof pre, base, ".mlp.linear_fc1");
     TR_TRY(add_linear(l, pre, fc1_dim, s->hidden, s->bias_linear, TR_INIT_NORMAL, true, s->swiglu,
                       tp));
     TR_TRY(add_adapter(l, s, pre, TR_LORA_FC1, fc1_dim, s->hidden, true, s->swiglu, tp));
-    snprintf(pre, sizeof pre, "%s.mlp.linear_fc2", base);
+    cat2(pre, sizeof pre, base, ".mlp.linear_fc2");
     TR_TRY(add_linear(l, pre, s->hidden, s->ffn, s->bias_linear, TR_INIT_SCALED_NORMAL, false,
                       false, tp));
     TR_TRY(add_adapter(l, s, pre, TR_LORA_FC2, s->hidden, s->ffn, false, false, tp));

@@ -215,26 +215,67 @@ static void reject(tr_plan_search *s, tr_plan_verdict *v, const char *id) {
     snprintf(v->why + at, sizeof v->why - at, "%s%s", at ? "," : "", id);
 }
 
-/* scratch: NULL for a fresh deep copy of base (the plain path), else a config reset to base */
-static void try_one(const tr_config *base, tr_config *scratch, tr_world w, const tr_plan_gpu *gpu,
+/* The fast path's configs: one scratch candidate reset to the base before each, and `before`,
+ * kept holding the scratch's values ahead of its finalize (tr_config_finalize_against). Only the
+ * fields the last candidate's overrides and finalize changed can differ from the base, so only
+ * they are reset (all of them when finalize changed more than the list holds, or failed). */
+enum { MAX_DIRTY = 512 };
+typedef struct fast_cfg {
+    tr_config scratch, before;
+    int dirty[MAX_DIRTY + MAX_OV], n_dirty; /* scratch's fields that may differ from the base */
+    int ov_prev[MAX_OV], n_ov_prev;         /* before's fields that may differ from the base */
+    bool all;                               /* reset every field */
+} fast_cfg;
+
+/* Resets the scratch to base and applies the overrides; before then holds its values. */
+static tr_status fast_prepare(fast_cfg *f, const tr_config *base, const ov *o, int n) {
+    TR_TRY(f->all ? tr_config_reset_to(&f->scratch, base)
+                  : tr_config_reset_fields(&f->scratch, base, f->dirty, f->n_dirty));
+    f->all = false;
+    f->n_dirty = 0;
+    for (int i = 0; i < n; i++) f->dirty[f->n_dirty++] = o[i].fid;
+    TR_TRY(apply_typed(&f->scratch, o, n));
+    int both[2 * MAX_OV], nb = 0;
+    for (int i = 0; i < f->n_ov_prev; i++) both[nb++] = f->ov_prev[i];
+    for (int i = 0; i < n; i++) both[nb++] = o[i].fid;
+    TR_TRY(tr_config_reset_fields(&f->before, &f->scratch, both, nb));
+    for (int i = 0; i < n; i++) f->ov_prev[i] = o[i].fid;
+    f->n_ov_prev = n;
+    return TR_OK;
+}
+
+static tr_status fast_finalize(fast_cfg *f, tr_world w, tr_diags *d) {
+    int changed[MAX_DIRTY], n = 0;
+    tr_status st =
+        tr_config_finalize_against(&f->scratch, &w, &f->before, changed, MAX_DIRTY, &n, d);
+    if (st != TR_OK || n > MAX_DIRTY) {
+        f->all = true;
+        return st;
+    }
+    for (int i = 0; i < n; i++) f->dirty[f->n_dirty++] = changed[i];
+    return TR_OK;
+}
+
+/* fc: NULL for a fresh deep copy of base (the plain path), else the fast path's configs */
+static void try_one(const tr_config *base, fast_cfg *fc, tr_world w, const tr_plan_gpu *gpu,
                     int top_k, const tr_plan_search_opts *so, tr_plan_cache *cache,
                     tr_plan_candidate *k, tr_plan_search *s) {
-    tr_config own, *c = scratch ? scratch : &own;
+    tr_config own, *c = fc ? &fc->scratch : &own;
     tr_diags d;
     tr_diags_init(&d);
     tr_plan_verdict v = {.k = k};
     s->tried++;
     double t0 = now_s();
-    if ((scratch ? tr_config_reset_to(scratch, base) : tr_config_copy(&own, base)) != TR_OK) {
+    ov o[MAX_OV];
+    int n = candidate_ovs(k, o);
+    if (!fc && tr_config_copy(&own, base) != TR_OK) {
         tr_diags_free(&d);
         return;
     }
     /* the verdict is the errors; the fast path runs the error rules alone (the same errors) */
     tr_validate_opts vo = {.check_files = false, .errors_only = !so->plain};
-    ov o[MAX_OV];
-    int n = candidate_ovs(k, o);
-    tr_status st = so->plain ? apply_text(c, o, n, &d) : apply_typed(c, o, n);
-    if (st == TR_OK) st = tr_config_finalize(c, &w, &d);
+    tr_status st = fc ? fast_prepare(fc, base, o, n) : apply_text(c, o, n, &d);
+    if (st == TR_OK) st = fc ? fast_finalize(fc, w, &d) : tr_config_finalize(c, &w, &d);
     bool finalized = st == TR_OK && d.n_errors == 0;
     if (st == TR_OK) st = tr_config_validate(c, &vo, &d);
     double t1 = now_s();
@@ -293,7 +334,7 @@ static void try_one(const tr_config *base, tr_config *scratch, tr_world w, const
         }
     }
     if (so->each) so->each(so->ctx, &v);
-    if (!scratch) tr_config_free(c);
+    if (!fc) tr_config_free(c);
     tr_diags_free(&d);
 }
 
@@ -321,7 +362,8 @@ tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const t
     double t0 = now_s();
     /* the candidates' scratch base: the values and origins, without the history and the recipe
      * snapshot that each copy (and finalize's copy of it) would otherwise duplicate */
-    tr_config lean, scratch;
+    tr_config lean;
+    fast_cfg *fc = NULL;
     const tr_config *from = base;
     if (!so->plain) {
         tr_status cs = tr_config_copy(&lean, base);
@@ -331,8 +373,13 @@ tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const t
         }
         tr_config_drop_history(&lean);
         from = &lean;
-        cs = tr_config_copy(&scratch, &lean);
+        fc = calloc(1, sizeof *fc);
+        if (!fc) cs = TR_ERR_NOMEM;
+        if (cs == TR_OK) cs = tr_config_copy(&fc->scratch, &lean);
+        if (cs == TR_OK) cs = tr_config_copy(&fc->before, &lean);
         if (cs != TR_OK) {
+            if (fc) tr_config_free(&fc->scratch), tr_config_free(&fc->before);
+            free(fc);
             tr_config_free(&lean);
             if (cache != so->cache) tr_plan_cache_free(cache);
             return cs;
@@ -370,11 +417,12 @@ tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const t
                                                                .recompute = r,
                                                                .dist_opt = o == 0,
                                                                .sp = tp > 1};
-                                        try_one(from, so->plain ? NULL : &scratch, w, gpu, top_k,
-                                                so, cache, &k, s);
+                                        try_one(from, fc, w, gpu, top_k, so, cache, &k, s);
                                     }
     if (!so->plain) {
-        tr_config_free(&scratch);
+        tr_config_free(&fc->before);
+        tr_config_free(&fc->scratch);
+        free(fc);
         tr_config_free(&lean);
     }
     s->seconds = now_s() - t0;

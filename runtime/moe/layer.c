@@ -230,19 +230,6 @@ int tr_moe_buffer_bytes(const tr_moe_spec *s, const tr_moe_dims *d,
     return n;
 }
 
-void *tr_moe_buf_alloc(const tr_moe_layer *L, int64_t bytes) {
-    void *p = NULL;
-    if (!L->d.dev) return calloc((size_t)(bytes > 0 ? bytes : 1), 1);
-    return tr_device_alloc(L->d.dev, TR_MEM_ACTIVATIONS, (size_t)bytes, &p) == TR_OK ? p : NULL;
-}
-
-void tr_moe_buf_free(const tr_moe_layer *L, void *p) {
-    if (L->d.dev)
-        tr_device_free(L->d.dev, TR_MEM_ACTIVATIONS, p);
-    else
-        free(p);
-}
-
 tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_dims *d,
                         const tr_ops *ops) {
     *out = NULL;

@@ -8,8 +8,9 @@
  * runtime makes is one entry, rounded as the device rounds it, and the peaks per memory kind are
  * those of the runtime's order of allocation (the data-parallel relayout stages the parameters
  * on the host, so the device holds one layout at a time). Time comes from a small device model with
- * named constants (runtime/plan/device_model.c). Dense axes only: context parallelism and MoE are
- * refused by the runtime today, and the planner refuses them too (plan.unsupported). */
+ * named constants (runtime/plan/device_model.c). MoE layers' token buffers come from
+ * tr_moe_buffer_bytes; what the runtime refuses (EP, MoE with TP, ...) is planned predicted only
+ * from Megatron's semantics (docs/plan.md). */
 #ifndef TR_RUNTIME_PLAN_H
 #define TR_RUNTIME_PLAN_H
 
@@ -103,8 +104,8 @@ typedef struct tr_plan {
     int n_comm;
 } tr_plan;
 
-/* The plan of a finalized, validated config on `gpu`. Configs the planner does not cover
- * (context parallelism, MoE) are a "plan.unsupported" diagnostic and TR_ERR_CONFIG. */
+/* The plan of a finalized config on `gpu` (validated; or one only the runtime's capability
+ * rules refuse, which the caller marks predicted_only). */
 tr_status tr_plan_make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan *out, tr_diags *d);
 
 /* A memo of the sizing calls' results for planning many layouts (the search): the same numbers,

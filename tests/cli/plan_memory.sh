@@ -1,8 +1,9 @@
 # The planner's bytes per rank against the runtime's: for tiny dense layouts (TP, SP, PP, VPP,
-# CP, DP, the distributed optimizer, recomputation, mixed precision, SFT packing, LoRA) `run_recipe --plan --gpu
+# CP, DP, the distributed optimizer, recomputation, mixed precision, SFT packing, LoRA) and MoE
+# ones (experts, shared experts, capacity, MLA and MTP, DP, PP, VPP) `run_recipe --plan --gpu
 # cpu --json` (the cpu-strict device's page-rounded allocations) is compared with the peaks per
-# memory kind the cpu-strict device measured on every rank of a one-iteration run of the same
-# layout; each kind must agree within 3% (docs/plan.md). The planner's numbers come from the
+# memory kind the cpu-strict (MoE: cpu-count) device measured on every rank of a one-iteration
+# run of the same layout; each kind must agree within 3% (docs/plan.md). The planner's numbers come from the
 # runtime's sizing calls, so a drift in either shows here.
 . "$(dirname "$0")/lib.sh"
 

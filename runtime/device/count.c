@@ -6,7 +6,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/log.h"
 #include "runtime/device/internal.h"
 
 /* Each allocation's header: its counted length and kind, before the bytes handed out (the
@@ -47,43 +46,12 @@ static void count_free(tr_device *dev, tr_mem_kind kind, void *p) {
     free(h);
 }
 
-static tr_status count_copy(tr_device *dev, void *dst, const void *src, size_t bytes,
-                            tr_copy_dir dir) {
-    (void)dev;
-    (void)dir;
-    if (bytes) memmove(dst, src, bytes);
-    return TR_OK;
-}
-
-static tr_status count_memset0(tr_device *dev, void *p, size_t bytes) {
-    (void)dev;
-    if (bytes) memset(p, 0, bytes);
-    return TR_OK;
-}
-
-static tr_status count_sync(tr_device *dev) {
-    (void)dev;
-    return TR_OK;
-}
-
-static tr_status count_comm_create(tr_device *dev, const struct tr_parallel_state *ps,
-                                   const tr_comm_options *opt, bool nccl, tr_diags *diags,
-                                   tr_comm **out) {
-    (void)dev;
-    (void)nccl;
-    return tr_comm_mpi_create(ps, opt, diags, out);
-}
-
 static size_t count_peak(const tr_device *dev, tr_mem_kind kind) {
     return impl_of(dev)->peak[kind];
 }
 
 static void count_log_peaks(const tr_device *dev) {
-    const count_impl *s = impl_of(dev);
-    for (int k = 0; k < TR_MEM_KIND_COUNT; k++)
-        TR_INFO("device memory %-11s peak %.1f MiB, %zu bytes (cpu-count, whole pages)",
-                tr_mem_kind_name((tr_mem_kind)k), (double)s->peak[k] / (1024.0 * 1024.0),
-                s->peak[k]);
+    tr_device_log_kind_peaks(impl_of(dev)->peak, "cpu-count");
 }
 
 static void count_close(tr_device *dev) {
@@ -91,9 +59,11 @@ static void count_close(tr_device *dev) {
     dev->impl = NULL;
 }
 
-static const tr_device_backend count_backend = {count_alloc,   count_free,      count_copy,
-                                                count_memset0, count_sync,      count_comm_create,
-                                                count_peak,    count_log_peaks, count_close};
+static const tr_device_backend count_backend = {count_alloc,         count_free,
+                                                tr_device_host_copy, tr_device_host_memset0,
+                                                tr_device_host_sync, tr_device_host_comm_create,
+                                                count_peak,          count_log_peaks,
+                                                count_close};
 
 tr_status tr_device_count_open(tr_device *dev, tr_diags *d) {
     (void)d;

@@ -217,8 +217,10 @@ static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
     a->ce_stats = carve(c, 4 * bt); /* [3, bt] stats, then bt floats of TP scratch */
     a->losses = carve(c, bt);
     a->dloss = carve(c, bt);
+    tr_mtp_acts scratch = {0};              /* a sizing pass has no MTP records */
     for (int d = 0; d < s->mtp_layers; d++) /* MTP: each depth's layer and its own tensors */
-        tr_mtp_carve_acts(bt, (int)C, s->vocab, s->layernorm, &a->mtp[d], carve_cb, c);
+        tr_mtp_carve_acts(bt, (int)C, s->vocab, s->layernorm, a->mtp ? &a->mtp[d] : &scratch,
+                          carve_cb, c);
 }
 
 /* The output layer's inputs and logits gradients of the microbatches whose weight gradients
@@ -248,7 +250,11 @@ static void carve_acts(tr_model *m, carver *c) {
                     TR_RC_ALL & ~set_groups(m, r));
     for (int k = 0; k < m->n_parts; k++) {
         const tr_model_part *p = &m->parts[k];
-        for (int slot = 0; slot < part_slots(p); slot++) {
+        /* a sizing pass carves one slot: every slot of a part takes the same floats (carve
+         * only adds rounded sizes) */
+        int n_carved = m->slot_acts ? part_slots(p) : part_slots(p) > 0;
+        int64_t slot_from = c->used;
+        for (int slot = 0; slot < n_carved; slot++) {
             tr_slot_acts *a = m->slot_acts ? &m->slot_acts[m->slot_start[k] + slot] : &scratch_slot;
             for (int i = 0; i < p->num_layers; i++) {
                 int at;
@@ -258,10 +264,12 @@ static void carve_acts(tr_model *m, carver *c) {
             }
             if (p->has_loss) {
                 for (int d = 0; d < s->mtp_layers; d++)
-                    carve_layer(m, c, &a->layers[p->num_layers + d], NULL, 0);
+                    carve_layer(m, c, a->layers ? &a->layers[p->num_layers + d] : &scratch_layer,
+                                NULL, 0);
                 carve_head(m, c, a);
             }
         }
+        if (!m->slot_acts && n_carved) c->used += (c->used - slot_from) * (part_slots(p) - 1);
     }
     carve_deferred(m, c);
     m->sp_full = s->sequence_parallel ? carve(c, bt * C) : NULL;

@@ -57,8 +57,6 @@ tr_mtp_run tr_model_mtp_run(const tr_model *m);
 /* Where layer `layer`'s tensor names start: "decoder.layers.<i>", or for the transformer layer of
  * MTP depth d (layer num_layers + d) "mtp.layers.<d>.mtp_model_layer". */
 void tr_model_layer_base(char *out, size_t n, const tr_model_spec *s, int layer);
-/* Layer `layer` (an MTP depth's past the decoder's) has an MoE MLP. */
-bool tr_model_is_moe_layer(const tr_model_spec *s, int layer);
 /* Multi-latent attention's call for layer `layer` (runtime/mla/mla.h): the op table, this rank's
  * heads and TP group, the layer's attention descriptor, the packed-sequence positions. */
 tr_mla_run tr_model_mla_run(const tr_model *m, int layer);

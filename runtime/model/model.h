@@ -91,6 +91,11 @@ typedef struct tr_model_spec {
      * fp32 weights itself (gemm_lowp), as before the copy existed. Bitwise the same results; for
      * tests that prove it (tr_train_opts.no_weight_copy sets it). */
     int no_weight_copy;
+    /* Sizing only (the planner's predicted plans): tr_model_param_list and tr_model_shape lay
+     * out combinations the runtime refuses to build (its runtime.* rules: MoE with TP, MLA and
+     * MTP with SP or half precision) as the runtime's code would lay them out; never set for a
+     * model that runs. */
+    bool sizing_only;
     /* Mixed precision with every saved activation in fp32: the inputs of the linear layers (norm
      * outputs, the MLP activation) are then rounded by each GEMM that reads them instead of
      * being stored rounded once. Bitwise the same results, twice the memory of those tensors;
@@ -468,6 +473,8 @@ void tr_model_moe_tokens(tr_model *m, double *out);
 /* Points the MoE layers at their tensors (after the flat buffers moved). */
 tr_status tr_model_moe_bind(tr_model *m);
 
+/* Layer `layer` (an MTP depth's past the decoder's) has an MoE MLP. */
+bool tr_model_is_moe_layer(const tr_model_spec *s, int layer);
 /* The parameter list tr_model_create_parts would lay out (no buffers): *info is allocated
  * (free it), offsets are those of the model's own flat buffer, *numel its size. */
 tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_model_part *parts,

@@ -1,8 +1,25 @@
 /* The routed experts (Megatron's SequentialMLP: one GEMM per expert over its contiguous block of
- * rows) and the shared expert, forward and backward over the op table. */
+ * rows) and the shared expert, forward and backward over the op table; the layer's buffer
+ * allocation. */
 #include <math.h>
+#include <stdlib.h>
 
+#include "runtime/device/device.h"
 #include "runtime/moe/internal.h"
+
+/* The layer's buffers (layer.c, dispatch.c): from the device when the dims name one. */
+void *tr_moe_buf_alloc(const tr_moe_layer *L, int64_t bytes) {
+    void *p = NULL;
+    if (!L->d.dev) return calloc((size_t)(bytes > 0 ? bytes : 1), 1);
+    return tr_device_alloc(L->d.dev, TR_MEM_ACTIVATIONS, (size_t)bytes, &p) == TR_OK ? p : NULL;
+}
+
+void tr_moe_buf_free(const tr_moe_layer *L, void *p) {
+    if (L->d.dev)
+        tr_device_free(L->d.dev, TR_MEM_ACTIVATIONS, p);
+    else
+        free(p);
+}
 
 tr_status tr_moe_gemm(const tr_moe_layer *L, bool lowp, tr_transpose ta, tr_transpose tb, int m,
                       int n, int k, const float *a, int lda, const float *b, int ldb, float beta,

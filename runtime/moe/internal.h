@@ -91,6 +91,12 @@ tr_status tr_moe_experts_bwd(tr_moe_layer *L, const tr_moe_rows *r, const float 
  * holding their experts, the local experts, and their outputs back into st->ye; the backward
  * sends L->d_rows the same way and brings dL/d xp back into L->d_x. */
 tr_status tr_moe_ep_alloc(tr_moe_layer *L); /* the states' loc and the exchange scratch */
+/* The floats and ints tr_moe_ep_alloc allocates (tr_moe_buffer_bytes). */
+void tr_moe_ep_sizes(const tr_moe_layer *L, int64_t *floats, int64_t *ints);
+/* A zeroed buffer of the layer's: from its device (activations) when dims name one, else the
+ * heap; and its release. */
+void *tr_moe_buf_alloc(const tr_moe_layer *L, int64_t bytes);
+void tr_moe_buf_free(const tr_moe_layer *L, void *p);
 tr_status tr_moe_dispatch_fwd(tr_moe_layer *L, tr_moe_state *st);
 tr_status tr_moe_dispatch_bwd(tr_moe_layer *L, tr_moe_state *st);
 /* The shared expert: adds its (gated) output to y; backward adds its input gradient to dx. */

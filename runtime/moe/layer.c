@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/device/device.h"
 #include "runtime/moe/internal.h"
 
 static double now(void) {
@@ -185,21 +186,17 @@ static int64_t layout_scratch(tr_moe_layer *L, float *at, bool bind) {
     return o;
 }
 
-tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_dims *d,
-                        const tr_ops *ops) {
-    *out = NULL;
+/* The layer's sizes from its spec and dims (what create and the buffer sizing share). */
+static tr_status layer_dims(tr_moe_layer *L, const tr_moe_spec *s, const tr_moe_dims *d) {
     if (s->experts < 1 || s->experts > TR_MOE_MAX_EXPERTS || s->topk < 1 || s->topk > s->experts ||
         s->ffn < 1 || d->hidden < 1 || d->batch < 1 || d->seq < 1)
         return TR_ERR_INVALID;
     if (s->groups > 0 && (s->experts % s->groups || s->group_topk < 1 ||
                           s->group_topk > s->groups || s->topk % s->group_topk))
         return TR_ERR_INVALID;
-    tr_moe_layer *L = calloc(1, sizeof *L);
-    if (!L) return TR_ERR_NOMEM;
     L->s = *s;
     L->d = *d;
     if (L->d.slots < 1) L->d.slots = 1;
-    L->ops = ops;
     L->T = d->batch * d->seq;
     L->E = s->experts;
     L->k = s->topk;
@@ -211,22 +208,57 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     L->El = L->E / L->ep;
     /* dropless: every rank of the group may send all its rows to one rank's experts */
     if (L->ep > 1) L->ep_rows = L->ep * L->max_rows;
-    if (L->ep > 1 &&
-        (L->E % L->ep || L->ep_rank < 0 || L->ep_rank >= L->ep || !d->comm || s->capacity > 0.0f)) {
-        /* capacity with EP drops per EP rank in Megatron: not built */
-        tr_moe_free(L);
+    /* capacity with EP drops per EP rank in Megatron: not built */
+    if (L->ep > 1 && (L->E % L->ep || L->ep_rank < 0 || L->ep_rank >= L->ep || s->capacity > 0.0f))
         return TR_ERR_INVALID;
-    }
     if (s->capacity > 0.0f) {
         /* Megatron's get_capacity over the token-expert pairs */
         L->capacity = (int)ceil((double)L->T * L->k / L->E * s->capacity);
         if (s->pad_capacity) L->max_rows = L->E * L->capacity;
     }
+    return TR_OK;
+}
+
+int tr_moe_buffer_bytes(const tr_moe_spec *s, const tr_moe_dims *d,
+                        int64_t out[TR_MOE_MAX_BUFFERS]) {
+    tr_moe_layer L;
+    memset(&L, 0, sizeof L);
+    if (layer_dims(&L, s, d) != TR_OK) return 0;
+    int64_t per = layout_state(&L, NULL, NULL, NULL) + 16;
+    int n = 0;
+    out[n++] = (per * L.d.slots + layout_scratch(&L, NULL, false)) * (int64_t)sizeof(float);
+    out[n++] = ints_per_state(&L) * L.d.slots * (int64_t)sizeof(int32_t);
+    if (L.ep > 1) {
+        int64_t floats, ints;
+        tr_moe_ep_sizes(&L, &floats, &ints);
+        out[n++] = floats * (int64_t)sizeof(float);
+        out[n++] = ints * (int64_t)sizeof(int32_t);
+    }
+    return n;
+}
+
+tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_dims *d,
+                        const tr_ops *ops) {
+    *out = NULL;
+    if (d->dev && !tr_device_host_visible(d->dev)) return TR_ERR_INVALID;
+    tr_moe_layer *L = calloc(1, sizeof *L);
+    if (!L) return TR_ERR_NOMEM;
+    tr_status ds = layer_dims(L, s, d);
+    if (ds == TR_OK && L->ep > 1 && !d->comm) ds = TR_ERR_INVALID;
+    if (ds != TR_OK) {
+        free(L);
+        return ds;
+    }
+    L->ops = ops;
+    /* the sizes tr_moe_buffer_bytes gives the planner */
+    int64_t bytes[TR_MOE_MAX_BUFFERS];
+    if (tr_moe_buffer_bytes(s, d, bytes) < 2) {
+        free(L);
+        return TR_ERR_INVALID;
+    }
     int64_t per = layout_state(L, NULL, NULL, NULL) + 16;
-    int64_t scratch = layout_scratch(L, NULL, false);
-    size_t floats = (size_t)(per * L->d.slots + scratch);
-    L->buf = calloc(floats, sizeof(float));
-    L->ibuf = calloc((size_t)(ints_per_state(L) * L->d.slots), sizeof(int32_t));
+    L->buf = tr_moe_buf_alloc(L, bytes[0]);
+    L->ibuf = tr_moe_buf_alloc(L, bytes[1]);
     L->st = calloc((size_t)L->d.slots, sizeof *L->st);
     L->p.fc1 = calloc((size_t)L->E * 4, sizeof(float *));
     L->counts = calloc((size_t)L->E * 3, sizeof(double));
@@ -262,15 +294,15 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
 
 void tr_moe_free(tr_moe_layer *L) {
     if (!L) return;
-    free(L->buf);
-    free(L->ibuf);
+    tr_moe_buf_free(L, L->buf);
+    tr_moe_buf_free(L, L->ibuf);
     free(L->st);
     free(L->p.fc1);
     tr_moe_lora_free(L);
     free(L->counts);
     free(L->aux_N);
-    free(L->ep_buf);
-    free(L->ep_ibuf);
+    tr_moe_buf_free(L, L->ep_buf);
+    tr_moe_buf_free(L, L->ep_ibuf);
     free(L);
 }
 

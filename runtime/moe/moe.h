@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 
 struct tr_comm;
+struct tr_device;
 
 enum { TR_MOE_SOFTMAX, TR_MOE_SIGMOID, TR_MOE_SQRTSOFTPLUS };
 enum { TR_MOE_LB_NONE, TR_MOE_LB_AUX, TR_MOE_LB_SEQ_AUX, TR_MOE_LB_GLOBAL_AUX };
@@ -67,7 +68,19 @@ typedef struct tr_moe_dims {
     /* The EP group's transfers when the spec's ep_size > 1 (TR_GROUP_EP; host memory). Every
      * rank of the group must call forward and backward the same number of times. */
     struct tr_comm *comm;
+    /* Where the states and scratch live: a host-visible device's activations (its peaks count
+     * them), or NULL for the heap. */
+    struct tr_device *dev;
 } tr_moe_dims;
+
+/* The buffers tr_moe_create allocates for its states and scratch, bytes each in allocation order
+ * (the states' floats and the backward's scratch, the states' ints; with EP > 1 the exchange's
+ * floats and ints): the one sizing the runtime allocates with and the planner plans with. The
+ * expert rows are dropless' worst case (every token's top-k rows; with EP, EP times that on one
+ * rank) unless a capacity factor pads them to capacity. Returns how many (0: invalid). */
+#define TR_MOE_MAX_BUFFERS 4
+int tr_moe_buffer_bytes(const struct tr_moe_spec *s, const tr_moe_dims *d,
+                        int64_t out[TR_MOE_MAX_BUFFERS]);
 
 enum { TR_MOE_INIT_NORMAL, TR_MOE_INIT_SCALED, TR_MOE_INIT_ZERO };
 

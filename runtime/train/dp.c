@@ -94,7 +94,8 @@ tr_status tr_train_dp_setup(tr_train_dp *t, const tr_config *c, tr_comm *comm, t
                               .overlap_param_gather = t->overlap_param_gather};
     TR_TRY(tr_dist_opt_create(&t->opt, &t->layout, m->params, m->grads, comm, m->ops, &oo, d));
     t->have_opt = true;
-    if (!tr_device_host_visible(m->dev)) TR_TRY(tr_dist_opt_use_device(&t->opt, m->dev));
+    /* every device but the plain host keeps the state as device memory (cpu-count counts it) */
+    if (m->dev && m->dev != tr_device_host()) TR_TRY(tr_dist_opt_use_device(&t->opt, m->dev));
     t->counted = malloc((size_t)m->n_info);
     t->kv_summed = calloc((size_t)m->n_info, 1);
     if (!t->counted || !t->kv_summed) return TR_ERR_NOMEM;

@@ -267,8 +267,6 @@
       "Multi-latent attention runs without context parallelism.")                                  \
     X(tr_check_runtime_mla_sequence_parallel, "runtime.mla_sequence_parallel", E, false,           \
       "Multi-latent attention runs without sequence parallelism.")                                 \
-    X(tr_check_runtime_mla_mixed_precision, "runtime.mla_mixed_precision", E, false,               \
-      "Multi-latent attention trains in fp32.")                                                    \
     X(tr_check_runtime_mla_recompute, "runtime.mla_recompute", E, false,                           \
       "Multi-latent attention runs without activation recomputation.")                             \
     X(tr_check_runtime_mla_peft, "runtime.mla_peft", E, false,                                     \
@@ -285,8 +283,6 @@
       "Multi-token prediction runs without context parallelism.")                                  \
     X(tr_check_runtime_mtp_sequence_parallel, "runtime.mtp_sequence_parallel", E, false,           \
       "Multi-token prediction runs without sequence parallelism.")                                 \
-    X(tr_check_runtime_mtp_mixed_precision, "runtime.mtp_mixed_precision", E, false,               \
-      "Multi-token prediction trains in fp32.")                                                    \
     X(tr_check_runtime_mtp_recompute, "runtime.mtp_recompute", E, false,                           \
       "Multi-token prediction runs without activation recomputation.")                             \
     X(tr_check_runtime_mtp_peft, "runtime.mtp_peft", E, false,                                     \

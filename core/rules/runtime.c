@@ -218,12 +218,6 @@ TR_RULE_FN(tr_check_runtime_mla_sequence_parallel) {
             "set model.sequence_parallel=false", MLA_NOT_YET, "sequence parallelism");
 }
 
-TR_RULE_FN(tr_check_runtime_mla_mixed_precision) {
-    if (!c->model.multi_latent_attention || (!c->model.bf16 && !c->model.fp16)) return;
-    TR_FAIL("model.bf16,model.fp16,model.multi_latent_attention",
-            "train in fp32 (mixed_precision.preset=null)", MLA_NOT_YET, "mixed precision");
-}
-
 TR_RULE_FN(tr_check_runtime_mla_recompute) {
     if (!c->model.multi_latent_attention || c->model.recompute_granularity < 0) return;
     TR_FAIL("model.recompute_granularity,model.multi_latent_attention",
@@ -299,12 +293,6 @@ TR_RULE_FN(tr_check_runtime_mtp_sequence_parallel) {
     if (!mtp_on(c) || !c->model.sequence_parallel) return;
     TR_FAIL("model.sequence_parallel,model.mtp_num_layers", "set model.sequence_parallel=false",
             MTP_NOT_YET, "sequence parallelism");
-}
-
-TR_RULE_FN(tr_check_runtime_mtp_mixed_precision) {
-    if (!mtp_on(c) || (!c->model.bf16 && !c->model.fp16)) return;
-    TR_FAIL("model.bf16,model.fp16,model.mtp_num_layers",
-            "train in fp32 (mixed_precision.preset=null)", MTP_NOT_YET, "mixed precision");
 }
 
 TR_RULE_FN(tr_check_runtime_mtp_recompute) {

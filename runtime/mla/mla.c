@@ -2,19 +2,29 @@
 #include "runtime/comm/comm.h"
 #include "runtime/mla/mla.h"
 
+/* The projections' GEMMs: in mixed precision on bf16/fp16 copies of both operands with fp32
+ * accumulation, as the model's linear layers (runtime/model/linear.c). */
+static tr_status gemm(const tr_mla_run *r, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                      const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                      int ldc) {
+    if (r->lowp)
+        return r->ops->gemm_lowp((tr_lowp)r->lowp, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c,
+                                 ldc);
+    return r->ops->gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* y [rows, out] = x [rows, in] (leading dimension ldx) W^T, W [out, in]. */
-static tr_status lin_fwd(const tr_ops *o, const float *x, int ldx, const float *w, float *y,
+static tr_status lin_fwd(const tr_mla_run *r, const float *x, int ldx, const float *w, float *y,
                          int rows, int out, int in) {
-    return o->gemm(TR_NOTRANS, TR_TRANS, rows, out, in, 1.0f, x, ldx, w, in, 0.0f, y, out);
+    return gemm(r, TR_NOTRANS, TR_TRANS, rows, out, in, x, ldx, w, in, 0.0f, y, out);
 }
 
 /* dW += dy^T x; dx = dy W (beta 0) or dx += dy W (beta 1), dx skipped when NULL. */
-static tr_status lin_bwd(const tr_ops *o, const float *x, int ldx, const float *w, float *dw,
+static tr_status lin_bwd(const tr_mla_run *r, const float *x, int ldx, const float *w, float *dw,
                          const float *dy, float *dx, float beta, int rows, int out, int in) {
-    if (dw)
-        TR_TRY(o->gemm(TR_TRANS, TR_NOTRANS, out, in, rows, 1.0f, dy, out, x, ldx, 1.0f, dw, in));
+    if (dw) TR_TRY(gemm(r, TR_TRANS, TR_NOTRANS, out, in, rows, dy, out, x, ldx, 1.0f, dw, in));
     if (!dx) return TR_OK;
-    return o->gemm(TR_NOTRANS, TR_NOTRANS, rows, in, out, 1.0f, dy, out, w, in, beta, dx, in);
+    return gemm(r, TR_NOTRANS, TR_NOTRANS, rows, in, out, dy, out, w, in, beta, dx, in);
 }
 
 static tr_status tp_sum(const tr_mla_run *r, float *x, int64_t n) {
@@ -85,15 +95,15 @@ tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
 
     /* Queries: [rows, H, dn + dr] in sc->qf. */
     if (qr > 0) {
-        TR_TRY(lin_fwd(o, x, C, w->q_down, a->qc, rows, qr, C));
+        TR_TRY(lin_fwd(r, x, C, w->q_down, a->qc, rows, qr, C));
         const float *qin = a->qc;
         if (s->norms) {
             TR_TRY(rms_fwd(r, a->qcn, a->qc_rstd, a->qc, w->q_norm, rows, qr));
             qin = a->qcn;
         }
-        TR_TRY(lin_fwd(o, qin, qr, w->q_up, sc->qf, rows, H * qd, qr));
+        TR_TRY(lin_fwd(r, qin, qr, w->q_up, sc->qf, rows, H * qd, qr));
     } else {
-        TR_TRY(lin_fwd(o, x, C, w->q_up, sc->qf, rows, H * qd, C));
+        TR_TRY(lin_fwd(r, x, C, w->q_up, sc->qf, rows, H * qd, C));
     }
     TR_TRY(o->copy_2d(a->q, P, sc->qf, qd, nh, dn));
     TR_TRY(deinterleave(r, sc->pe, sc->qf + dn, qd, nh, true));
@@ -102,14 +112,14 @@ tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
     if (P > qd) TR_TRY(o->fill_2d(a->q + qd, P, nh, P - qd, 0.0f));
 
     /* Keys and values from the latent; the shared rotary key copied into every head. */
-    TR_TRY(lin_fwd(o, x, C, w->kv_down, a->kvc, rows, kr + dr, C));
+    TR_TRY(lin_fwd(r, x, C, w->kv_down, a->kvc, rows, kr + dr, C));
     TR_TRY(o->copy_2d(a->kvl, kr, a->kvc, kr + dr, rows, kr));
     const float *kvin = a->kvl;
     if (s->norms) {
         TR_TRY(rms_fwd(r, a->kvn, a->kv_rstd, a->kvl, w->kv_norm, rows, kr));
         kvin = a->kvn;
     }
-    TR_TRY(lin_fwd(o, kvin, kr, w->kv_up, sc->kvf, rows, H * kvd, kr));
+    TR_TRY(lin_fwd(r, kvin, kr, w->kv_up, sc->kvf, rows, H * kvd, kr));
     TR_TRY(o->copy_2d(a->k, P, sc->kvf, kvd, nh, dn));
     TR_TRY(o->copy_2d(a->v, P, sc->kvf + dn, kvd, nh, dv));
     TR_TRY(deinterleave(r, sc->kpe, a->kvc + kr, kr + dr, rows, true));
@@ -160,7 +170,7 @@ tr_status tr_mla_bwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
     TR_TRY(rotate(r, sc->kpe, 1, false));
     TR_TRY(deinterleave(r, sc->kpe, sc->dkvc + kr, kr + dr, rows, false));
     const float *kvin = s->norms ? a->kvn : a->kvl;
-    TR_TRY(lin_bwd(o, kvin, kr, w->kv_up, g->kv_up, sc->kvf, sc->lat, 0.0f, rows, H * kvd, kr));
+    TR_TRY(lin_bwd(r, kvin, kr, w->kv_up, g->kv_up, sc->kvf, sc->lat, 0.0f, rows, H * kvd, kr));
     TR_TRY(tp_sum(r, sc->lat, (int64_t)rows * kr));
     const float *dkvl = sc->lat;
     if (s->norms) {
@@ -176,7 +186,7 @@ tr_status tr_mla_bwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
     TR_TRY(deinterleave(r, sc->pe, sc->qf + dn, qd, nh, false));
     if (qr > 0) {
         const float *qin = s->norms ? a->qcn : a->qc;
-        TR_TRY(lin_bwd(o, qin, qr, w->q_up, g->q_up, sc->qf, sc->lat, 0.0f, rows, H * qd, qr));
+        TR_TRY(lin_bwd(r, qin, qr, w->q_up, g->q_up, sc->qf, sc->lat, 0.0f, rows, H * qd, qr));
         TR_TRY(tp_sum(r, sc->lat, (int64_t)rows * qr));
         const float *dqc = sc->lat;
         if (s->norms) {
@@ -184,11 +194,11 @@ tr_status tr_mla_bwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
                 rms_bwd(r, sc->lat2, g->q_norm, sc->lat, a->qc, w->q_norm, a->qc_rstd, rows, qr));
             dqc = sc->lat2;
         }
-        TR_TRY(lin_bwd(o, x, C, w->q_down, g->q_down, dqc, dx, 0.0f, rows, qr, C));
+        TR_TRY(lin_bwd(r, x, C, w->q_down, g->q_down, dqc, dx, 0.0f, rows, qr, C));
     } else {
-        TR_TRY(lin_bwd(o, x, C, w->q_up, g->q_up, sc->qf, dx, 0.0f, rows, H * qd, C));
+        TR_TRY(lin_bwd(r, x, C, w->q_up, g->q_up, sc->qf, dx, 0.0f, rows, H * qd, C));
         TR_TRY(tp_sum(r, dx, (int64_t)rows * C)); /* column-parallel: a partial input gradient */
     }
     /* The down projections' input gradient is the same on every rank (full inputs). */
-    return lin_bwd(o, x, C, w->kv_down, g->kv_down, sc->dkvc, dx, 1.0f, rows, kr + dr, C);
+    return lin_bwd(r, x, C, w->kv_down, g->kv_down, sc->dkvc, dx, 1.0f, rows, kr + dr, C);
 }

@@ -106,6 +106,7 @@ typedef struct tr_mla_run {
     int hidden, heads, batch, seq;
     float eps;
     int zero_centered;
+    int lowp; /* 0 or the tr_lowp the projections' GEMM operands are rounded to (mixed precision) */
     tr_attn_desc attn;
     const int32_t *pos_ids;
     const tr_mla_scratch *sc;

@@ -10,7 +10,10 @@
 bool tr_model_half_input(const tr_model *m, int id) {
     const tr_model_spec *s = &m->spec;
     if (!s->lowp || s->no_half_acts) return false;
-    if (id == TR_MODEL_AT_HEAD) return true; /* the output layer never has an adapter */
+    /* MLA reads its input norm's output in fp32 (its projections' GEMMs round it), and the
+     * MTP depths read the final norm's output as their first hidden state. */
+    if (id == TR_LIN_QKV && s->mla.on) return false;
+    if (id == TR_MODEL_AT_HEAD) return !s->mtp_layers; /* the output layer has no adapter */
     return !(s->lora_rank && (s->lora_targets & (1u << id)));
 }
 

@@ -98,6 +98,7 @@ tr_mla_run tr_model_mla_run(const tr_model *m, int layer) {
                         .seq = s->seq,
                         .eps = s->eps,
                         .zero_centered = s->zero_centered,
+                        .lowp = s->lowp,
                         .attn = tr_model_layer_attn_desc(m, layer),
                         .pos_ids = m->pos_ids,
                         .sc = &m->mla_sc};
@@ -318,6 +319,7 @@ tr_mtp_run tr_model_mtp_run(const tr_model *m) {
                         .rank = m->tp.rank,
                         .hidden = m->spec.hidden,
                         .rows = m->batch * m->spec.seq,
+                        .lowp = m->spec.lowp,
                         .sc = &m->mtp_sc};
 }
 

@@ -60,6 +60,7 @@ typedef struct tr_mtp_run {
     struct tr_comm *comm;
     int group, tp, rank;
     int hidden, rows;
+    int lowp; /* 0 or the tr_lowp eh_proj's GEMM operands are rounded to (mixed precision) */
     const tr_mtp_scratch *sc;
 } tr_mtp_run;
 

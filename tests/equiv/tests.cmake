@@ -615,6 +615,12 @@ tr_equiv_test(mla_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} --
 tr_equiv_test(mla_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} -- ${TR_DISTOPT})
 tr_equiv_test(mla_direct_q_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
               model.q_lora_rank=null -- ${TR_TP2} model.pipeline_model_parallel_size=2)
+# Mixed precision: the projections' GEMMs round both operands as the linear layers do (the
+# bf16 tolerances above).
+tr_equiv_lowp_test(mla_tp2_bf16 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} ${TR_BF16} --
+                   ${TR_TP2})
+tr_equiv_lowp_test(mla_bf16_detects_fp32 2 --expect-differ llama_tiny_pretrain ${TR_EQUIV_COMMON}
+                   ${TR_MLA} mixed_precision.preset=fp32 -- ${TR_BF16} ${TR_TP2})
 # DeepSeek's pairing: MLA attention over the DeepSeek-like MoE layers (dense first layer,
 # sigmoid routing with expert bias, shared expert), with the distributed optimizer and under PP,
 # first without MTP; then deepseek_tiny whole, its MTP depth an MoE layer (the last decoder
@@ -638,6 +644,9 @@ tr_equiv_test(mtp_tp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR
 tr_equiv_test(mtp_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} --
               model.pipeline_model_parallel_size=2)
 tr_equiv_test(mtp_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR_DISTOPT})
+# Mixed precision with bf16 stage messages, against the single rank (the PP bf16 tolerances).
+tr_equiv_pp_bf16_test(mtp_pp2_bf16 2 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MTP} ${TR_BF16} --
+                      ${TR_PP2})
 tr_equiv_test(mla_mtp_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
               model.mtp_num_layers=1 -- ${TR_TP2} model.pipeline_model_parallel_size=2)
 # Per-token loss (each depth rescaled by the main token count) under PP 2 x DP 2 with the

@@ -267,8 +267,6 @@
       "Multi-latent attention runs without context parallelism.")                                  \
     X(tr_check_runtime_mla_sequence_parallel, "runtime.mla_sequence_parallel", E, false,           \
       "Multi-latent attention runs without sequence parallelism.")                                 \
-    X(tr_check_runtime_mla_recompute, "runtime.mla_recompute", E, false,                           \
-      "Multi-latent attention runs without activation recomputation.")                             \
     X(tr_check_runtime_mla_peft, "runtime.mla_peft", E, false,                                     \
       "Multi-latent attention runs without LoRA/DoRA adapters.")                                   \
     X(tr_check_runtime_mla_layernorm, "runtime.mla_layernorm", E, false,                           \
@@ -276,15 +274,14 @@
     X(tr_check_runtime_mla_rope_dim, "runtime.mla_rope_dim", E, false,                             \
       "qk_pos_emb_head_dim is even under multi-latent attention.")                                 \
     X(tr_check_runtime_recompute_modules, "runtime.recompute_modules", E, false,                   \
-      "Selective recomputation names core_attn, mlp or layernorm (no MoE or MLA modules yet).")    \
+      "Selective recomputation names core_attn, mlp, layernorm or mla_up_proj (no MoE modules "    \
+      "yet).")                                                                                     \
     X(tr_check_runtime_fsdp, "runtime.fsdp", E, false,                                             \
       "FSDP (dist.use_megatron_fsdp, dist.use_torch_fsdp2, ddp.use_megatron_fsdp) is off.")        \
     X(tr_check_runtime_mtp_context_parallel, "runtime.mtp_context_parallel", E, false,             \
       "Multi-token prediction runs without context parallelism.")                                  \
     X(tr_check_runtime_mtp_sequence_parallel, "runtime.mtp_sequence_parallel", E, false,           \
       "Multi-token prediction runs without sequence parallelism.")                                 \
-    X(tr_check_runtime_mtp_recompute, "runtime.mtp_recompute", E, false,                           \
-      "Multi-token prediction runs without activation recomputation.")                             \
     X(tr_check_runtime_mtp_peft, "runtime.mtp_peft", E, false,                                     \
       "Multi-token prediction runs without LoRA/DoRA adapters.")                                   \
     X(tr_check_runtime_mtp_defer_wgrad, "runtime.mtp_defer_wgrad", E, false,                       \

@@ -218,12 +218,6 @@ TR_RULE_FN(tr_check_runtime_mla_sequence_parallel) {
             "set model.sequence_parallel=false", MLA_NOT_YET, "sequence parallelism");
 }
 
-TR_RULE_FN(tr_check_runtime_mla_recompute) {
-    if (!c->model.multi_latent_attention || c->model.recompute_granularity < 0) return;
-    TR_FAIL("model.recompute_granularity,model.multi_latent_attention",
-            "set model.recompute_granularity=null", MLA_NOT_YET, "activation recomputation");
-}
-
 TR_RULE_FN(tr_check_runtime_mla_peft) {
     if (!c->model.multi_latent_attention || c->peft.scheme < 0) return;
     TR_FAIL("peft.scheme,model.multi_latent_attention", "set peft.scheme=null", MLA_NOT_YET,
@@ -242,18 +236,16 @@ TR_RULE_FN(tr_check_runtime_mla_rope_dim) {
             "the rotary part of an MLA head rotates pairs: qk_pos_emb_head_dim must be even");
 }
 
-/* Megatron's selective modules of MoE and MLA layers name layers this runtime does not build;
+/* Megatron's selective modules of MoE layers name pieces this runtime does not recompute yet;
  * accepting them would keep what the user asked to recompute. */
 TR_RULE_FN(tr_check_runtime_recompute_modules) {
-    static const char *const later[] = {"moe", "moe_act", "shared_experts", "mla_up_proj"};
+    static const char *const later[] = {"moe", "moe_act", "shared_experts"};
     if (c->model.recompute_granularity != TR_RECG_SELECTIVE) return;
     for (size_t k = 0; k < sizeof later / sizeof *later; k++) {
         if (!tr_strlist_has(&c->model.recompute_modules, later[k])) continue;
         char what[96];
-        TR_FAIL("model.recompute_modules",
-                "recompute core_attn, mlp and/or layernorm (the modules of the dense layers)",
-                NOT_YET,
-                TR_FMT(what, "recomputing the %s module (its layers do not exist yet)", later[k]));
+        TR_FAIL("model.recompute_modules", "recompute core_attn, mlp, layernorm and/or mla_up_proj",
+                NOT_YET, TR_FMT(what, "recomputing the %s module", later[k]));
     }
 }
 
@@ -293,12 +285,6 @@ TR_RULE_FN(tr_check_runtime_mtp_sequence_parallel) {
     if (!mtp_on(c) || !c->model.sequence_parallel) return;
     TR_FAIL("model.sequence_parallel,model.mtp_num_layers", "set model.sequence_parallel=false",
             MTP_NOT_YET, "sequence parallelism");
-}
-
-TR_RULE_FN(tr_check_runtime_mtp_recompute) {
-    if (!mtp_on(c) || c->model.recompute_granularity < 0) return;
-    TR_FAIL("model.recompute_granularity,model.mtp_num_layers",
-            "set model.recompute_granularity=null", MTP_NOT_YET, "activation recomputation");
 }
 
 TR_RULE_FN(tr_check_runtime_mtp_peft) {

@@ -82,8 +82,23 @@ static tr_status rms_fwd(const tr_mla_run *r, float *y, float *rstd, const float
     return r->ops->rmsnorm_fwd(y, rstd, x, w, rows, dim, r->eps, r->zero_centered);
 }
 
-tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_acts *a,
-                     const float *x, float *out) {
+/* The down projections and their norms into a's latents. */
+static tr_status down_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_acts *a,
+                          const float *x) {
+    const tr_mla_spec *s = r->s;
+    int rows = r->batch * r->seq, C = r->hidden, qr = s->q_lora_rank, kr = s->kv_lora_rank;
+    if (qr > 0) {
+        TR_TRY(lin_fwd(r, x, C, w->q_down, a->qc, rows, qr, C));
+        if (s->norms) TR_TRY(rms_fwd(r, a->qcn, a->qc_rstd, a->qc, w->q_norm, rows, qr));
+    }
+    TR_TRY(lin_fwd(r, x, C, w->kv_down, a->kvc, rows, kr + s->rope_dim, C));
+    TR_TRY(r->ops->copy_2d(a->kvl, kr, a->kvc, kr + s->rope_dim, rows, kr));
+    if (s->norms) TR_TRY(rms_fwd(r, a->kvn, a->kv_rstd, a->kvl, w->kv_norm, rows, kr));
+    return TR_OK;
+}
+
+tr_status tr_mla_up_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_acts *a,
+                        const float *x) {
     const tr_ops *o = r->ops;
     const tr_mla_spec *s = r->s;
     const tr_mla_scratch *sc = r->sc;
@@ -94,17 +109,10 @@ tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
     TR_TRY(token_tables(r));
 
     /* Queries: [rows, H, dn + dr] in sc->qf. */
-    if (qr > 0) {
-        TR_TRY(lin_fwd(r, x, C, w->q_down, a->qc, rows, qr, C));
-        const float *qin = a->qc;
-        if (s->norms) {
-            TR_TRY(rms_fwd(r, a->qcn, a->qc_rstd, a->qc, w->q_norm, rows, qr));
-            qin = a->qcn;
-        }
-        TR_TRY(lin_fwd(r, qin, qr, w->q_up, sc->qf, rows, H * qd, qr));
-    } else {
+    if (qr > 0)
+        TR_TRY(lin_fwd(r, s->norms ? a->qcn : a->qc, qr, w->q_up, sc->qf, rows, H * qd, qr));
+    else
         TR_TRY(lin_fwd(r, x, C, w->q_up, sc->qf, rows, H * qd, C));
-    }
     TR_TRY(o->copy_2d(a->q, P, sc->qf, qd, nh, dn));
     TR_TRY(deinterleave(r, sc->pe, sc->qf + dn, qd, nh, true));
     TR_TRY(rotate(r, sc->pe, H, true));
@@ -112,14 +120,7 @@ tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
     if (P > qd) TR_TRY(o->fill_2d(a->q + qd, P, nh, P - qd, 0.0f));
 
     /* Keys and values from the latent; the shared rotary key copied into every head. */
-    TR_TRY(lin_fwd(r, x, C, w->kv_down, a->kvc, rows, kr + dr, C));
-    TR_TRY(o->copy_2d(a->kvl, kr, a->kvc, kr + dr, rows, kr));
-    const float *kvin = a->kvl;
-    if (s->norms) {
-        TR_TRY(rms_fwd(r, a->kvn, a->kv_rstd, a->kvl, w->kv_norm, rows, kr));
-        kvin = a->kvn;
-    }
-    TR_TRY(lin_fwd(r, kvin, kr, w->kv_up, sc->kvf, rows, H * kvd, kr));
+    TR_TRY(lin_fwd(r, s->norms ? a->kvn : a->kvl, kr, w->kv_up, sc->kvf, rows, H * kvd, kr));
     TR_TRY(o->copy_2d(a->k, P, sc->kvf, kvd, nh, dn));
     TR_TRY(o->copy_2d(a->v, P, sc->kvf + dn, kvd, nh, dv));
     TR_TRY(deinterleave(r, sc->kpe, a->kvc + kr, kr + dr, rows, true));
@@ -128,10 +129,22 @@ tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
         TR_TRY(o->copy_2d(a->k + (int64_t)h * P + dn, (int64_t)H * P, sc->kpe, dr, rows, dr));
     if (P > qd) TR_TRY(o->fill_2d(a->k + qd, P, nh, P - qd, 0.0f));
     if (P > dv) TR_TRY(o->fill_2d(a->v + dv, P, nh, P - dv, 0.0f));
+    return TR_OK;
+}
 
+tr_status tr_mla_attn_fwd(const tr_mla_run *r, const tr_mla_acts *a, float *out) {
+    int64_t nh = (int64_t)r->batch * r->seq * r->heads;
+    int P = tr_mla_attn_dim(r->s);
     tr_attn_desc d = attn_desc(r);
-    TR_TRY(o->attention_fwd(a->o, a->lse, a->q, a->k, a->v, &d));
-    return o->copy_2d(out, dv, a->o, P, nh, dv);
+    TR_TRY(r->ops->attention_fwd(a->o, a->lse, a->q, a->k, a->v, &d));
+    return r->ops->copy_2d(out, r->s->v_dim, a->o, P, nh, r->s->v_dim);
+}
+
+tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_acts *a,
+                     const float *x, float *out) {
+    TR_TRY(down_fwd(r, w, a, x));
+    TR_TRY(tr_mla_up_fwd(r, w, a, x));
+    return tr_mla_attn_fwd(r, a, out);
 }
 
 /* dy [rows, dim] through the optional RMSNorm of x into dx (overwritten). */

@@ -103,7 +103,7 @@ static tr_status layer_bwd(tr_model *m, int i) {
  * (scaled by mtp_scale over its own trained tokens) through the shared output layer, its final
  * norm, transformer layer, projection and the two norms, into the shared embedding and the
  * previous depth's hidden state; leaves dL/d(main final norm output) in mtp_sc.dh. */
-static tr_status mtp_bwd(tr_model *m, float loss_scale) {
+static tr_status mtp_bwd(tr_model *m, int part, float loss_scale) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
     const tr_mtp_scratch *sc = &m->mtp_sc;
@@ -124,6 +124,7 @@ static tr_status mtp_bwd(tr_model *m, float loss_scale) {
         TR_TRY(ops->fill(m->dx, n, 0.0f));
         TR_TRY(norm_bwd(m, m->dx, g->mtp_fnorm_w, g->mtp_fnorm_b, m->dtmp, a->y, p->mtp_fnorm_w,
                         a->h_mean, a->h_rstd, rows));
+        TR_TRY(tr_model_recompute(m, part, L + d));
         TR_TRY(layer_bwd(m, L + d));
         TR_TRY(tr_mtp_proj_bwd(&run, p->mtp_eh_w, g->mtp_eh_w, a, m->dx));
         /* [embedding | hidden] halves of the projection's input gradient */
@@ -144,13 +145,13 @@ static tr_status mtp_bwd(tr_model *m, float loss_scale) {
 }
 
 /* The loss through the output layer and the final norm: leaves dL/d(x_final) in m->dx. */
-static tr_status head_bwd(tr_model *m, float loss_scale) {
+static tr_status head_bwd(tr_model *m, int part, float loss_scale) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
     int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
     int64_t n = (int64_t)lrows * s->hidden;
     bool sp = s->sequence_parallel;
-    if (s->mtp_layers) TR_TRY(mtp_bwd(m, loss_scale)); /* before the main head: shared scratch */
+    if (s->mtp_layers) TR_TRY(mtp_bwd(m, part, loss_scale)); /* before the main head: scratch */
     float per_token = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
     if (m->grad_loss_scale != 0.0f) per_token *= m->grad_loss_scale;
     /* ce_bwd zeroes the rows of ignored targets whatever their dloss. */
@@ -201,7 +202,7 @@ tr_status tr_model_backward_part(tr_model *m, int part_index, int slot, float lo
     m->n_valid = a->n_valid;
     m->moe_loss_scale = loss_scale;
     if (part->has_loss)
-        TR_TRY(head_bwd(m, loss_scale));
+        TR_TRY(head_bwd(m, part_index, loss_scale));
     else
         TR_TRY(tr_model_copy(m, m->dx, dy, n));
     for (int i = part->first_layer + part->num_layers - 1; i >= part->first_layer; i--) {

@@ -66,7 +66,8 @@ tr_status tr_mtp_proj_fwd(const tr_mtp_run *r, const float *w, const tr_mtp_acts
     TR_TRY(o->copy_2d(a->cat, 2 * C, a->en, C, rows, C));
     TR_TRY(o->copy_2d(a->cat + C, 2 * C, a->hn, C, rows, C));
     float *local = r->tp > 1 ? r->sc->gather : out;
-    TR_TRY(gemm(r, TR_NOTRANS, TR_TRANS, rows, cl, 2 * C, a->cat, 2 * C, w, 2 * C, 0.0f, local, cl));
+    TR_TRY(
+        gemm(r, TR_NOTRANS, TR_TRANS, rows, cl, 2 * C, a->cat, 2 * C, w, 2 * C, 0.0f, local, cl));
     if (r->tp <= 1) return TR_OK;
     /* Each rank's columns, then [rank][rows][C / tp] -> [rows][C]. */
     TR_TRY(tr_comm_all_gather(r->comm, r->group, local, out, (size_t)(rows * cl), TR_COMM_F32));

@@ -658,3 +658,24 @@ tr_equiv_test(mtp_pp2_dp2_distopt_pertoken 4 llama_tiny_pretrain ${TR_EQUIV_COMM
 tr_equiv_test(mla_mtp_dp2_distopt_overlap 2 --expect-overlap llama_tiny_pretrain
               ${TR_EQUIV_COMMON} ${TR_MLA} model.mtp_num_layers=1 -- ${TR_DISTOPT} ${TR_OVERLAP}
               ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)
+
+# Recomputation of MLA and MTP (runtime/model/recompute.c), bitwise against the same layout
+# keeping everything, with hidden dropout: a whole MLA layer (TP 2), the selective modules with
+# mla_up_proj (q, k, v from the kept latents; PP 2, and without q_lora_rank, where the recomputed
+# input norm feeds linear_q_proj), in bf16; the MTP depths, each a run of its own under full
+# recomputation (their layers MLA under TP 2) and with the selective modules under PP 2 (the
+# last stage's layer and two depths share one set).
+set(TR_RC_MLA_MODS model.recompute_modules=[core_attn,mla_up_proj,layernorm,mlp])
+tr_equiv_recompute_test(mla_tp2_recompute_full 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MLA} --
+                        ${TR_TP2} -- ${TR_RC_FULL} model.recompute_method=uniform
+                        model.recompute_num_layers=1)
+tr_equiv_recompute_test(mla_pp2_recompute_selective 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MLA}
+                        model.num_layers=4 -- ${TR_PP2} -- ${TR_RC_SEL} ${TR_RC_MLA_MODS})
+tr_equiv_recompute_test(mla_direct_q_tp2_bf16_recompute_selective 2 llama_tiny_pretrain
+                        ${TR_RC_COMMON} ${TR_MLA} ${TR_BF16} model.q_lora_rank=null -- ${TR_TP2}
+                        -- ${TR_RC_SEL} model.recompute_modules=[mla_up_proj,layernorm])
+tr_equiv_recompute_test(mla_mtp_tp2_recompute_full 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MLA}
+                        ${TR_MTP} -- ${TR_TP2} -- ${TR_RC_FULL} model.recompute_method=block
+                        model.recompute_num_layers=1)
+tr_equiv_recompute_test(mtp_pp2_recompute_selective 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MTP}
+                        -- ${TR_PP2} -- ${TR_RC_SEL} model.recompute_modules=[core_attn,mlp,layernorm])

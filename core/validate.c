@@ -265,8 +265,6 @@
       "window_size is null: the runtime has no sliding-window attention yet.")                     \
     X(tr_check_runtime_mla_context_parallel, "runtime.mla_context_parallel", E, false,             \
       "Multi-latent attention runs without context parallelism.")                                  \
-    X(tr_check_runtime_mla_sequence_parallel, "runtime.mla_sequence_parallel", E, false,           \
-      "Multi-latent attention runs without sequence parallelism.")                                 \
     X(tr_check_runtime_mla_peft, "runtime.mla_peft", E, false,                                     \
       "Multi-latent attention runs without LoRA/DoRA adapters.")                                   \
     X(tr_check_runtime_mla_layernorm, "runtime.mla_layernorm", E, false,                           \

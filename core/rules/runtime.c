@@ -212,12 +212,6 @@ TR_RULE_FN(tr_check_runtime_mla_context_parallel) {
             "set model.context_parallel_size=1", MLA_NOT_YET, "context parallelism");
 }
 
-TR_RULE_FN(tr_check_runtime_mla_sequence_parallel) {
-    if (!c->model.multi_latent_attention || !c->model.sequence_parallel) return;
-    TR_FAIL("model.sequence_parallel,model.multi_latent_attention",
-            "set model.sequence_parallel=false", MLA_NOT_YET, "sequence parallelism");
-}
-
 TR_RULE_FN(tr_check_runtime_mla_peft) {
     if (!c->model.multi_latent_attention || c->peft.scheme < 0) return;
     TR_FAIL("peft.scheme,model.multi_latent_attention", "set peft.scheme=null", MLA_NOT_YET,

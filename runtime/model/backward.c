@@ -74,9 +74,11 @@ static tr_status layer_bwd(tr_model *m, int i) {
     tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
     float *dattn = m->dbig;
     TR_TRY(tr_linear_bwd(ops, &proj, a->attn, dy, dattn, rows));
-    if (s->mla.on) {
+    if (s->mla.on) { /* the input gradient comes out whole on every rank: SP keeps its rows */
         tr_mla_run run = tr_model_mla_run(m, i);
-        TR_TRY(tr_mla_bwd(&run, &p->mla, &g->mla, &a->mla, a->ln1, dattn, m->dtmp));
+        TR_TRY(tr_mla_bwd(&run, &p->mla, &g->mla, &a->mla, sp ? a->ln1_full : a->ln1, dattn,
+                          sp ? m->sp_full : m->dtmp));
+        if (sp) TR_TRY(tr_tp_seq_rows(m, m->sp_full, m->dtmp, s->hidden));
     } else {
         tr_attn_desc ad = tr_model_layer_attn_desc(m, i);
         if (m->cp)

@@ -242,11 +242,12 @@ tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out
     int64_t n = (int64_t)lrows * s->hidden;
     TR_TRY(tr_model_copy(m, a->x_in, x_in, n));
 
-    if (s->mla.on) {
-        TR_TRY(tr_model_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, p->ln1_w, p->ln1_b,
-                                 lrows));
+    if (s->mla.on) { /* on whole sequences: the input norm's output gathered under SP */
+        const float *in;
+        TR_TRY(tr_model_norm_input(m, a->ln1, a->ln1_full, NULL, a->ln1_mean, a->ln1_rstd, a->x_in,
+                                   p->ln1_w, p->ln1_b, &in));
         tr_mla_run run = tr_model_mla_run(m, i);
-        TR_TRY(tr_mla_fwd(&run, &p->mla, &a->mla, a->ln1, a->attn));
+        TR_TRY(tr_mla_fwd(&run, &p->mla, &a->mla, in, a->attn));
     } else {
         tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
         TR_TRY(norm_to_linear(m, &qkv, a->ln1, a->ln1_full, a->ln1_h, a->ln1_mean, a->ln1_rstd,

@@ -494,7 +494,7 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
     const tr_mla_spec *a = &s->mla;
     if (a->on && (a->q_lora_rank < 0 || a->kv_lora_rank < 1 || a->qk_dim < 1 || a->rope_dim < 2 ||
                   a->rope_dim % 2 || a->v_dim != s->head_dim || s->groups != s->heads ||
-                  s->sequence_parallel || s->lora_rank || s->qk_norm))
+                  s->lora_rank || s->qk_norm))
         return TR_ERR_INVALID; /* what runtime.mla_* refuse */
     if (s->mtp_layers < 0 ||
         (s->mtp_layers && (s->sequence_parallel || s->lora_rank || s->defer_wgrad ||

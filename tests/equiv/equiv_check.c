@@ -372,7 +372,9 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  *   per iteration and layer the all-reduce that sums the key-value gradient copies, one slot
  *   per group of 2.D.(h + qkv bias) elements: G.2D.(h + b). Multi-latent attention replaces
  *   the QKV input gradient (r.h) by those of its up projections' inputs and of the shared rotary
- *   key: r.(q_lora_rank, or h for linear_q_proj, + kv_lora_rank + qk_pos_emb_head_dim).
+ *   key: r.(q_lora_rank, or h for linear_q_proj, + kv_lora_rank + qk_pos_emb_head_dim);
+ *   under SP it gathers its input as the QKV layer does, its input gradient needs no
+ *   reduce-scatter (it comes out whole on every rank) and those gradients stay all-reduces.
  *   Each MTP depth D on the last stage all-reduces its embedding, its layer's four exchanges,
  *   the output layer's input gradient and eh_proj's (two wide): 8.r.h, plus its cross entropy
  *   (3r), and all-gathers eh_proj's output: r.h/tp.
@@ -403,11 +405,13 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     bool sharded = c->ddp.use_distributed_optimizer || c->optimizer.use_distributed_optimizer;
     int64_t B = run->buffer_numel, sp_grads = sp ? run->sp_grads : 0;
     int64_t exchanges = r * h * (run->has_embedding + 4 * L + run->has_loss);
-    int64_t mla = 0;
+    int64_t mla = 0, mla_sp = 0;
     if (m->multi_latent_attention) { /* the latents' input gradients replace the QKV one's */
         int64_t q = m->q_lora_rank != TR_NULL_INT ? m->q_lora_rank : h;
         mla = r * (q + m->kv_lora_rank + m->qk_pos_emb_head_dim - h);
-        exchanges += L * mla;
+        /* SP: the input gradient comes out whole (no reduce-scatter), the latents' all-reduced */
+        if (sp) mla_sp = mla + r * h;
+        exchanges += L * (sp ? -r * h : mla);
     }
     int64_t depths = run->has_loss && m->mtp_num_layers != TR_NULL_INT ? m->mtp_num_layers : 0;
     exchanges += depths * (8 * r * h + mla);
@@ -417,11 +421,12 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t qkv_bias = m->add_bias_linear || m->add_qkv_bias;
     int64_t kv_sums =
         tp > G && !m->multi_latent_attention ? (L + depths) * G * 2 * D * (h + qkv_bias) : 0;
-    int64_t tp_ar =
-        tp > 1 ? iters * (nmb * (ce + (sp ? 0 : exchanges)) + sp_grads + run->head_grads + kv_sums)
-               : 0;
+    int64_t tp_ar = tp > 1 ? iters * (nmb * (ce + (sp ? L * mla_sp : exchanges)) + sp_grads +
+                                      run->head_grads + kv_sums)
+                           : 0;
     int64_t tp_rs = sp ? iters * nmb * exchanges : 0;
-    int64_t tp_ag = sp ? iters * nmb * exchanges / tp : 0;
+    /* (MLA under SP gathers its input as the QKV layer does) */
+    int64_t tp_ag = sp ? iters * nmb * (exchanges + (mla_sp ? L * r * h : 0)) / tp : 0;
     if (tp > 1) tp_ag += iters * nmb * depths * r * h / tp; /* MTP's eh_proj output */
     const tr_validation_config *v = &c->validation;
     int64_t eval_gbs = v->eval_global_batch_size != TR_NULL_INT ? v->eval_global_batch_size

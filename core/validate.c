@@ -278,8 +278,6 @@
       "FSDP (dist.use_megatron_fsdp, dist.use_torch_fsdp2, ddp.use_megatron_fsdp) is off.")        \
     X(tr_check_runtime_mtp_context_parallel, "runtime.mtp_context_parallel", E, false,             \
       "Multi-token prediction runs without context parallelism.")                                  \
-    X(tr_check_runtime_mtp_sequence_parallel, "runtime.mtp_sequence_parallel", E, false,           \
-      "Multi-token prediction runs without sequence parallelism.")                                 \
     X(tr_check_runtime_mtp_peft, "runtime.mtp_peft", E, false,                                     \
       "Multi-token prediction runs without LoRA/DoRA adapters.")                                   \
     X(tr_check_runtime_mtp_defer_wgrad, "runtime.mtp_defer_wgrad", E, false,                       \

@@ -275,12 +275,6 @@ TR_RULE_FN(tr_check_runtime_mtp_context_parallel) {
             MTP_NOT_YET, "context parallelism");
 }
 
-TR_RULE_FN(tr_check_runtime_mtp_sequence_parallel) {
-    if (!mtp_on(c) || !c->model.sequence_parallel) return;
-    TR_FAIL("model.sequence_parallel,model.mtp_num_layers", "set model.sequence_parallel=false",
-            MTP_NOT_YET, "sequence parallelism");
-}
-
 TR_RULE_FN(tr_check_runtime_mtp_peft) {
     if (!mtp_on(c) || c->peft.scheme < 0) return;
     TR_FAIL("peft.scheme,model.mtp_num_layers", "set peft.scheme=null", MTP_NOT_YET,

@@ -239,7 +239,8 @@ static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
     a->losses = carve(c, bt);
     a->dloss = carve(c, bt);
     for (int d = 0; d < s->mtp_layers; d++) /* MTP: each depth's layer and its own tensors */
-        tr_mtp_carve_acts(bt, (int)C, s->vocab, s->layernorm, &a->mtp[d], carve_cb, c);
+        tr_mtp_carve_acts(bt, (int)C, s->vocab, s->layernorm, s->sequence_parallel, &a->mtp[d],
+                          carve_cb, c);
 }
 
 /* The output layer's inputs and logits gradients of the microbatches whose weight gradients

@@ -496,9 +496,8 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
                   a->rope_dim % 2 || a->v_dim != s->head_dim || s->groups != s->heads ||
                   s->lora_rank || s->qk_norm))
         return TR_ERR_INVALID; /* what runtime.mla_* refuse */
-    if (s->mtp_layers < 0 ||
-        (s->mtp_layers && (s->sequence_parallel || s->lora_rank || s->defer_wgrad ||
-                           s->learned_pos || s->hidden % tp.size)))
+    if (s->mtp_layers < 0 || (s->mtp_layers && (s->lora_rank || s->defer_wgrad || s->learned_pos ||
+                                                s->hidden % tp.size)))
         return TR_ERR_INVALID; /* what runtime.mtp_* refuse */
     if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) return TR_ERR_INVALID;
     /* Query groups (or, TP being a multiple of them, their heads), the MLP width and the padded

@@ -3,8 +3,8 @@
 
 #include "runtime/comm/comm.h"
 
-void tr_mtp_carve_acts(int64_t rows, int hidden, int vocab_local, bool norm_mean, tr_mtp_acts *a,
-                       tr_mtp_carve_fn carve, void *ctx) {
+void tr_mtp_carve_acts(int64_t rows, int hidden, int vocab_local, bool norm_mean, bool sp,
+                       tr_mtp_acts *a, tr_mtp_carve_fn carve, void *ctx) {
     int64_t n = rows * hidden;
     *a = (tr_mtp_acts){0};
     a->ids = (int32_t *)carve(ctx, rows); /* int32 and float are both 4 bytes */
@@ -21,6 +21,7 @@ void tr_mtp_carve_acts(int64_t rows, int hidden, int vocab_local, bool norm_mean
     a->h = carve(ctx, n);
     a->h_mean = norm_mean ? carve(ctx, rows) : NULL;
     a->h_rstd = carve(ctx, rows);
+    a->h_full = sp ? carve(ctx, n) : NULL;
     a->logits = carve(ctx, rows * vocab_local);
     a->ce_stats = carve(ctx, 4 * rows);
     a->losses = carve(ctx, rows);
@@ -60,11 +61,12 @@ static tr_status gemm(const tr_mtp_run *r, tr_transpose ta, tr_transpose tb, int
                         (int)ldc);
 }
 
-tr_status tr_mtp_proj_fwd(const tr_mtp_run *r, const float *w, const tr_mtp_acts *a, float *out) {
+tr_status tr_mtp_proj_fwd(const tr_mtp_run *r, const float *w, const tr_mtp_acts *a,
+                          const float *en, const float *hn, float *out) {
     const tr_ops *o = r->ops;
     int64_t C = r->hidden, rows = r->rows, cl = C / r->tp;
-    TR_TRY(o->copy_2d(a->cat, 2 * C, a->en, C, rows, C));
-    TR_TRY(o->copy_2d(a->cat + C, 2 * C, a->hn, C, rows, C));
+    TR_TRY(o->copy_2d(a->cat, 2 * C, en, C, rows, C));
+    TR_TRY(o->copy_2d(a->cat + C, 2 * C, hn, C, rows, C));
     float *local = r->tp > 1 ? r->sc->gather : out;
     TR_TRY(
         gemm(r, TR_NOTRANS, TR_TRANS, rows, cl, 2 * C, a->cat, 2 * C, w, 2 * C, 0.0f, local, cl));
@@ -84,7 +86,7 @@ tr_status tr_mtp_proj_bwd(const tr_mtp_run *r, const float *w, float *dw, const 
     TR_TRY(gemm(r, TR_TRANS, TR_NOTRANS, cl, 2 * C, rows, dy, C, a->cat, 2 * C, 1.0f, dw, 2 * C));
     TR_TRY(gemm(r, TR_NOTRANS, TR_NOTRANS, rows, 2 * C, cl, dy, C, w, 2 * C, 0.0f, r->sc->dcat,
                 2 * C));
-    if (r->tp <= 1) return TR_OK;
+    if (r->tp <= 1 || r->sp) return TR_OK;
     return tr_comm_all_reduce_inplace(r->comm, r->group, r->sc->dcat, (size_t)(rows * 2 * C),
                                       TR_COMM_F32, TR_COMM_SUM);
 }

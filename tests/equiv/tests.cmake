@@ -653,6 +653,13 @@ tr_equiv_test(mtp_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP}
 # Mixed precision with bf16 stage messages, against the single rank (the PP bf16 tolerances).
 tr_equiv_pp_bf16_test(mtp_pp2_bf16 2 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MTP} ${TR_BF16} --
                       ${TR_PP2})
+# Sequence parallelism: the depths' row-wise pieces on this rank's chunk (their norms' gradients
+# summed over TP with the decoder's), eh_proj and the output layer on the gathered chunks; two
+# sequences per microbatch; then MLA depths under TP 2 x SP x PP 2 in bf16.
+tr_equiv_test(mtp_tp2_sp 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} train.micro_batch_size=2
+              model.hidden_dropout=0.1 -- ${TR_TP2} ${TR_SP})
+tr_equiv_pp_bf16_test(mla_mtp_tp2_sp_pp2_bf16 4 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MLA}
+                      model.mtp_num_layers=1 ${TR_BF16} -- ${TR_TP2} ${TR_SP} ${TR_PP2})
 tr_equiv_test(mla_mtp_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
               model.mtp_num_layers=1 -- ${TR_TP2} model.pipeline_model_parallel_size=2)
 # Per-token loss (each depth rescaled by the main token count) under PP 2 x DP 2 with the

@@ -313,7 +313,7 @@
     X(tr_check_runtime_optimizer, "runtime.optimizer", E, false,                                   \
       "Adam decouples its weight decay (AdamW); no separate embedding learning rate.")             \
     X(tr_check_runtime_optimizer_precision, "runtime.optimizer_precision", E, false,               \
-      "The optimizer's bf16/fp16 match the model's; optimizer state is fp32.")                     \
+      "The optimizer's bf16/fp16 match the model's (its state dtypes are honoured).")              \
     X(tr_check_runtime_loss_scale, "runtime.loss_scale", E, false,                                 \
       "A static loss scale is positive; fp16 dynamic scaling has a valid initial, minimum and "    \
       "window.")                                                                                   \

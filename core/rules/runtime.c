@@ -494,8 +494,8 @@ TR_RULE_FN(tr_check_runtime_optimizer) {
                 "a separate embedding learning rate");
 }
 
-/* The optimizer always keeps fp32 main parameters, gradients and moments, in the precision the
- * model trains in. */
+/* The optimizer's flags follow the model's; the precision-aware optimizer's state dtypes are
+ * honoured (runtime/optimizer/optimizer.h: state stored rounded to them). */
 TR_RULE_FN(tr_check_runtime_optimizer_precision) {
     const tr_optimizer_config *o = &c->optimizer;
     const tr_model_config *m = &c->model;
@@ -503,17 +503,6 @@ TR_RULE_FN(tr_check_runtime_optimizer_precision) {
         TR_FAIL("optimizer.bf16,optimizer.fp16,model.bf16,model.fp16",
                 "set the precision through mixed_precision.preset, which sets both",
                 "the optimizer's bf16/fp16 flags must match the model's");
-    const struct {
-        int32_t dtype;
-        const char *key;
-    } state[] = {{o->main_grads_dtype, "optimizer.main_grads_dtype"},
-                 {o->main_params_dtype, "optimizer.main_params_dtype"},
-                 {o->exp_avg_dtype, "optimizer.exp_avg_dtype"},
-                 {o->exp_avg_sq_dtype, "optimizer.exp_avg_sq_dtype"}};
-    for (size_t i = 0; i < sizeof state / sizeof state[0]; i++)
-        if (state[i].dtype != TR_DTYPE_FP32)
-            TR_FAIL(state[i].key, "set it to fp32", NOT_YET,
-                    "optimizer state below fp32 (precision-aware optimizer)");
 }
 
 /* Megatron keeps a grad scaler only in its mixed-precision optimizer: a static scale when one

@@ -98,7 +98,7 @@ static const capability_case cases[] = {
      {"dataset.data_path=[/nonexistent/prefix]", "dataset.split=\"1,0,0\"",
       "dataset.eod_mask_loss=true"}},
     {"runtime.optimizer", 1, {"optimizer.decoupled_weight_decay=false"}},
-    {"runtime.optimizer_precision", 1, {"optimizer.exp_avg_dtype=bf16"}},
+    {"runtime.optimizer_precision", 1, {"mixed_precision.preset=null", "model.bf16=true"}},
     {"runtime.autocast", 1, {"mixed_precision.autocast_enabled=true"}},
     {"runtime.loss_scale",
      1,

@@ -88,9 +88,16 @@ tr_status tr_lora_dropout(const tr_linear *l, float *y, const float *x, int rows
 
 /* Activation recomputation (the plan in runtime/model/acts.c, the rerun in recompute.c). A layer's
  * saved tensors in groups: its input, the norm outputs and statistics, the attention output and
- * lse, fc1 and the MLP activation, the rest (q, k, v, x_mid). */
-enum { TR_RC_X_IN = 1, TR_RC_NORMS = 2, TR_RC_ATTN = 4, TR_RC_MLP = 8, TR_RC_REST = 16 };
-#define TR_RC_ALL 31u
+ * lse, fc1 and the MLP activation, the rest (q, k, v, x_mid; MLA's latents), MLA's q, k, v. */
+enum {
+    TR_RC_X_IN = 1,
+    TR_RC_NORMS = 2,
+    TR_RC_ATTN = 4,
+    TR_RC_MLP = 8,
+    TR_RC_REST = 16,
+    TR_RC_MLA_UP = 32
+};
+#define TR_RC_ALL 63u
 /* The groups global layer `layer` of part `part` does not keep per slot: they live in recompute
  * set *set (m->rc_sets) and its backward recomputes them. */
 unsigned tr_model_rc_dropped(const tr_model *m, int part, int layer, int *set);

@@ -518,14 +518,13 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
         return TR_ERR_INVALID;
     const tr_mla_spec *a = &s->mla;
     bool run = !s->sizing_only;
-    if (a->on &&
-        (a->q_lora_rank < 0 || a->kv_lora_rank < 1 || a->qk_dim < 1 || a->rope_dim < 2 ||
-         a->rope_dim % 2 || a->v_dim != s->head_dim || s->groups != s->heads ||
-         (run && (s->sequence_parallel || s->lora_rank || s->recompute || s->lowp || s->qk_norm))))
+    if (a->on && (a->q_lora_rank < 0 || a->kv_lora_rank < 1 || a->qk_dim < 1 || a->rope_dim < 2 ||
+                  a->rope_dim % 2 || a->v_dim != s->head_dim || s->groups != s->heads ||
+                  (run && (s->lora_rank || s->qk_norm))))
         return TR_ERR_INVALID; /* what runtime.mla_* refuse */
-    if (s->mtp_layers < 0 || (s->mtp_layers && run &&
-                              (s->sequence_parallel || s->lora_rank || s->recompute || s->lowp ||
-                               s->defer_wgrad || s->learned_pos || s->hidden % tp.size)))
+    if (s->mtp_layers < 0 ||
+        (s->mtp_layers && run &&
+         (s->lora_rank || s->defer_wgrad || s->learned_pos || s->hidden % tp.size)))
         return TR_ERR_INVALID; /* what runtime.mtp_* refuse */
     if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) return TR_ERR_INVALID;
     /* Query groups (or, TP being a multiple of them, their heads), the MLP width and the padded

@@ -132,7 +132,7 @@ typedef struct tr_model_spec {
 
 enum { TR_RECOMPUTE_NONE, TR_RECOMPUTE_FULL, TR_RECOMPUTE_SELECTIVE };
 /* Megatron's recompute_modules the runtime implements. */
-enum { TR_RC_MOD_CORE_ATTN, TR_RC_MOD_MLP, TR_RC_MOD_LAYERNORM };
+enum { TR_RC_MOD_CORE_ATTN, TR_RC_MOD_MLP, TR_RC_MOD_LAYERNORM, TR_RC_MOD_MLA_UP_PROJ };
 
 /* The adaptable linear layers of a transformer layer (Megatron's module names). */
 enum { TR_LORA_QKV, TR_LORA_PROJ, TR_LORA_FC1, TR_LORA_FC2, TR_LORA_TARGETS };

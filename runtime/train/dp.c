@@ -90,6 +90,9 @@ tr_status tr_train_dp_setup(tr_train_dp *t, const tr_config *c, tr_comm *comm, t
                               .beta2 = os->beta2,
                               .eps = os->eps,
                               .momentum = os->momentum,
+                              .exp_avg_lowp = os->exp_avg_lowp,
+                              .exp_avg_sq_lowp = os->exp_avg_sq_lowp,
+                              .main_params_lowp = os->main_params_lowp,
                               .group = t->group,
                               .overlap_param_gather = t->overlap_param_gather};
     TR_TRY(tr_dist_opt_create(&t->opt, &t->layout, m->params, m->grads, comm, m->ops, &oo, d));

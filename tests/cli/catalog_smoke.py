@@ -18,7 +18,8 @@ ERROR = re.compile(r"error \[([a-z0-9_.]+)\]")
 MUST_TRAIN = ["llama_tiny_pretrain", "moe_tiny_pretrain", "mixtral_tiny_pretrain",
               "qwen3_moe_tiny_pretrain", "deepseek_tiny_pretrain", "mixtral_8x7b_pretrain",
               "mixtral_8x22b_pretrain", "qwen3_30b_a3b_pretrain", "qwen3_30b_a3b_sft",
-              "qwen3_235b_a22b_pretrain", "qwen3_30b_a3b_lora", "qwen3_235b_a22b_lora"]
+              "qwen3_235b_a22b_pretrain", "qwen3_30b_a3b_lora", "qwen3_235b_a22b_lora",
+              "deepseek_v3_pretrain", "kimi_k2_pretrain", "deepseek_v3_pretrain_32nodes"]
 
 
 def run(args, np=0):

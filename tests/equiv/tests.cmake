@@ -643,6 +643,18 @@ tr_equiv_test(mla_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} --
 tr_equiv_test(mla_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} -- ${TR_DISTOPT})
 tr_equiv_test(mla_direct_q_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
               model.q_lora_rank=null -- ${TR_TP2} model.pipeline_model_parallel_size=2)
+# Mixed precision: the projections' GEMMs round both operands as the linear layers do (the
+# bf16 tolerances above).
+tr_equiv_lowp_test(mla_tp2_bf16 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} ${TR_BF16} --
+                   ${TR_TP2})
+tr_equiv_lowp_test(mla_bf16_detects_fp32 2 --expect-differ llama_tiny_pretrain ${TR_EQUIV_COMMON}
+                   ${TR_MLA} mixed_precision.preset=fp32 -- ${TR_BF16} ${TR_TP2})
+# Sequence parallelism: the input norm's output gathered, the input gradient's rows kept (with
+# two sequences per microbatch, and queries straight from the hidden state in bf16).
+tr_equiv_test(mla_tp2_sp 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} train.micro_batch_size=2
+              -- ${TR_TP2} ${TR_SP})
+tr_equiv_lowp_test(mla_direct_q_tp2_sp_bf16 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
+                   ${TR_BF16} model.q_lora_rank=null -- ${TR_TP2} ${TR_SP})
 # DeepSeek's pairing: MLA attention over the DeepSeek-like MoE layers (dense first layer,
 # sigmoid routing with expert bias, shared expert), with the distributed optimizer and under PP,
 # first without MTP; then deepseek_tiny whole, its MTP depth an MoE layer (the last decoder
@@ -666,6 +678,16 @@ tr_equiv_test(mtp_tp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR
 tr_equiv_test(mtp_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} --
               model.pipeline_model_parallel_size=2)
 tr_equiv_test(mtp_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR_DISTOPT})
+# Mixed precision with bf16 stage messages, against the single rank (the PP bf16 tolerances).
+tr_equiv_pp_bf16_test(mtp_pp2_bf16 2 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MTP} ${TR_BF16} --
+                      ${TR_PP2})
+# Sequence parallelism: the depths' row-wise pieces on this rank's chunk (their norms' gradients
+# summed over TP with the decoder's), eh_proj and the output layer on the gathered chunks; two
+# sequences per microbatch; then MLA depths under TP 2 x SP x PP 2 in bf16.
+tr_equiv_test(mtp_tp2_sp 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} train.micro_batch_size=2
+              model.hidden_dropout=0.1 -- ${TR_TP2} ${TR_SP})
+tr_equiv_pp_bf16_test(mla_mtp_tp2_sp_pp2_bf16 4 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MLA}
+                      model.mtp_num_layers=1 ${TR_BF16} -- ${TR_TP2} ${TR_SP} ${TR_PP2})
 tr_equiv_test(mla_mtp_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
               model.mtp_num_layers=1 -- ${TR_TP2} model.pipeline_model_parallel_size=2)
 # Per-token loss (each depth rescaled by the main token count) under PP 2 x DP 2 with the
@@ -677,3 +699,24 @@ tr_equiv_test(mtp_pp2_dp2_distopt_pertoken 4 llama_tiny_pretrain ${TR_EQUIV_COMM
 tr_equiv_test(mla_mtp_dp2_distopt_overlap 2 --expect-overlap llama_tiny_pretrain
               ${TR_EQUIV_COMMON} ${TR_MLA} model.mtp_num_layers=1 -- ${TR_DISTOPT} ${TR_OVERLAP}
               ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)
+
+# Recomputation of MLA and MTP (runtime/model/recompute.c), bitwise against the same layout
+# keeping everything, with hidden dropout: a whole MLA layer (TP 2), the selective modules with
+# mla_up_proj (q, k, v from the kept latents; PP 2, and without q_lora_rank, where the recomputed
+# input norm, gathered under SP, feeds linear_q_proj), in bf16; the MTP depths, each a run of its own under full
+# recomputation (their layers MLA under TP 2) and with the selective modules under PP 2 (the
+# last stage's layer and two depths share one set).
+set(TR_RC_MLA_MODS model.recompute_modules=[core_attn,mla_up_proj,layernorm,mlp])
+tr_equiv_recompute_test(mla_tp2_recompute_full 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MLA} --
+                        ${TR_TP2} -- ${TR_RC_FULL} model.recompute_method=uniform
+                        model.recompute_num_layers=1)
+tr_equiv_recompute_test(mla_pp2_recompute_selective 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MLA}
+                        model.num_layers=4 -- ${TR_PP2} -- ${TR_RC_SEL} ${TR_RC_MLA_MODS})
+tr_equiv_recompute_test(mla_direct_q_tp2_sp_bf16_recompute_selective 2 llama_tiny_pretrain
+                        ${TR_RC_COMMON} ${TR_MLA} ${TR_BF16} model.q_lora_rank=null -- ${TR_TP2}
+                        ${TR_SP} -- ${TR_RC_SEL} model.recompute_modules=[mla_up_proj,layernorm])
+tr_equiv_recompute_test(mla_mtp_tp2_recompute_full 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MLA}
+                        ${TR_MTP} -- ${TR_TP2} -- ${TR_RC_FULL} model.recompute_method=block
+                        model.recompute_num_layers=1)
+tr_equiv_recompute_test(mtp_pp2_recompute_selective 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MTP}
+                        -- ${TR_PP2} -- ${TR_RC_SEL} model.recompute_modules=[core_attn,mlp,layernorm])

@@ -97,9 +97,11 @@ tr_status tr_cpu_gemm(tr_transpose ta, tr_transpose tb, int m, int n, int k, flo
     int lim = g.split_n ? n : m;
     int64_t other = g.split_n ? m : n;
     g.blocks = (lim + TR_GEMM_PANEL - 1) / TR_GEMM_PANEL;
-    /* About two panels per thread: enough to rebalance when a thread is slow to start, few
-     * enough that the shared operand is not packed many times over. */
-    g.parts = 2 * (int64_t)tr_cpu_num_threads();
+    /* One panel per thread: every panel packs the whole shared operand again (for the 50k-row
+     * output layer's input gradient that is the [rows, 50304] logits gradient), and two panels
+     * per thread measured 5-25% slower on the step's shapes (bench_train_cpu --profile). When a
+     * worker is slow to start the caller still takes its panel (tr_cpu_parallel_for). */
+    g.parts = (int64_t)tr_cpu_num_threads();
     if (g.parts > g.blocks) g.parts = g.blocks;
     while (g.parts >= 2 && (int64_t)narrowest_panel(&g) * other * k < TR_GEMM_PANEL_MIN_WORK)
         g.parts--;

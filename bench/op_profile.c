@@ -32,6 +32,7 @@ static slot *find(const char *name) {
         if (!strcmp(g_slots[i].name, name)) return &g_slots[i];
     if (g_nslots == MAX_SLOTS) return &g_slots[MAX_SLOTS - 1]; /* lumps the rest together */
     slot *s = &g_slots[g_nslots++];
+    *s = (slot){0};
     snprintf(s->name, sizeof s->name, "%s", name);
     return s;
 }
@@ -102,8 +103,7 @@ TIMED(ce_loss, (float *loss, const float *st, const int32_t *t, int rows), (loss
 TIMED(ce_bwd,
       (float *l, const float *st, const int32_t *t, const float *dl, int rows, int vl, int vs),
       (l, st, t, dl, rows, vl, vs))
-TIMED(adamw,
-      (float *p, const float *g, float *m, float *v, int64_t n, const tr_adamw_params *ap),
+TIMED(adamw, (float *p, const float *g, float *m, float *v, int64_t n, const tr_adamw_params *ap),
       (p, g, m, v, n, ap))
 
 const tr_ops *tr_bench_profiled_ops(void) {
@@ -155,6 +155,7 @@ void tr_bench_profile_print(int steps, double step_s, double ceil_gflops) {
         }
     }
     double gemm_ideal = gemm_f / ceil_gflops / 1e9;
-    printf("    GEMMs %.1f ms (%.1f at the ceiling), other ops %.1f ms, outside the table %.1f ms\n",
-           1e3 * gemm_s, 1e3 * gemm_ideal, 1e3 * (ops_s - gemm_s), 1e3 * (step_s - ops_s));
+    printf(
+        "    GEMMs %.1f ms (%.1f at the ceiling), other ops %.1f ms, outside the table %.1f ms\n",
+        1e3 * gemm_s, 1e3 * gemm_ideal, 1e3 * (ops_s - gemm_s), 1e3 * (step_s - ops_s));
 }

@@ -100,8 +100,7 @@ typedef struct phases {
 static int run_c(const bench_case *bc, const tr_ops *ops, int steps, double *tok_s, double *gflops,
                  int64_t *np, phases *ph) {
     tr_model m;
-    if (tr_model_create(&m, &bc->spec, (tr_tp_shard){0, 1}, ops, bc->batch) != TR_OK)
-        return 0;
+    if (tr_model_create(&m, &bc->spec, (tr_tp_shard){0, 1}, ops, bc->batch) != TR_OK) return 0;
     tr_model_init_weights(&m, 1);
     tr_optimizer_spec os = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .clip_grad = 1.0};
     tr_optimizer o;

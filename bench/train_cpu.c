@@ -4,7 +4,10 @@
  * Llama-style model, and llama_tiny. A step is what the training loop does: zero grads,
  * forward, backward, grad norm, clip, AdamW.
  *
- *   bench_train_cpu [--steps N] [--rounds R] [--python PY] [--no-torch] [--only NAME]
+ *   bench_train_cpu [--steps N] [--rounds R] [--python PY] [--no-torch] [--only NAME] [--profile]
+ *
+ * --profile runs Trestle's steps through a timed copy of the op table (bench/op_profile.h) and
+ * prints, each round, where the step's time goes against the round's sgemm ceiling.
  *
  * Each round times Trestle, the ceiling and PyTorch back to back and prints all three; the
  * summary gives min / median / max over the rounds and the ratios within each round, which a
@@ -19,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/op_profile.h"
 #include "bench/sgemm_ceiling.h"
 #include "kernels/cpu/blas_env.h"
 #include "kernels/cpu/threadpool.h"
@@ -93,11 +97,10 @@ typedef struct phases {
     double fwd, bwd, opt; /* seconds per step */
 } phases;
 
-static int run_c(const bench_case *bc, int steps, double *tok_s, double *gflops, int64_t *np,
-                 phases *ph) {
+static int run_c(const bench_case *bc, const tr_ops *ops, int steps, double *tok_s, double *gflops,
+                 int64_t *np, phases *ph) {
     tr_model m;
-    if (tr_model_create(&m, &bc->spec, (tr_tp_shard){0, 1}, tr_ops_cpu(), bc->batch) != TR_OK)
-        return 0;
+    if (tr_model_create(&m, &bc->spec, (tr_tp_shard){0, 1}, ops, bc->batch) != TR_OK) return 0;
     tr_model_init_weights(&m, 1);
     tr_optimizer_spec os = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .clip_grad = 1.0};
     tr_optimizer o;
@@ -111,7 +114,10 @@ static int run_c(const bench_case *bc, int steps, double *tok_s, double *gflops,
     double t0 = 0.0;
     *ph = (phases){0};
     for (int s = -2; s < steps; s++) { /* two warm-up steps */
-        if (s == 0) t0 = now_s();
+        if (s == 0) {
+            tr_bench_profile_reset();
+            t0 = now_s();
+        }
         float loss;
         double norm, a = now_s();
         memset(m.grads, 0, (size_t)m.n_params * sizeof(float));
@@ -120,8 +126,7 @@ static int run_c(const bench_case *bc, int steps, double *tok_s, double *gflops,
         tr_model_backward(&m, 1.0f);
         double c = now_s();
         tr_grad_norm(m.ops, m.grads, m.n_params, &norm);
-        tr_clip_grads(m.ops, m.grads, m.n_params, 1.0, norm);
-        tr_optimizer_step(&o, m.params, m.grads, 1e-4, 0.1);
+        tr_optimizer_step_clipped(&o, m.params, m.grads, 1e-4, 0.1, tr_clip_coeff(1.0, norm));
         if (s >= 0) {
             ph->fwd += (b - a) / steps;
             ph->bwd += (c - b) / steps;
@@ -206,7 +211,7 @@ static void stats(const char *what, double *v, int n, const char *unit) {
 
 int main(int argc, char **argv) {
     tr_cpu_blas_reexec_if_slow(argv); /* before any thread: picks OpenBLAS's AVX kernels */
-    int steps = 5, torch = 1, rounds = 3;
+    int steps = 5, torch = 1, rounds = 3, profile = 0;
     const char *py = "python3", *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc)
@@ -219,10 +224,12 @@ int main(int argc, char **argv) {
             only = argv[++i];
         else if (!strcmp(argv[i], "--no-torch"))
             torch = 0;
+        else if (!strcmp(argv[i], "--profile"))
+            profile = 1;
         else {
             fprintf(stderr,
                     "usage: %s [--steps N] [--rounds R] [--python PY] [--no-torch] "
-                    "[--only gpt2_124m|llama_30m|llama_tiny]\n",
+                    "[--only gpt2_124m|llama_30m|llama_tiny] [--profile]\n",
                     argv[0]);
             return 2;
         }
@@ -250,7 +257,8 @@ int main(int argc, char **argv) {
         for (int r = 0; r < rounds; r++) {
             double tok_s;
             phases ph;
-            if (!run_c(bc, steps, &tok_s, &gf[r], &np, &ph)) {
+            const tr_ops *ops = profile ? tr_bench_profiled_ops() : tr_ops_cpu();
+            if (!run_c(bc, ops, steps, &tok_s, &gf[r], &np, &ph)) {
                 fprintf(stderr, "%s: model setup failed\n", bc->name);
                 return 1;
             }
@@ -278,6 +286,7 @@ int main(int argc, char **argv) {
                 printf(" | torch failed");
             }
             printf(" | load %.2f\n", load1());
+            if (profile) tr_bench_profile_print(steps, ms[r] / 1e3, ceil[r]);
             fflush(stdout);
         }
         printf("  %s: %.1fM params, %d rounds\n", bc->name, np / 1e6, rounds);

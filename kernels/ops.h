@@ -74,6 +74,10 @@ typedef struct tr_attn_desc {
 typedef struct tr_adamw_params {
     float lr, beta1, beta2, eps, weight_decay;
     int64_t step; /* 1 on the first update; drives bias correction */
+    /* Each gradient is multiplied by this (in fp32) before it enters the moments: global-norm
+     * clipping fused into the update instead of a pass that scales every gradient in place,
+     * bitwise the same result. 0 reads as 1, so callers that do not clip may leave it out. */
+    float grad_scale;
 } tr_adamw_params;
 
 typedef struct tr_sgd_params {

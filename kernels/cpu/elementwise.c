@@ -64,9 +64,36 @@ typedef struct ssq_ctx {
  * partial sums are bitwise those of one block at a time. */
 #define TR_SSQ_LANES 8
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+/* Sixteen blocks side by side in two vectors of double sums, lane l taking element i of block l
+ * (a gather) at step i: the same chains of additions, sixteen at a time. The squares are exact
+ * in double (24-bit mantissas), and no FMA is used, so each lane is bitwise the scalar chain. */
+__attribute__((target("avx512f"))) static void ssq16_avx512(const float *x, double *out) {
+    const __m256i idx =
+        _mm256_setr_epi32(0, TR_SSQ_BLOCK, 2 * TR_SSQ_BLOCK, 3 * TR_SSQ_BLOCK, 4 * TR_SSQ_BLOCK,
+                          5 * TR_SSQ_BLOCK, 6 * TR_SSQ_BLOCK, 7 * TR_SSQ_BLOCK);
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (int i = 0; i < TR_SSQ_BLOCK; i++) {
+        __m512d a = _mm512_cvtps_pd(_mm256_i32gather_ps(x + i, idx, 4));
+        __m512d b = _mm512_cvtps_pd(_mm256_i32gather_ps(x + 8 * TR_SSQ_BLOCK + i, idx, 4));
+        s0 = _mm512_add_pd(s0, _mm512_mul_pd(a, a));
+        s1 = _mm512_add_pd(s1, _mm512_mul_pd(b, b));
+    }
+    _mm512_storeu_pd(out, s0);
+    _mm512_storeu_pd(out + 8, s1);
+}
+#define TR_SSQ_AVX512 1
+#endif
+
 static void ssq_blocks(void *vc, int64_t b0, int64_t b1) {
     ssq_ctx *c = vc;
     int64_t full = c->n / TR_SSQ_BLOCK; /* blocks with all TR_SSQ_BLOCK elements */
+#ifdef TR_SSQ_AVX512
+    if (__builtin_cpu_supports("avx512f"))
+        for (; b0 + 16 <= b1 && b0 + 16 <= full; b0 += 16)
+            ssq16_avx512(c->x + b0 * TR_SSQ_BLOCK, c->partial + b0);
+#endif
     for (; b0 + TR_SSQ_LANES <= b1 && b0 + TR_SSQ_LANES <= full; b0 += TR_SSQ_LANES) {
         const float *x = c->x + b0 * TR_SSQ_BLOCK;
         double s[TR_SSQ_LANES] = {0};

@@ -97,9 +97,11 @@ tr_status tr_cpu_gemm(tr_transpose ta, tr_transpose tb, int m, int n, int k, flo
     int lim = g.split_n ? n : m;
     int64_t other = g.split_n ? m : n;
     g.blocks = (lim + TR_GEMM_PANEL - 1) / TR_GEMM_PANEL;
-    /* About two panels per thread: enough to rebalance when a thread is slow to start, few
-     * enough that the shared operand is not packed many times over. */
-    g.parts = 2 * (int64_t)tr_cpu_num_threads();
+    /* One panel per thread: every panel packs the whole shared operand again (for the 50k-row
+     * output layer's input gradient that is the [rows, 50304] logits gradient), and two panels
+     * per thread measured 5-25% slower on the step's shapes (bench_train_cpu --profile). When a
+     * worker is slow to start the caller still takes its panel (tr_cpu_parallel_for). */
+    g.parts = (int64_t)tr_cpu_num_threads();
     if (g.parts > g.blocks) g.parts = g.blocks;
     while (g.parts >= 2 && (int64_t)narrowest_panel(&g) * other * k < TR_GEMM_PANEL_MIN_WORK)
         g.parts--;
@@ -131,19 +133,34 @@ tr_status tr_cpu_bias_add(float *y, const float *bias, int rows, int cols) {
 }
 
 /* Split over columns rather than rows: each column's sum is owned by one task, which keeps the
- * result deterministic without per-thread partial buffers. */
-static void bias_grad_cols(void *vctx, int64_t j0, int64_t j1) {
+ * result deterministic without per-thread partial buffers. A task walks the rows once for
+ * TR_COL_BLOCK adjacent columns (contiguous loads, one vector of sums) instead of once per
+ * column down a stride; each column is still summed over the rows in order, bitwise as before. */
+#define TR_COL_BLOCK 16
+
+static void bias_grad_cols(void *vctx, int64_t b0, int64_t b1) {
     bias_ctx *c = vctx;
-    for (int64_t j = j0; j < j1; j++) {
-        double s = 0.0;
-        for (int r = 0; r < c->rows; r++) s += c->dy[(int64_t)r * c->cols + j];
-        c->y[j] += (float)s;
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t j0 = b * TR_COL_BLOCK;
+        const float *dy = c->dy + j0;
+        if (j0 + TR_COL_BLOCK <= c->cols) {
+            double s[TR_COL_BLOCK] = {0};
+            for (int r = 0; r < c->rows; r++)
+                for (int l = 0; l < TR_COL_BLOCK; l++) s[l] += dy[(int64_t)r * c->cols + l];
+            for (int l = 0; l < TR_COL_BLOCK; l++) c->y[j0 + l] += (float)s[l];
+            continue;
+        }
+        for (int64_t j = j0; j < c->cols; j++) {
+            double s = 0.0;
+            for (int r = 0; r < c->rows; r++) s += c->dy[(int64_t)r * c->cols + j];
+            c->y[j] += (float)s;
+        }
     }
 }
 
 tr_status tr_cpu_bias_grad(float *dbias, const float *dy, int rows, int cols) {
     if (rows < 0 || cols < 0 || (rows && cols && (!dbias || !dy))) return TR_ERR_INVALID;
     bias_ctx c = {.y = dbias, .dy = dy, .rows = rows, .cols = cols};
-    tr_cpu_parallel_for(cols, 8, bias_grad_cols, &c);
+    tr_cpu_parallel_for((cols + TR_COL_BLOCK - 1) / TR_COL_BLOCK, 1, bias_grad_cols, &c);
     return TR_OK;
 }

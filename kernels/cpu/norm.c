@@ -62,9 +62,31 @@ static void norm_bwd_rows(void *vc, int64_t r0, int64_t r1) {
     }
 }
 
-/* Parameter grads sum over rows; splitting by column keeps each sum in one task. */
-static void norm_bwd_cols(void *vc, int64_t j0, int64_t j1) {
+/* Parameter grads sum over rows; splitting by column keeps each sum in one task. A task takes
+ * NORM_COL_BLOCK adjacent columns and walks the rows once for all of them (contiguous loads),
+ * each column's sums still in row order: bitwise what one column at a time gives. */
+#define NORM_COL_BLOCK 16
+
+static void norm_bwd_cols(void *vc, int64_t b0, int64_t b1) {
     norm_ctx *c = vc;
+    int64_t j0 = b0 * NORM_COL_BLOCK,
+            j1 = b1 * NORM_COL_BLOCK < c->dim ? b1 * NORM_COL_BLOCK : c->dim;
+    for (; j0 + NORM_COL_BLOCK <= j1; j0 += NORM_COL_BLOCK) {
+        double sw[NORM_COL_BLOCK] = {0}, sb[NORM_COL_BLOCK] = {0};
+        for (int r = 0; r < c->rows; r++) {
+            int64_t i = (int64_t)r * c->dim + j0;
+            float m = c->rms ? 0.0f : c->cmean[r], rs = c->crstd[r];
+            const float *dy = c->dy + i, *x = c->x + i;
+            for (int l = 0; l < NORM_COL_BLOCK; l++) {
+                sw[l] += (double)dy[l] * ((x[l] - m) * rs);
+                sb[l] += dy[l];
+            }
+        }
+        for (int l = 0; l < NORM_COL_BLOCK; l++) {
+            if (c->dw) c->dw[j0 + l] += (float)sw[l];
+            if (c->db) c->db[j0 + l] += (float)sb[l];
+        }
+    }
     for (int64_t j = j0; j < j1; j++) {
         double sw = 0.0, sb = 0.0;
         for (int r = 0; r < c->rows; r++) {
@@ -117,7 +139,8 @@ tr_status tr_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
                   .dim = dim,
                   .zc = zero_centered};
     tr_cpu_parallel_for(rows, 4, norm_bwd_rows, &c);
-    if (dw || db) tr_cpu_parallel_for(dim, 16, norm_bwd_cols, &c);
+    if (dw || db)
+        tr_cpu_parallel_for((dim + NORM_COL_BLOCK - 1) / NORM_COL_BLOCK, 1, norm_bwd_cols, &c);
     return TR_OK;
 }
 
@@ -153,6 +176,6 @@ tr_status tr_cpu_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float 
                   .zc = zero_centered,
                   .rms = 1};
     tr_cpu_parallel_for(rows, 4, norm_bwd_rows, &c);
-    if (dw) tr_cpu_parallel_for(dim, 16, norm_bwd_cols, &c);
+    if (dw) tr_cpu_parallel_for((dim + NORM_COL_BLOCK - 1) / NORM_COL_BLOCK, 1, norm_bwd_cols, &c);
     return TR_OK;
 }

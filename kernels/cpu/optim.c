@@ -7,7 +7,7 @@
 typedef struct opt_ctx {
     float *p, *m, *v;
     const float *g;
-    float lr, b1, b2, eps, wd, bc1, bc2, mom;
+    float lr, b1, b2, eps, wd, bc1, bc2, mom, gs;
     int nesterov;
 } opt_ctx;
 
@@ -21,9 +21,9 @@ static inline __attribute__((always_inline)) void adamw_loop(const opt_ctx *c, i
     float *restrict pp = c->p, *restrict mp = c->m, *restrict vp = c->v;
     const float *restrict gp = c->g;
     const float b1 = c->b1, b2 = c->b2, lr = c->lr, eps = c->eps, bc1 = c->bc1, bc2 = c->bc2;
-    const float decay = 1.0f - c->lr * c->wd;
+    const float decay = 1.0f - c->lr * c->wd, gs = c->gs;
     for (int64_t i = b; i < e; i++) {
-        float g = gp[i];
+        float g = gp[i] * gs; /* exact when gs is 1; else the clip pass's own product */
         float m = b1 * mp[i] + (1.0f - b1) * g;
         float v = b2 * vp[i] + (1.0f - b2) * g * g;
         mp[i] = m;
@@ -65,7 +65,8 @@ tr_status tr_cpu_adamw(float *param, const float *grad, float *m, float *v, int6
                  .b1 = p->beta1,
                  .b2 = p->beta2,
                  .eps = p->eps,
-                 .wd = p->weight_decay};
+                 .wd = p->weight_decay,
+                 .gs = p->grad_scale != 0.0f ? p->grad_scale : 1.0f};
     c.bc1 = (float)(1.0 - pow(p->beta1, (double)p->step));
     c.bc2 = (float)(1.0 - pow(p->beta2, (double)p->step));
     tr_cpu_parallel_for(n, 16384, adamw_range, &c);

@@ -11,7 +11,8 @@ tr_status tr_cuda_adamw(float *param, const float *grad, float *m, float *v, int
     float bc1 = (float)(1.0 - pow(p->beta1, (double)p->step));
     float bc2 = (float)(1.0 - pow(p->beta2, (double)p->step));
     adamw_kernel<<<tr_cuda_blocks(n, TR_CUDA_THREADS), TR_CUDA_THREADS, 0, ctx->stream>>>(
-        param, grad, m, v, n, p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, bc1, bc2);
+        param, grad, m, v, n, p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, bc1, bc2,
+        p->grad_scale != 0.0f ? p->grad_scale : 1.0f);
     TR_CUDA_LAUNCHED();
     return TR_OK;
 }

@@ -7,10 +7,11 @@
 
 /* torch.optim.AdamW order: decoupled weight decay scaled by lr first, then the Adam update. */
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                             float b1, float b2, float eps, float wd, float bc1, float bc2) {
+                             float b1, float b2, float eps, float wd, float bc1, float bc2,
+                             float gs) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float gi = g[i];
+        float gi = g[i] * gs;
         float mi = b1 * m[i] + (1.0f - b1) * gi;
         float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
         m[i] = mi;

@@ -59,13 +59,18 @@ tr_status tr_grad_norm(const tr_ops *ops, const float *grads, int64_t n, double 
     return TR_OK;
 }
 
-tr_status tr_clip_grads(const tr_ops *ops, float *grads, int64_t n, double max_norm, double norm) {
-    if (max_norm <= 0.0 || !(norm > max_norm)) return TR_OK;
-    return ops->scale(grads, n, (float)(max_norm / (norm + 1e-6)));
+float tr_clip_coeff(double max_norm, double norm) {
+    if (max_norm <= 0.0 || !(norm > max_norm)) return 1.0f;
+    return (float)(max_norm / (norm + 1e-6));
 }
 
 tr_status tr_optimizer_step(tr_optimizer *o, float *params, const float *grads, double lr,
                             double wd) {
+    return tr_optimizer_step_clipped(o, params, (float *)grads, lr, wd, 1.0f);
+}
+
+tr_status tr_optimizer_step_clipped(tr_optimizer *o, float *params, float *grads, double lr,
+                                    double wd, float clip) {
     o->step++;
     for (int i = 0; i < o->n_info; i++) {
         const tr_param_info *p = &o->info[i];
@@ -73,6 +78,7 @@ tr_status tr_optimizer_step(tr_optimizer *o, float *params, const float *grads, 
         float decay = p->no_decay ? 0.0f : (float)wd;
         int64_t off = p->offset;
         if (o->spec.sgd) {
+            if (clip != 1.0f) TR_TRY(o->ops->scale(grads + off, p->numel, clip));
             tr_sgd_params sp = {
                 .lr = (float)lr, .momentum = o->spec.momentum, .weight_decay = decay};
             TR_TRY(o->ops->sgd(params + off, grads + off, o->m + off, p->numel, &sp));
@@ -82,7 +88,8 @@ tr_status tr_optimizer_step(tr_optimizer *o, float *params, const float *grads, 
                                   .beta2 = o->spec.beta2,
                                   .eps = o->spec.eps,
                                   .weight_decay = decay,
-                                  .step = o->step};
+                                  .step = o->step,
+                                  .grad_scale = clip};
             TR_TRY(o->ops->adamw(params + off, grads + off, o->m + off, o->v + off, p->numel, &ap));
             const tr_optimizer_spec *s = &o->spec;
             if (s->exp_avg_lowp)

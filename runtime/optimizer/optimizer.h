@@ -58,13 +58,19 @@ tr_status tr_grad_norm(const tr_ops *ops, const float *grads, int64_t n, double 
 /* The same over a device buffer (one scalar copied back). */
 tr_status tr_grad_norm_on(struct tr_device *dev, const float *grads, int64_t n, double *norm);
 
-/* Megatron's clipping: with max_norm > 0 and norm > max_norm, scales the gradients by
- * max_norm / (norm + 1e-6). */
-tr_status tr_clip_grads(const tr_ops *ops, float *grads, int64_t n, double max_norm, double norm);
+/* Megatron's clipping coefficient: max_norm / (norm + 1e-6) (in fp32) when max_norm > 0 and
+ * norm > max_norm, else 1. */
+float tr_clip_coeff(double max_norm, double norm);
 
 /* One update of every parameter range with learning rate lr and weight decay wd (decay skipped
  * for no_decay ranges). */
 tr_status tr_optimizer_step(tr_optimizer *o, float *params, const float *grads, double lr,
                             double wd);
+/* The same on gradients clipped by `clip` (tr_clip_coeff): AdamW multiplies each gradient as it
+ * reads it, which saves tr_clip_grads' pass over the whole buffer and leaves `grads` unscaled,
+ * with parameters and moments bitwise those of scaling the gradients by `clip` first; SGD scales
+ * its ranges in place first. */
+tr_status tr_optimizer_step_clipped(tr_optimizer *o, float *params, float *grads, double lr,
+                                    double wd, float clip);
 
 #endif

@@ -213,8 +213,8 @@ static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consum
     out->skipped =
         !isfinite(out->grad_norm) || out->grad_norm > t->opt.spec.grad_norm_skip_threshold;
     if (out->skipped) return TR_OK;
-    TR_TRY(tr_clip_grads(m->ops, m->grads, m->n_params, t->opt.spec.clip_grad, out->grad_norm));
-    TR_TRY(tr_optimizer_step(&t->opt, m->params, m->grads, out->lr, out->wd));
+    TR_TRY(tr_optimizer_step_clipped(&t->opt, m->params, m->grads, out->lr, out->wd,
+                                     tr_clip_coeff(t->opt.spec.clip_grad, out->grad_norm)));
     tr_model_params_stepped(m); /* the weight copy follows at the next forward */
     return TR_OK;
 }

@@ -332,7 +332,7 @@ void test_optim(void) {
     emu_test::rng rng(17);
     std::vector<float> p = rng.vec(n, -1, 1), g = rng.vec(n, -1, 1), m = rng.vec(n, -0.1f, 0.1f),
                        v = rng.vec(n, 0, 0.01f);
-    const tr_adamw_params ap = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7};
+    const tr_adamw_params ap = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7, 0.5f}; /* a clip scale */
     dev<float> dp(p), dg(g), dm(m), dv(v);
     CHECK(cpu->adamw(p.data(), g.data(), m.data(), v.data(), n, &ap) == TR_OK);
     /* the launcher's bias corrections */
@@ -340,7 +340,7 @@ void test_optim(void) {
     const float bc2 = (float)(1.0 - pow(ap.beta2, (double)ap.step));
     emu::launch(dim3(tr_cuda_blocks(n, TR_CUDA_THREADS)), dim3(TR_CUDA_THREADS), 0, [&] {
         adamw_kernel(dp.p, dg.p, dm.p, dv.p, n, ap.lr, ap.beta1, ap.beta2, ap.eps, ap.weight_decay,
-                     bc1, bc2);
+                     bc1, bc2, ap.grad_scale);
     });
     CHECK_REL("adamw param", dp.p, p.data(), (size_t)n, 1e-6);
     CHECK_REL("adamw m", dm.p, m.data(), (size_t)n, 1e-6);

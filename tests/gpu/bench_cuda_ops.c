@@ -85,7 +85,7 @@ typedef struct flat_arg {
 static tr_status run_flat(void *v) {
     flat_arg *f = v;
     const tr_ops *o = tr_ops_cuda();
-    tr_adamw_params p = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
+    tr_adamw_params p = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f};
     switch (f->which) {
     case 0:
         return o->rmsnorm_fwd(f->y, f->r, f->x, f->w, f->rows, f->cols, 1e-5f, 0);

@@ -108,7 +108,7 @@ static void test_argument_checks(void) {
     CHECK(g->swiglu_bwd(f, f, f, 1, 2) == TR_ERR_INVALID);
     CHECK(g->dropout_fwd(f, f, 4, -0.1f, 1, 0) == TR_ERR_INVALID);
     CHECK(g->ce_stats(f, f, ids, 1, -1, 0) == TR_ERR_INVALID);
-    tr_adamw_params a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 0};
+    tr_adamw_params a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 0, 1.0f};
     CHECK(g->adamw(f, f, f, f, 4, &a) == TR_ERR_INVALID);
     CHECK(g->embedding_fwd(f, ids, f, 4, 1, 5, 2) == TR_ERR_INVALID);
     uint16_t h[4];
@@ -361,7 +361,7 @@ static void optimizer_cases(void) {
     for (unsigned m = 0; m < 16; m++)
         for (int i = 0; i < NSZ * 3; i++) {
             int n = sz(i, 0), step = i / NSZ - 1;
-            tr_adamw_params a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step};
+            tr_adamw_params a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f};
 #define ARGS P(m, 0), P(m, 1), P(m, 2), P(m, 3), n, &a
             CMP(adamw, "mask %u n %d step %d", m, n, step);
 #undef ARGS

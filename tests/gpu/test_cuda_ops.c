@@ -508,13 +508,13 @@ static void test_optimizers(void) {
     float *p = rnd(n, -1, 1), *m = calloc(n, 4), *v = calloc(n, 4), *g = rnd(n, -1, 1);
     float *dp = gt_dev(p, n), *dm = gt_dev(m, n), *dv = gt_dev(v, n), *dg = gt_dev(g, n);
     for (int64_t step = 1; step <= 3; step++) {
-        tr_adamw_params a = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step};
+        tr_adamw_params a = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f};
         CHECK(cpu->adamw(p, g, m, v, n, &a) == TR_OK && gpu->adamw(dp, dg, dm, dv, n, &a) == TR_OK);
     }
     CHECK_DEV("adamw 3 steps: param", dp, p, n, EXACTISH);
     CHECK_DEV("adamw 3 steps: exp_avg", dm, m, n, EXACTISH);
     CHECK_DEV("adamw 3 steps: exp_avg_sq", dv, v, n, EXACTISH);
-    tr_adamw_params bad = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0};
+    tr_adamw_params bad = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 1.0f};
     CHECK(gpu->adamw(dp, dg, dm, dv, n, &bad) == TR_ERR_INVALID); /* step is 1-based */
     memset(m, 0, n * 4);
     CHECK(cudaMemset(dm, 0, n * 4) == cudaSuccess);

@@ -1,7 +1,7 @@
 /* Rewrites of hot loops that must keep the scalar order bit for bit: AdamW's vector variants
- * (AVX-512 where the CPU has it) and the grad norm's interleaved blocks, each against the plain
- * scalar loop written out here (ISO C: no FMA contraction), over sizes with ragged tails and
- * values from tiny to large. */
+ * (AVX-512 where the CPU has it, with the clip scale fused in) and the grad norm's interleaved
+ * blocks, each against the plain scalar loop written out here (ISO C: no FMA contraction), over
+ * sizes with ragged tails and values from tiny to large. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,13 +34,15 @@ static void test_adamw_equals_scalar(void) {
                                   .beta2 = 0.95f,
                                   .eps = 1e-8f,
                                   .weight_decay = 0.1f,
-                                  .step = step};
+                                  .step = step,
+                                  /* step 2 clipped: the fused scale must equal a clip pass */
+                                  .grad_scale = step == 2 ? 0.3712f : 0.0f};
             CHECK_INT_EQ(tr_ops_cpu()->adamw(p, g, m, v, n, &ap), TR_OK);
             float bc1 = (float)(1.0 - pow(ap.beta1, (double)step));
             float bc2 = (float)(1.0 - pow(ap.beta2, (double)step));
             float decay = 1.0f - ap.lr * ap.weight_decay;
             for (int64_t i = 0; i < n; i++) {
-                float gi = g[i];
+                float gi = step == 2 ? g[i] * 0.3712f : g[i];
                 float mi = ap.beta1 * rm[i] + (1.0f - ap.beta1) * gi;
                 float vi = ap.beta2 * rv[i] + (1.0f - ap.beta2) * gi * gi;
                 rm[i] = mi;

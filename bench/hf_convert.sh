@@ -58,9 +58,14 @@ has_st=0
 python3 -c "import safetensors.torch" 2>/dev/null && has_st=1
 t() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>"$W/err" || { cat "$W/err"; exit 1; }; e=$(date +%s.%N); echo "$e - $s" | bc; }
 best() { sort -g | head -1; }
-: >"$W/cat" ; : >"$W/imp"; : >"$W/exp"; : >"$W/st"
+: >"$W/cat" ; : >"$W/imp"; : >"$W/exp"; : >"$W/st"; : >"$W/ddw"
+# import writes an fp32 checkpoint (twice the bf16 file) with fsync: its disk ceiling is reading
+# the file plus writing that many bytes, timed with dd in the same round.
+CKMB=$(python3 -c "import os;print(int(2 * os.path.getsize('$W/hf/model.safetensors') / 2**20))")
 for r in $(seq 1 "$ROUNDS"); do
     c=$(t cat "$W/hf/model.safetensors")
+    w=$(t dd if=/dev/zero of="$W/dd" bs=1M count="$CKMB" conv=fsync)
+    rm -f "$W/dd"
     rm -rf "$W/ck"
     i=$(t "$CK" import --hf "$W/hf" --out "$W/ck" "${tok[@]}")
     rm -rf "$W/out"
@@ -71,9 +76,13 @@ for r in $(seq 1 "$ROUNDS"); do
 t = time.monotonic(); x = load_file('$W/hf/model.safetensors'); s = sum(v.sum().item() for v in x.values())
 print('%.3f' % (time.monotonic() - t))")
     echo "$c" >>"$W/cat"; echo "$i" >>"$W/imp"; echo "$x" >>"$W/exp"; echo "$s" >>"$W/st"
-    printf 'round %d: cat %.3f s  import %.3f s  export %.3f s  safetensors %s s\n' "$r" "$c" "$i" "$x" "$s"
+    echo "$w" >>"$W/ddw"
+    printf 'round %d: cat %.3f s  dd write %.3f s  import %.3f s (%.0f%% of cat + dd)  export %.3f s  safetensors %s s\n' \
+        "$r" "$c" "$w" "$i" "$(echo "100 * ($c + $w) / $i" | bc -l)" "$x" "$s"
 done
-bc_=$(best <"$W/cat"); bi=$(best <"$W/imp"); bx=$(best <"$W/exp")
+bc_=$(best <"$W/cat"); bi=$(best <"$W/imp"); bx=$(best <"$W/exp"); bw=$(best <"$W/ddw")
+printf 'import against its disk ceiling (read the file, write %d MB with fsync): %.2f s vs %.2f s (%.0f%%)\n' \
+    "$CKMB" "$bi" "$(echo "$bc_ + $bw" | bc -l)" "$(echo "100 * ($bc_ + $bw) / $bi" | bc -l)"
 printf 'best (%.3f GB): cat %.2f GB/s  import %.2f GB/s (%.0f%% of cat)  export %.2f GB/s (%.0f%% of cat)\n' \
     "$GB" "$(echo "$GB / $bc_" | bc -l)" "$(echo "$GB / $bi" | bc -l)" "$(echo "100 * $bc_ / $bi" | bc -l)" \
     "$(echo "$GB / $bx" | bc -l)" "$(echo "100 * $bc_ / $bx" | bc -l)"

@@ -199,7 +199,10 @@ static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
     tr_status st = tr_moe_params_at(&s->moe, base, s->hidden, s->swiglu, p);
     for (int k = 0; k < n && st == TR_OK; k++) {
         st = add_param(l, p[k].name, p[k].rows, p[k].cols, p[k].no_decay, init[p[k].init]);
-        if (st == TR_OK) l->info[l->n - 1].frozen |= p[k].frozen;
+        if (st != TR_OK) break;
+        tr_param_info *q = &l->info[l->n - 1];
+        q->frozen |= p[k].frozen;
+        q->expert = p[k].expert && s->moe.ep_size > 1;
     }
     free(p);
     return st;
@@ -439,6 +442,11 @@ static tr_status moe_create(tr_model *m) {
     return tr_model_moe_bind(m);
 }
 
+void tr_model_moe_set_comm(tr_model *m, struct tr_comm *comm) {
+    for (int i = 0; m->moe && i < m->spec.num_layers + m->spec.mtp_layers; i++)
+        if (m->moe[i]) tr_moe_set_comm(m->moe[i], comm);
+}
+
 static void moe_free(tr_model *m) {
     if (m->moe)
         for (int i = 0; i < m->spec.num_layers + m->spec.mtp_layers; i++) tr_moe_free(m->moe[i]);
@@ -576,6 +584,9 @@ tr_status tr_model_shape(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, in
     m->full = *s;
     m->spec = local_spec(s, tp);
     m->full.sequence_parallel = m->spec.sequence_parallel;
+    /* The logical model holds every expert; this rank's spec keeps its EP place. */
+    m->full.moe.ep_size = 1;
+    m->full.moe.ep_rank = 0;
     m->tp = tp;
     m->tp_group = TR_GROUP_TP;
     m->batch = batch;

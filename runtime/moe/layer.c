@@ -57,9 +57,11 @@ tr_status tr_moe_params_at(const tr_moe_spec *s, const char *base, int hidden, b
     if (s->experts % ep || s->ep_rank < 0 || s->ep_rank >= ep) return TR_ERR_INVALID;
     for (int e = s->ep_rank * local; e < (s->ep_rank + 1) * local; e++) {
         NAME("%s.mlp.experts.local_experts.%d.linear_fc1.weight", base, e);
-        out[at++] = param(n, fc1, hidden, TR_MOE_INIT_NORMAL, false);
+        out[at] = param(n, fc1, hidden, TR_MOE_INIT_NORMAL, false);
+        out[at++].expert = true;
         NAME("%s.mlp.experts.local_experts.%d.linear_fc2.weight", base, e);
-        out[at++] = param(n, hidden, s->ffn, TR_MOE_INIT_SCALED, false);
+        out[at] = param(n, hidden, s->ffn, TR_MOE_INIT_SCALED, false);
+        out[at++].expert = true;
     }
     if (s->shared_ffn > 0) {
         NAME("%s.mlp.shared_experts.linear_fc1.weight", base);
@@ -205,7 +207,7 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     /* dropless: every rank of the group may send all its rows to one rank's experts */
     if (L->ep > 1) L->ep_rows = L->ep * L->max_rows;
     if (L->ep > 1 &&
-        (L->E % L->ep || L->ep_rank < 0 || L->ep_rank >= L->ep || !d->comm || s->capacity > 0.0f)) {
+        (L->E % L->ep || L->ep_rank < 0 || L->ep_rank >= L->ep || s->capacity > 0.0f)) {
         /* capacity with EP drops per EP rank in Megatron: not built */
         tr_moe_free(L);
         return TR_ERR_INVALID;
@@ -248,6 +250,10 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     return TR_OK;
 }
 
+void tr_moe_set_comm(tr_moe_layer *L, struct tr_comm *comm) {
+    L->d.comm = comm;
+}
+
 void tr_moe_free(tr_moe_layer *L) {
     if (!L) return;
     free(L->buf);
@@ -263,7 +269,8 @@ void tr_moe_free(tr_moe_layer *L) {
 
 tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bool training,
                          uint64_t seed, uint64_t round) {
-    if (slot < 0 || slot >= L->d.slots || !L->p.router) return TR_ERR_INVALID;
+    if (slot < 0 || slot >= L->d.slots || !L->p.router || (L->ep > 1 && !L->d.comm))
+        return TR_ERR_INVALID;
     tr_moe_state *st = &L->st[slot];
     int T = L->T, h = L->d.hidden, k = L->k;
     double t0 = now();

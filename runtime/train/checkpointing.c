@@ -46,11 +46,11 @@ static void scaler_unpack(tr_loss_scaler *s, const double *v) {
 }
 
 static bool sgd(const tr_train_ckpt *k) {
-    return k->env.opt ? k->env.opt->spec.sgd : k->env.dp->opt.opt.kind == TR_DIST_OPT_SGD;
+    return k->env.opt ? k->env.opt->spec.sgd : k->env.dp->bufs[0].opt.opt.kind == TR_DIST_OPT_SGD;
 }
 
 static int64_t *opt_step(tr_train_ckpt *k) {
-    return k->env.opt ? &k->env.opt->step : &k->env.dp->opt.step;
+    return k->env.opt ? &k->env.opt->step : &k->env.dp->bufs[0].opt.step;
 }
 
 static tr_device *dev_of(const tr_train_ckpt *k) {
@@ -161,7 +161,7 @@ static tr_status opt_state_views(tr_train_ckpt *k, opt_state *o, bool fetch) {
 static tr_status opt_state_gather(tr_train_ckpt *k, opt_state *o) {
     if (k->env.opt) return TR_OK;
     tr_device *dev = dev_of(k);
-    const tr_dist_opt *d = &k->env.dp->opt;
+    const tr_dist_opt *d = &k->env.dp->bufs[0].opt;
     for (int r = 0; r < d->owned.n_ranges; r++) {
         const tr_grad_range *g = &d->owned.ranges[r];
         size_t bytes = (size_t)g->numel * sizeof(float);
@@ -184,7 +184,7 @@ static tr_status opt_state_scatter(tr_train_ckpt *k, opt_state *o) {
     TR_TRY(host_view_store(k, &o->hv));
     if (k->env.opt) return TR_OK;
     tr_device *dev = dev_of(k);
-    tr_dist_opt *d = &k->env.dp->opt;
+    tr_dist_opt *d = &k->env.dp->bufs[0].opt;
     for (int r = 0; r < d->owned.n_ranges; r++) {
         const tr_grad_range *g = &d->owned.ranges[r];
         size_t bytes = (size_t)g->numel * sizeof(float);

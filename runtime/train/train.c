@@ -200,6 +200,8 @@ static tr_status loop(trainer *t, tr_train_result *r) {
         TR_TRY(tr_trainer_test_eval(t, r->iterations));
     r->seconds = now_s() - t_start;
     r->buckets_started_early = t->buckets_started_early;
+    for (int k = 0; t->distributed && k < t->dp.n_bufs; k++)
+        r->grad_numel[k] = t->dp.bufs[k].layout.numel;
     tr_train_log_end(&t->log, r->iterations, r->stop, r->signal, r->seconds);
     return TR_OK;
 }

@@ -38,39 +38,7 @@
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/train/train.h"
 
-enum { MAX_KEYS = 64, MAX_ITERS = 64 };
-
-typedef struct run_out {
-    const tr_config *c;
-    /* The run's model-parallel (tp-pp) and pipeline groups (MPI_COMM_NULL: one rank). */
-    MPI_Comm mp, pp;
-    float losses[MAX_ITERS];
-    int64_t iters, early;
-    int64_t overflows;    /* steps skipped for inf/NaN gradients (loss scaling) */
-    double loss_scale;    /* at the end (NaN without a scaler) */
-    double eval_loss;     /* the last validation loss (NaN without evaluation) */
-    int64_t buffer_numel; /* the flat parameter buffer (the DP layout, padding included) */
-    float *params;        /* every logical parameter tensor, model order, concatenated */
-    int64_t n;
-    char (*names)[80];
-    int64_t *starts; /* per tensor, into params; n_tensors + 1 entries */
-    int n_tensors;
-    /* Pipeline parallel with tied embeddings: the last stage's copy of the word embedding,
-     * assembled like params (NULL without a copy anywhere). */
-    float *tied_copy;
-    /* What this rank computes, for the comm volume: its layers, embedding, loss, and the
-     * elements of its sequence-parallel partial gradients, and of the q/k norms' (partial over
-     * the heads: summed over TP with or without sequence parallelism). */
-    int64_t local_layers, sp_grads, head_grads;
-    /* MoE: the expert-bias elements this rank holds (their token counts are summed over DP) */
-    int64_t expert_bias;
-    bool has_embedding, has_loss;
-    /* TP larger than the query groups: elements of this rank's key-value copies that differ
-     * from the group's first rank's (they must stay equal bit for bit). */
-    int64_t kv_drift;
-    int memory_bad;    /* the memory check failed on this rank */
-    int64_t act_numel; /* the model's activation floats on this rank */
-} run_out;
+#include "tests/equiv/equiv.h"
 
 static int index_of(char (*names)[80], int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -80,71 +48,6 @@ static int index_of(char (*names)[80], int n, const char *name) {
 
 /* The most microbatches of each chunk in flight in the pp rank's action list, counted here
  * independently of the executor. */
-static void in_flight(const tr_pp_schedule *s, int *max, int vpp) {
-    int live[64] = {0};
-    for (int c = 0; c < vpp; c++) max[c] = 0;
-    for (int i = 0; i < s->n; i++) {
-        const tr_pp_action *a = &s->actions[i];
-        if (a->op == TR_PP_FWD && ++live[a->chunk] > max[a->chunk]) max[a->chunk] = live[a->chunk];
-        if (a->op == TR_PP_BWD) live[a->chunk]--;
-    }
-}
-
-/* The memory saving is real: the stages partition the model (the sum of their parameters over
- * the pipeline group, tied copy left out, is the whole TP shard's), and a rank keeps activations
- * only for its own layers, one set per microbatch in flight in its schedule. */
-static int check_memory(const run_out *o, const tr_model *m) {
-    const tr_config *c = o->c;
-    int pp = (int)c->model.pipeline_model_parallel_size, rank, bad = 0, pp_rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (o->pp != MPI_COMM_NULL) MPI_Comm_rank(o->pp, &pp_rank);
-    tr_model_part whole = {0, m->full.num_layers, true, true, 1};
-    tr_param_info *info = NULL;
-    int n_info = 0;
-    int64_t whole_numel = 0, whole_shard = 0, mine = 0, copy = 0, sum = 0;
-    if (tr_model_param_list(&m->full, m->tp, &whole, 1, &info, &n_info, &whole_numel) != TR_OK)
-        return 1;
-    for (int i = 0; i < n_info; i++) whole_shard += info[i].numel;
-    free(info);
-    for (int i = 0; i < m->n_info; i++) *(m->info[i].tied_copy ? &copy : &mine) += m->info[i].numel;
-    sum = mine;
-    if (o->pp != MPI_COMM_NULL) MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_INT64_T, MPI_SUM, o->pp);
-    if (sum != whole_shard) bad++;
-    printf("memory: rank %d (pp rank %d of %d): %lld parameters (+%lld tied copy) of the whole "
-           "TP shard's %lld (%.2f); stages together %lld%s; buffer %lld floats, activations "
-           "%lld floats; activation sets per layer:",
-           rank, pp_rank, pp, (long long)mine, (long long)copy, (long long)whole_shard,
-           (double)mine / (double)whole_shard, (long long)sum,
-           sum == whole_shard ? "" : " MISMATCH", (long long)m->n_params, (long long)m->act_numel);
-    int want[512] = {0};
-    if (pp > 1 && m->full.num_layers <= 512) {
-        tr_diags d;
-        tr_diags_init(&d);
-        tr_pp_layout lay;
-        tr_pp_schedule s;
-        int max[64];
-        if (tr_pp_layout_build(c, &lay, &d) != TR_OK) return 1;
-        if (tr_pp_schedule_build(c, pp_rank, &s, &d) != TR_OK) return 1;
-        in_flight(&s, max, lay.vpp);
-        for (int ch = 0; ch < lay.vpp; ch++) {
-            const tr_pp_stage *st = tr_pp_layout_stage(&lay, pp_rank, ch);
-            for (int l = 0; l < st->num_layers; l++) want[st->first_layer + l] = max[ch];
-        }
-        tr_pp_schedule_free(&s);
-        tr_pp_layout_free(&lay);
-        tr_diags_free(&d);
-    } else {
-        for (int l = 0; l < m->full.num_layers && l < 512; l++) want[l] = 1;
-    }
-    for (int l = 0; l < m->full.num_layers && l < 512; l++) {
-        int got = tr_model_layer_slots(m, l);
-        printf(" %d%s", got, got == want[l] ? "" : "(MISMATCH)");
-        bad += got != want[l];
-    }
-    printf("\n");
-    return bad;
-}
-
 /* The logical tensors: each rank scatters the shards it holds (its stages' tensors, its TP
  * slice) to the logical positions, TP rank 0 also the parameters every TP rank holds whole; a
  * sum over the model-parallel group (adding zeros, exact) assembles them on every rank. The tied
@@ -182,7 +85,7 @@ static tr_status capture(void *ctx, const tr_model *m) {
         /* A key-value copy (TP larger than the query groups) from its group's first rank. */
         int64_t kv_off = 0, kv_n = 0;
         if (p->kv_rep > 1 && m->tp.rank % p->kv_rep != 0) tr_param_kv_range(p, &kv_off, &kv_n);
-        if (p->split_dim >= 0 || m->tp.rank == 0)
+        if (!p->expert && (p->split_dim >= 0 || m->tp.rank == 0))
             for (int64_t e = 0; e < p->numel; e++)
                 if (e < kv_off || e >= kv_off + kv_n)
                     dst[tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
@@ -195,6 +98,8 @@ static tr_status capture(void *ctx, const tr_model *m) {
             o->sp_grads += p->numel;
     }
     o->buffer_numel = m->n_params;
+    for (int i = 0; m->moe && i < m->full.num_layers + m->full.mtp_layers; i++)
+        o->moe_layers += m->moe[i] != NULL;
     for (int k = 0; k < m->n_parts; k++) {
         o->local_layers += m->parts[k].num_layers;
         o->has_embedding |= m->parts[k].has_embedding;
@@ -205,6 +110,7 @@ static tr_status capture(void *ctx, const tr_model *m) {
         if (o->tied_copy)
             MPI_Allreduce(MPI_IN_PLACE, o->tied_copy, (int)emb_n, MPI_FLOAT, MPI_SUM, o->mp);
     }
+    TR_TRY(equiv_gather_experts(o, m));
     for (int i = 0; i < m->n_info; i++) {
         const tr_param_info *p = &m->info[i];
         int64_t kv_off = 0, kv_n = 0;
@@ -215,7 +121,7 @@ static tr_status capture(void *ctx, const tr_model *m) {
             o->kv_drift += memcmp(&a, &b, sizeof a) != 0 && !(a == 0.0f && b == 0.0f);
         }
     }
-    o->memory_bad = check_memory(o, m);
+    o->memory_bad = equiv_check_memory(o, m);
     o->act_numel = m->act_numel;
     return TR_OK;
 }
@@ -264,6 +170,8 @@ static tr_status train(const tr_config *c, tr_comm *comm, run_out *out, tr_diags
     out->iters = r.iterations;
     out->eval_loss = r.last_eval_loss;
     out->early = r.buckets_started_early;
+    out->grad_numel[0] = r.grad_numel[0];
+    out->grad_numel[1] = r.grad_numel[1];
     out->overflows = r.overflow_iterations;
     out->loss_scale = r.loss_scale;
     return s;
@@ -401,7 +309,9 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t tp = m->tensor_model_parallel_size;
     bool sp = tp > 1 && m->sequence_parallel;
     bool sharded = c->ddp.use_distributed_optimizer || c->optimizer.use_distributed_optimizer;
-    int64_t B = run->buffer_numel, sp_grads = sp ? run->sp_grads : 0;
+    int64_t B = run->grad_numel[0] ? run->grad_numel[0] : run->buffer_numel;
+    int64_t BE = run->grad_numel[1], edp = tr_comm_group_size(comm, TR_GROUP_EXPERT_DP);
+    int64_t sp_grads = sp ? run->sp_grads : 0;
     int64_t exchanges = r * h * (run->has_embedding + 4 * L + run->has_loss);
     int64_t mla = 0;
     if (m->multi_latent_attention) { /* the latents' input gradients replace the QKV one's */
@@ -492,6 +402,12 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"DP reduce-scatter", TR_GROUP_DP_CP, TR_COMM_REDUCE_SCATTER, sharded ? iters * 4 * B : 0},
         {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER,
          sharded ? iters * 4 * B / dp / cp : 0},
+        {"expert DP all-reduce", TR_GROUP_EXPERT_DP, TR_COMM_ALL_REDUCE,
+         sharded ? 0 : iters * 4 * BE},
+        {"expert DP reduce-scatter", TR_GROUP_EXPERT_DP, TR_COMM_REDUCE_SCATTER,
+         sharded ? iters * 4 * BE : 0},
+        {"expert DP all-gather", TR_GROUP_EXPERT_DP, TR_COMM_ALL_GATHER,
+         sharded ? iters * 4 * BE / edp : 0},
         {"CP send", TR_GROUP_CP, TR_COMM_SEND, cp_bytes},
         {"CP receive", TR_GROUP_CP, TR_COMM_RECV, cp_bytes},
         {"CP all-gather", TR_GROUP_CP, TR_COMM_ALL_GATHER, cp_gather},
@@ -499,7 +415,7 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"CP all-to-all", TR_GROUP_CP, TR_COMM_ALL_TO_ALL, cp_a2a_bytes},
         {"PP send", TR_GROUP_PP, TR_COMM_SEND, pp_send},
         {"PP receive", TR_GROUP_PP, TR_COMM_RECV, pp_recv}};
-    int bad = 0, rank;
+    int bad = equiv_check_ep_volume(c, comm, run, eval_mbs), rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         uint64_t got = comm->counters.bytes[want[i].group][want[i].kind];
@@ -582,8 +498,16 @@ static int same_layout_main(const char *recipe, const char **keys, int n_ref, in
     tr_config ref_c, c;
     memset(&ref_c, 0, sizeof ref_c);
     memset(&c, 0, sizeof c);
-    run_out ref = {.c = &ref_c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL},
-            run = {.c = &c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL};
+    run_out ref = {.c = &ref_c,
+                   .mp = MPI_COMM_NULL,
+                   .pp = MPI_COMM_NULL,
+                   .emp = MPI_COMM_NULL,
+                   .ep = MPI_COMM_NULL},
+            run = {.c = &c,
+                   .mp = MPI_COMM_NULL,
+                   .pp = MPI_COMM_NULL,
+                   .emp = MPI_COMM_NULL,
+                   .ep = MPI_COMM_NULL};
     tr_parallel_dims dims;
     tr_parallel_state ps;
     memset(&ps, 0, sizeof ps);
@@ -599,6 +523,8 @@ static int same_layout_main(const char *recipe, const char **keys, int n_ref, in
         run.mp = ref.mp = ps.groups[TR_GROUP_TP_PP].comm;
     if (s == TR_OK && ps.groups[TR_GROUP_PP].size > 1)
         run.pp = ref.pp = ps.groups[TR_GROUP_PP].comm;
+    if (s == TR_OK && ps.groups[TR_GROUP_TP_EP_PP].size > 1)
+        run.emp = ref.emp = ps.groups[TR_GROUP_TP_EP_PP].comm;
     if (s == TR_OK) s = train(&ref_c, comm, &ref, &d);
     if (s == TR_OK) s = train(&c, comm, &run, &d);
     int ok = s == TR_OK, all_ok, code = 1;
@@ -682,8 +608,16 @@ int main(int argc, char **argv) {
     tr_config ref_c, c;
     memset(&ref_c, 0, sizeof ref_c);
     memset(&c, 0, sizeof c);
-    run_out ref = {.c = &ref_c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL},
-            run = {.c = &c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL};
+    run_out ref = {.c = &ref_c,
+                   .mp = MPI_COMM_NULL,
+                   .pp = MPI_COMM_NULL,
+                   .emp = MPI_COMM_NULL,
+                   .ep = MPI_COMM_NULL},
+            run = {.c = &c,
+                   .mp = MPI_COMM_NULL,
+                   .pp = MPI_COMM_NULL,
+                   .emp = MPI_COMM_NULL,
+                   .ep = MPI_COMM_NULL};
     tr_status s = TR_OK;
     if (rank == 0) {
         s = resolve(recipe, keys, n_common, 1, &ref_c, &d);
@@ -707,6 +641,10 @@ int main(int argc, char **argv) {
         run.mp = ps.groups[TR_GROUP_TP_PP].comm;
     if (all_ok && s == TR_OK && ps.groups[TR_GROUP_PP].size > 1)
         run.pp = ps.groups[TR_GROUP_PP].comm;
+    if (all_ok && s == TR_OK && ps.groups[TR_GROUP_TP_EP_PP].size > 1)
+        run.emp = ps.groups[TR_GROUP_TP_EP_PP].comm;
+    if (all_ok && s == TR_OK && ps.groups[TR_GROUP_EP].size > 1)
+        run.ep = ps.groups[TR_GROUP_EP].comm;
     if (all_ok && s == TR_OK) s = train(&c, comm, &run, &d);
     ok = all_ok && s == TR_OK;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

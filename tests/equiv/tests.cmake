@@ -2,7 +2,8 @@
 # iterations under one parallel layout and compares the losses and final parameters with the
 # single-rank run of the same config (relative error <= 1e-5), and the bytes the comm layer
 # counted on the TP, DP and PP groups with the analytic volume. See docs/parallel.md.
-add_executable(equiv_check ${CMAKE_SOURCE_DIR}/tests/equiv/equiv_check.c)
+add_executable(equiv_check ${CMAKE_SOURCE_DIR}/tests/equiv/equiv_check.c
+                           ${CMAKE_SOURCE_DIR}/tests/equiv/equiv_parts.c)
 target_link_libraries(equiv_check PRIVATE trestle_runtime)
 
 # Small and fast: sequences of 32 tokens, 8 samples per iteration, no evaluation, no logging.
@@ -539,6 +540,24 @@ tr_equiv_pp_test(deepseek_moe_pp2_dp2_distopt 4 deepseek_tiny_pretrain ${TR_EQUI
                  ${TR_DS4} -- ${TR_PP2} ${TR_DISTOPT})
 tr_equiv_pp_test(mixtral_moe_pp2_vpp2 2 mixtral_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2}
                  ${TR_VPP2})
+
+# Expert parallelism (runtime/moe/dispatch.c): each EP rank holds experts/EP of every MoE layer,
+# tokens travel to them by the alltoall dispatcher, and their gradients live in a buffer of their
+# own reduced over expert DP (world / (PP x EP x ETP)), scaled by the dense DP's 1/dp; the grad
+# norm sums the dense and expert norms (clip_grad small, so clipping acts). EP 2 and EP 4 alone
+# (expert DP 1), EP 2 x DP 2 with the distributed optimizer and overlap (expert DP 2), EP 2 x PP 2
+# (each stage only its layers' experts), DeepSeek-like routing (expert bias, shared expert, MTP).
+set(TR_EP2 model.expert_model_parallel_size=2)
+set(TR_EP_CLIP optimizer.clip_grad=0.05)
+tr_equiv_test(moe_ep2 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_EP2})
+tr_equiv_test(moe_ep4 4 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} --
+              model.expert_model_parallel_size=4)
+tr_equiv_test(mixtral_ep2_dp2_distopt_overlap 4 --expect-overlap mixtral_tiny_pretrain
+              ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_EP2} ${TR_DISTOPT} ${TR_OVERLAP}
+              ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)
+tr_equiv_pp_test(moe_ep2_pp2 4 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_PP2}
+                 ${TR_EP2})
+tr_equiv_test(deepseek_ep2 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_EP2})
 
 # Context parallelism (runtime/context_parallel/): each sequence in 2 x CP chunks, rank r keeping
 # chunks r and 2CP-1-r with their global positions (RoPE; learned positions on GPT), the p2p ring

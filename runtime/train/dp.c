@@ -214,6 +214,11 @@ tr_status tr_train_dp_sum(tr_train_dp *t, double *v, int n) {
                                      TR_COMM_SUM);
 }
 
+tr_status tr_train_dp_sum_tokens(tr_train_dp *t, double *v, int n) {
+    return tr_device_all_reduce_host(t->model->dev, t->comm, TR_GROUP_TP_DP_CP, v, (size_t)n,
+                                     TR_COMM_F64, TR_COMM_SUM);
+}
+
 tr_status tr_train_dp_check_grads(tr_train_dp *t, const tr_train_precision *p, bool *found_inf) {
     *found_inf = false;
     if (!tr_train_precision_touches_grads(p)) return TR_OK;

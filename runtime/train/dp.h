@@ -70,6 +70,9 @@ int tr_train_dp_started_early(const tr_train_dp *t);
 
 /* Element-wise sum over the DP group of n doubles, in place (loss and token counts). */
 tr_status tr_train_dp_sum(tr_train_dp *t, double *v, int n);
+/* The same over TP x DP x CP, Megatron's group for the MoE token counts (the expert bias's and
+ * the logged tokens per expert): under sequence parallelism each TP rank routes its own chunk. */
+tr_status tr_train_dp_sum_tokens(tr_train_dp *t, double *v, int n);
 
 /* After finish, before update (mixed precision, runtime/train/precision.h): this rank's owned
  * gradients rounded and/or unscaled, and the inf/NaN verdict of the whole world: the flag is

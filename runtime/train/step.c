@@ -159,13 +159,13 @@ static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, dou
 
 static tr_status moe_dp_sum(void *ctx, double *v, int n) {
     trainer *t = ctx;
-    return tr_train_dp_sum(&t->dp, v, n);
+    return tr_train_dp_sum_tokens(&t->dp, v, n);
 }
 
 /* MoE, after the step's last backward: the balancing losses' values averaged over MoE layers and
  * microbatches (summed over the pipeline's stages, averaged over data-parallel ranks), and the
- * expert-bias update from the step's token counts (summed over data-parallel ranks), which
- * Megatron makes in finalize_model_grads, skipped steps included. */
+ * expert-bias update from the step's token counts (summed over TP x DP x CP), which Megatron
+ * makes in finalize_model_grads, skipped steps included. */
 static tr_status moe_step(trainer *t, step_out *out) {
     tr_model *m = &t->model;
     const tr_moe_spec *s = &m->spec.moe;

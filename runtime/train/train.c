@@ -93,7 +93,7 @@ static tr_status log_moe_tokens(trainer *t, bool due) {
     if (!v) return TR_ERR_NOMEM;
     tr_model_moe_tokens(m, v);
     tr_status st = TR_OK;
-    if (t->distributed) st = tr_train_dp_sum(&t->dp, v, L * E);
+    if (t->distributed) st = tr_train_dp_sum_tokens(&t->dp, v, L * E);
     if (st == TR_OK && t->have_pp)
         st = tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, v, (size_t)L * E,
                                        TR_COMM_F64, TR_COMM_SUM);

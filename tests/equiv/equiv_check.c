@@ -292,9 +292,9 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
  * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
- * sum (one double); with MoE layers, the step's balancing-loss statistics (three doubles) and,
- * with the expert bias, the token count per expert of the rank's MoE layers (a double each), and
- * per logged iteration the tokens per expert of every layer. On
+ * sum (one double); with MoE layers, the step's balancing-loss statistics (three doubles); on
+ * TP x DP x CP with the expert bias, the token count per expert of the rank's MoE layers (a double
+ * each), and per logged iteration the tokens per expert of every layer. On
  * PP (> 1) the point-to-point messages of r/tp (SP) or r rows of width h,
  * 4 bytes an element with pipeline_dtype fp32, 2 with bf16/fp16 (Megatron's pipeline_dtype): per
  * microbatch and virtual stage s this rank holds, the output sent on unless s is the last and its
@@ -359,10 +359,10 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t li = c->logger.log_interval > 0 ? c->logger.log_interval : 1;
     int64_t logged = iters / li + (iters % li != 0);
     int64_t moe_layers = m->num_layers + (m->mtp_num_layers != TR_NULL_INT ? m->mtp_num_layers : 0);
-    int64_t moe_bytes =
-        m->num_moe_experts != TR_NULL_INT
-            ? iters * (24 + 8 * run->expert_bias) + logged * 8 * moe_layers * m->num_moe_experts
-            : 0;
+    bool moe = m->num_moe_experts != TR_NULL_INT;
+    int64_t moe_bytes = moe ? iters * 24 : 0;
+    int64_t moe_tokens =
+        moe ? iters * 8 * run->expert_bias + logged * 8 * moe_layers * m->num_moe_experts : 0;
     int64_t msg = r / (sp ? tp : 1) * h * (m->pipeline_dtype == TR_DTYPE_FP32 ? 4 : 2);
     int64_t eval_mbs = evals * v->eval_iters * (eval_split ? eval_nmb / dp : eval_nmb);
     /* Gradients travel against the activations: a stage sends one per activation received. */
@@ -400,6 +400,7 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"DP all-reduce", TR_GROUP_DP_CP, TR_COMM_ALL_REDUCE,
          iters * (sharded ? 16 : 4 * B + 16) + eval_bytes + moe_bytes},
         {"DP reduce-scatter", TR_GROUP_DP_CP, TR_COMM_REDUCE_SCATTER, sharded ? iters * 4 * B : 0},
+        {"TP x DP x CP all-reduce", TR_GROUP_TP_DP_CP, TR_COMM_ALL_REDUCE, moe_tokens},
         {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER,
          sharded ? iters * 4 * B / dp / cp : 0},
         {"expert DP all-reduce", TR_GROUP_EXPERT_DP, TR_COMM_ALL_REDUCE,

@@ -129,20 +129,28 @@ TR_RULE_FN(tr_check_runtime_moe_layers) {
             NOT_YET, "MoE models with more than 1024 experts or 256 layers");
 }
 
+/* MoE layers under TP run with sequence parallelism (Megatron's rule, moe.tp_needs_sp) and whole
+ * experts (expert TP 1: each TP rank routes its sequence chunk, EP may fold onto TP); expert TP
+ * and what would draw or drop differently on a chunk than on the whole sequence are refused. */
 TR_RULE_FN(tr_check_runtime_moe_tp) {
+    const tr_model_config *m = &c->model;
     if (!moe(c)) return;
-    int64_t tp = c->model.tensor_model_parallel_size;
-    int64_t etp = tr_or(c->model.expert_tensor_parallel_size, tp);
+    int64_t tp = m->tensor_model_parallel_size;
+    int64_t etp = tr_or(m->expert_tensor_parallel_size, tp);
     char what[96];
-    if (tp > 1)
-        TR_FAIL("model.tensor_model_parallel_size,model.num_moe_experts",
-                "set model.tensor_model_parallel_size=1 (use data, pipeline or expert "
-                "parallelism)",
-                NOT_YET, "MoE layers with tensor parallelism");
-    else if (etp > 1)
+    if (etp > 1)
         TR_FAIL("model.expert_tensor_parallel_size,model.num_moe_experts",
-                "set model.expert_tensor_parallel_size=1", NOT_YET,
-                TR_FMT(what, "expert tensor parallelism (ETP %lld)", tr_ll(etp)));
+                "set model.expert_tensor_parallel_size=1 (whole experts; TP still splits the "
+                "dense layers)",
+                NOT_YET, TR_FMT(what, "expert tensor parallelism (ETP %lld)", tr_ll(etp)));
+    else if (tp > 1 && !tr_is_null_float(m->moe_input_jitter_eps))
+        TR_FAIL("model.moe_input_jitter_eps,model.tensor_model_parallel_size",
+                "set model.moe_input_jitter_eps=null with tensor parallelism", NOT_YET,
+                "the router's input jitter with tensor parallelism");
+    else if (tp > 1 && !tr_is_null_float(m->moe_expert_capacity_factor))
+        TR_FAIL("model.moe_expert_capacity_factor,model.tensor_model_parallel_size",
+                "set model.moe_expert_capacity_factor=null (dropless) with tensor parallelism",
+                NOT_YET, "token dropping with tensor parallelism (drops per sequence chunk)");
 }
 
 TR_RULE_FN(tr_check_runtime_moe_recompute) {

@@ -190,7 +190,10 @@ static tr_status add_word_embedding(layout *l, const tr_model_spec *s, int tp, b
     return TR_OK;
 }
 
-/* An MoE layer's router, experts and shared expert in place of the MLP (runtime/moe/moe.h). */
+/* An MoE layer's router, experts and shared expert in place of the MLP (runtime/moe/moe.h). Under
+ * TP (sequence parallel, expert TP 1) each rank holds them whole and runs them on its sequence
+ * chunk, so their gradients are partial per rank (sp_partial), except an expert-parallel rank's
+ * own experts, which no other TP rank holds (their buffer's expert-DP reduction covers them). */
 static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
     static const int init[] = {TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_ZERO};
     int n = tr_moe_param_count(&s->moe);
@@ -203,6 +206,7 @@ static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
         tr_param_info *q = &l->info[l->n - 1];
         q->frozen |= p[k].frozen;
         q->expert = p[k].expert && s->moe.ep_size > 1;
+        q->sp_partial = s->sequence_parallel && !q->expert && !q->frozen;
     }
     free(p);
     return st;
@@ -436,7 +440,9 @@ static tr_status moe_create(tr_model *m) {
                          .layer = i,
                          .swiglu = s->swiglu,
                          .gelu_tanh = s->gelu_tanh,
-                         .lowp = s->lowp};
+                         .lowp = s->lowp,
+                         .sp = s->sequence_parallel ? m->tp.size : 1};
+        d.seq = s->seq / d.sp;
         TR_TRY(tr_moe_create(&m->moe[i], &s->moe, &d, m->ops));
     }
     return tr_model_moe_bind(m);
@@ -515,7 +521,8 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
         s->groups % tp.size == 0 || (tp.size % s->groups == 0 && s->heads % tp.size == 0);
     if (!kv_split || s->ffn % tp.size || s->vocab % tp.size) return TR_ERR_INVALID;
     if (s->sequence_parallel && s->seq % tp.size) return TR_ERR_INVALID;
-    if (s->moe.experts > 0 && tp.size > 1) return TR_ERR_INVALID; /* runtime.moe_layers */
+    /* MoE under TP runs on sequence-parallel chunks (runtime.moe_tp, moe.tp_needs_sp) */
+    if (s->moe.experts > 0 && tp.size > 1 && !s->sequence_parallel) return TR_ERR_INVALID;
     return TR_OK;
 }
 

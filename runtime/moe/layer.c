@@ -269,7 +269,8 @@ void tr_moe_free(tr_moe_layer *L) {
 
 tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bool training,
                          uint64_t seed, uint64_t round) {
-    if (slot < 0 || slot >= L->d.slots || !L->p.router || (L->ep > 1 && !L->d.comm))
+    if (slot < 0 || slot >= L->d.slots || !L->p.router ||
+        ((L->ep > 1 || L->d.sp > 1) && !L->d.comm))
         return TR_ERR_INVALID;
     tr_moe_state *st = &L->st[slot];
     int T = L->T, h = L->d.hidden, k = L->k;

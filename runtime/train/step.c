@@ -163,7 +163,8 @@ static tr_status moe_dp_sum(void *ctx, double *v, int n) {
 }
 
 /* MoE, after the step's last backward: the balancing losses' values averaged over MoE layers and
- * microbatches (summed over the pipeline's stages, averaged over data-parallel ranks), and the
+ * microbatches (summed over the pipeline's stages and the sequence-parallel chunks, averaged over
+ * data-parallel ranks), and the
  * expert-bias update from the step's token counts (summed over TP x DP x CP), which Megatron
  * makes in finalize_model_grads, skipped steps included. */
 static tr_status moe_step(trainer *t, step_out *out) {
@@ -176,6 +177,11 @@ static tr_status moe_step(trainer *t, step_out *out) {
     tr_model_moe_stats(m, &g[0], &g[1], &n);
     g[2] = n;
     if (t->distributed) TR_TRY(tr_train_dp_sum(&t->dp, g, 3));
+    /* Sequence parallel: each TP rank's losses cover its chunk (Megatron's tracker sums them
+     * over tp-cp). */
+    if (m->spec.sequence_parallel)
+        TR_TRY(tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_TP, g, 2, TR_COMM_F64,
+                                         TR_COMM_SUM));
     if (t->have_pp)
         TR_TRY(tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, g, 3, TR_COMM_F64,
                                          TR_COMM_SUM));

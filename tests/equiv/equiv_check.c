@@ -90,11 +90,12 @@ static tr_status capture(void *ctx, const tr_model *m) {
                 if (e < kv_off || e >= kv_off + kv_n)
                     dst[tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
         if (strstr(p->name, "mlp.router.expert_bias")) o->expert_bias += p->numel;
-        /* (MLA's latent norms are whole on each rank, their gradients the same: not summed.) */
+        /* (MLA's latent norms are whole on each rank, their gradients the same: not summed.)
+         * The MoE layers' whole tensors under SP are partial per chunk, like the norms. */
         if (!p->sp_partial) continue;
         if (strstr(p->name, "q_layernorm") || strstr(p->name, "k_layernorm"))
             o->head_grads += p->numel;
-        else if (strstr(p->name, "layernorm") || strstr(p->name, "position_embeddings"))
+        else
             o->sp_grads += p->numel;
     }
     o->buffer_numel = m->n_params;
@@ -319,6 +320,9 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         mla = r * (q + m->kv_lora_rank + m->qk_pos_emb_head_dim - h);
         exchanges += L * mla;
     }
+    /* An MoE layer (sequence parallel, whole experts) runs on the chunk: no fc1 input gather, no
+     * fc2 output reduce-scatter, nor their gradients'. */
+    if (sp) exchanges -= 2 * r * h * run->moe_layers;
     int64_t depths = run->has_loss && m->mtp_num_layers != TR_NULL_INT ? m->mtp_num_layers : 0;
     exchanges += depths * (8 * r * h + mla);
     int64_t ce = run->has_loss ? 3 * r * (1 + depths) : 0;
@@ -330,6 +334,16 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t tp_ar =
         tp > 1 ? iters * (nmb * (ce + (sp ? 0 : exchanges)) + sp_grads + run->head_grads + kv_sums)
                : 0;
+    /* MoE under SP: per layer and training microbatch the aux loss's counts (a double per
+     * expert, per sequence for seq_aux_loss) summed over TP, and per iteration the balancing
+     * and z losses (two doubles). */
+    if (sp && m->num_moe_experts != TR_NULL_INT) {
+        bool aux = m->moe_router_load_balancing_type != TR_MOELB_NONE && m->moe_aux_loss_coeff > 0;
+        int64_t nb = m->moe_router_load_balancing_type == TR_MOELB_SEQ_AUX_LOSS
+                         ? c->train.micro_batch_size
+                         : 1;
+        tp_ar += iters * (4 + (aux ? nmb * run->moe_layers * 2 * nb * m->num_moe_experts : 0));
+    }
     int64_t tp_rs = sp ? iters * nmb * exchanges : 0;
     int64_t tp_ag = sp ? iters * nmb * exchanges / tp : 0;
     if (tp > 1) tp_ag += iters * nmb * depths * r * h / tp; /* MTP's eh_proj output */

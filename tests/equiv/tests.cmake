@@ -558,6 +558,20 @@ tr_equiv_test(mixtral_ep2_dp2_distopt_overlap 4 --expect-overlap mixtral_tiny_pr
 tr_equiv_pp_test(moe_ep2_pp2 4 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_PP2}
                  ${TR_EP2})
 tr_equiv_test(deepseek_ep2 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_EP2})
+# MoE under TP with sequence parallelism, whole experts (expert TP 1): each TP rank routes its
+# sequence chunk, the router's, shared expert's and (EP 1) experts' gradients summed over TP like
+# the norms', the aux loss's counts over TP (micro batch 2: two sequences per chunk for the
+# seq aux loss). TP 2 alone on Qwen3-MoE-like (seq aux loss, QK norm) and on moe_tiny with the
+# z-loss; EP 4 folded onto TP 2 x DP 2 (each rank its own 2 of Mixtral-like's 8 experts, expert
+# DP 1) with the distributed optimizer.
+set(TR_MOE_TP2 ${TR_TP2} ${TR_SP} model.expert_tensor_parallel_size=1)
+tr_equiv_test(qwen3_moe_tp2_sp 2 qwen3_moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP}
+              train.micro_batch_size=2 model.moe_router_load_balancing_type=seq_aux_loss
+              model.moe_aux_loss_coeff=0.01 -- ${TR_MOE_TP2})
+tr_equiv_test(moe_tp2_sp_zloss 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP}
+              model.moe_z_loss_coeff=0.001 -- ${TR_MOE_TP2})
+tr_equiv_test(mixtral_ep4_tp2_dp2_sp 4 mixtral_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} --
+              ${TR_MOE_TP2} model.expert_model_parallel_size=4 ${TR_DISTOPT})
 
 # Context parallelism (runtime/context_parallel/): each sequence in 2 x CP chunks, rank r keeping
 # chunks r and 2CP-1-r with their global positions (RoPE; learned positions on GPT), the p2p ring

@@ -35,6 +35,7 @@ static const capability_case cases[] = {
      2,
      {"model.num_moe_experts=4", "model.tensor_model_parallel_size=2",
       "model.sequence_parallel=true"}},
+
     {"runtime.moe_recompute",
      1,
      {"model.num_moe_experts=4", "model.recompute_granularity=full",

@@ -91,7 +91,7 @@ TR_RULE_FN(tr_check_runtime_cp_packed) {
 }
 
 /* Expert parallelism trains (runtime/moe/dispatch.c, the expert gradient buffer of
- * runtime/train/dp.c): dropless, without checkpoints yet; what it does not run is named here. */
+ * runtime/train/dp.c) dropless; what it does not run is named here. */
 TR_RULE_FN(tr_check_runtime_expert_parallel) {
     const tr_model_config *m = &c->model;
     int64_t ep = m->expert_model_parallel_size;
@@ -104,16 +104,6 @@ TR_RULE_FN(tr_check_runtime_expert_parallel) {
                        "token dropping with expert parallelism (EP %lld; Megatron drops per "
                        "EP rank)",
                        tr_ll(ep)));
-    const char *ckpt = c->checkpoint.save                    ? "checkpoint.save"
-                       : c->checkpoint.load                  ? "checkpoint.load"
-                       : c->checkpoint.pretrained_checkpoint ? "checkpoint.pretrained_checkpoint"
-                                                             : NULL;
-    if (ckpt) {
-        char keys[96];
-        TR_FAIL(TR_FMT(keys, "%s,model.expert_model_parallel_size", ckpt),
-                "unset it, or set model.expert_model_parallel_size=1", NOT_YET,
-                TR_FMT(what, "checkpoints of expert-parallel runs (EP %lld)", tr_ll(ep)));
-    }
 }
 
 /* The MoE layer runs on one expert rank (runtime/moe/): what it does not build yet is refused

@@ -244,7 +244,7 @@
     X(tr_check_runtime_moe_layers, "runtime.moe_layers", E, false,                                 \
       "An MoE model has at most 1024 experts and 256 layers.")                                     \
     X(tr_check_runtime_moe_tp, "runtime.moe_tp", E, false,                                         \
-      "MoE layers under TP: expert TP 1, no input jitter, dropless.")                              \
+      "MoE layers: expert TP 1; under TP or CP no input jitter, dropless.")                        \
     X(tr_check_runtime_moe_recompute, "runtime.moe_recompute", E, false,                           \
       "MoE models train without activation recomputation (not built yet).")                        \
     X(tr_check_runtime_moe_peft, "runtime.moe_peft", E, false,                                     \

@@ -121,26 +121,31 @@ TR_RULE_FN(tr_check_runtime_moe_layers) {
 
 /* MoE layers under TP run with sequence parallelism (Megatron's rule, moe.tp_needs_sp) and whole
  * experts (expert TP 1: each TP rank routes its sequence chunk, EP may fold onto TP); expert TP
- * and what would draw or drop differently on a chunk than on the whole sequence are refused. */
+ * and what would draw or drop differently on a part of a sequence (TP or CP) than on the whole
+ * are refused. */
 TR_RULE_FN(tr_check_runtime_moe_tp) {
     const tr_model_config *m = &c->model;
     if (!moe(c)) return;
     int64_t tp = m->tensor_model_parallel_size;
     int64_t etp = tr_or(m->expert_tensor_parallel_size, tp);
+    bool split = tp > 1 || m->context_parallel_size > 1; /* each rank routes part of a sequence */
     char what[96];
     if (etp > 1)
         TR_FAIL("model.expert_tensor_parallel_size,model.num_moe_experts",
                 "set model.expert_tensor_parallel_size=1 (whole experts; TP still splits the "
                 "dense layers)",
                 NOT_YET, TR_FMT(what, "expert tensor parallelism (ETP %lld)", tr_ll(etp)));
-    else if (tp > 1 && !tr_is_null_float(m->moe_input_jitter_eps))
-        TR_FAIL("model.moe_input_jitter_eps,model.tensor_model_parallel_size",
-                "set model.moe_input_jitter_eps=null with tensor parallelism", NOT_YET,
-                "the router's input jitter with tensor parallelism");
-    else if (tp > 1 && !tr_is_null_float(m->moe_expert_capacity_factor))
-        TR_FAIL("model.moe_expert_capacity_factor,model.tensor_model_parallel_size",
-                "set model.moe_expert_capacity_factor=null (dropless) with tensor parallelism",
-                NOT_YET, "token dropping with tensor parallelism (drops per sequence chunk)");
+    else if (split && !tr_is_null_float(m->moe_input_jitter_eps))
+        TR_FAIL("model.moe_input_jitter_eps,model.tensor_model_parallel_size,"
+                "model.context_parallel_size",
+                "set model.moe_input_jitter_eps=null with tensor or context parallelism", NOT_YET,
+                "the router's input jitter on a part of each sequence (TP or CP)");
+    else if (split && !tr_is_null_float(m->moe_expert_capacity_factor))
+        TR_FAIL("model.moe_expert_capacity_factor,model.tensor_model_parallel_size,"
+                "model.context_parallel_size",
+                "set model.moe_expert_capacity_factor=null (dropless) with tensor or context "
+                "parallelism",
+                NOT_YET, "token dropping on a part of each sequence (TP or CP)");
 }
 
 TR_RULE_FN(tr_check_runtime_moe_recompute) {

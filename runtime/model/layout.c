@@ -441,8 +441,8 @@ static tr_status moe_create(tr_model *m) {
                          .swiglu = s->swiglu,
                          .gelu_tanh = s->gelu_tanh,
                          .lowp = s->lowp,
-                         .sp = s->sequence_parallel ? m->tp.size : 1};
-        d.seq = s->seq / d.sp;
+                         .sp = (s->sequence_parallel ? m->tp.size : 1) * (s->cp > 1 ? s->cp : 1)};
+        d.seq = s->sequence_parallel ? s->seq / m->tp.size : s->seq; /* s->seq: CP's share */
         TR_TRY(tr_moe_create(&m->moe[i], &s->moe, &d, m->ops));
     }
     return tr_model_moe_bind(m);

@@ -61,10 +61,11 @@ typedef struct tr_moe_dims {
      * rank of the group must call forward and backward the same number of times. May be given
      * later (tr_moe_set_comm), before the first forward. */
     struct tr_comm *comm;
-    /* Sequence parallelism (TP > 1): the layer's batch x seq tokens are this rank's chunk of each
-     * sequence, the sp ranks of comm's TR_GROUP_TP holding the others; the aux loss's counts are
-     * summed over them and its token count and the z-loss's mean cover every chunk (Megatron's
-     * tp-cp group), so the chunks' losses add up to the whole sequences'. 0 or 1: none. */
+    /* Sequence and context parallelism: the layer's batch x seq tokens are this rank's part of
+     * each sequence, the sp ranks of comm's TR_GROUP_TP_CP (Megatron's tp-cp group) holding the
+     * others; the aux loss's counts are summed over them and its token count and the z-loss's
+     * mean cover every part, so the parts' losses add up to the whole sequences'. 0 or 1: none.
+     */
     int sp;
 } tr_moe_dims;
 

@@ -191,7 +191,7 @@ static tr_status aux_loss(tr_moe_layer *L, tr_moe_state *st, double *out) {
     }
     int sp = L->d.sp > 1 ? L->d.sp : 1;
     if (sp > 1)
-        TR_TRY(tr_comm_all_reduce_inplace(L->d.comm, TR_GROUP_TP, N, (size_t)nb * E, TR_COMM_F64,
+        TR_TRY(tr_comm_all_reduce_inplace(L->d.comm, TR_GROUP_TP_CP, N, (size_t)nb * E, TR_COMM_F64,
                                           TR_COMM_SUM));
     per *= sp;
     if (L->s.balance == TR_MOE_LB_GLOBAL_AUX) {

@@ -176,12 +176,13 @@ static tr_status moe_step(trainer *t, step_out *out) {
     int n;
     tr_model_moe_stats(m, &g[0], &g[1], &n);
     g[2] = n;
-    if (t->distributed) TR_TRY(tr_train_dp_sum(&t->dp, g, 3));
-    /* Sequence parallel: each TP rank's losses cover its chunk (Megatron's tracker sums them
-     * over tp-cp). */
-    if (m->spec.sequence_parallel)
-        TR_TRY(tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_TP, g, 2, TR_COMM_F64,
+    /* Sequence and context parallel: each rank's losses cover its part of the sequences
+     * (Megatron's tracker sums them over tp-cp); the DP x CP sum below then counts each CP
+     * group's total and its microbatches cp times alike. */
+    if (m->spec.sequence_parallel || t->cp_size > 1)
+        TR_TRY(tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_TP_CP, g, 2, TR_COMM_F64,
                                          TR_COMM_SUM));
+    if (t->distributed) TR_TRY(tr_train_dp_sum(&t->dp, g, 3));
     if (t->have_pp)
         TR_TRY(tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, g, 3, TR_COMM_F64,
                                          TR_COMM_SUM));

@@ -334,15 +334,17 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t tp_ar =
         tp > 1 ? iters * (nmb * (ce + (sp ? 0 : exchanges)) + sp_grads + run->head_grads + kv_sums)
                : 0;
-    /* MoE under SP: per layer and training microbatch the aux loss's counts (a double per
-     * expert, per sequence for seq_aux_loss) summed over TP, and per iteration the balancing
-     * and z losses (two doubles). */
-    if (sp && m->num_moe_experts != TR_NULL_INT) {
+    /* MoE under SP or CP, on TP x CP: per layer and training microbatch the aux loss's counts
+     * (a double per expert, per sequence for seq_aux_loss), and per iteration the balancing and
+     * z losses (two doubles). */
+    int64_t tp_cp_bytes = 0;
+    if ((sp || cp > 1) && m->num_moe_experts != TR_NULL_INT) {
         bool aux = m->moe_router_load_balancing_type != TR_MOELB_NONE && m->moe_aux_loss_coeff > 0;
         int64_t nb = m->moe_router_load_balancing_type == TR_MOELB_SEQ_AUX_LOSS
                          ? c->train.micro_batch_size
                          : 1;
-        tp_ar += iters * (4 + (aux ? nmb * run->moe_layers * 2 * nb * m->num_moe_experts : 0));
+        tp_cp_bytes =
+            iters * (16 + (aux ? nmb * run->moe_layers * 8 * nb * m->num_moe_experts : 0));
     }
     int64_t tp_rs = sp ? iters * nmb * exchanges : 0;
     int64_t tp_ag = sp ? iters * nmb * exchanges / tp : 0;
@@ -415,6 +417,7 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
          iters * (sharded ? 16 : 4 * B + 16) + eval_bytes + moe_bytes},
         {"DP reduce-scatter", TR_GROUP_DP_CP, TR_COMM_REDUCE_SCATTER, sharded ? iters * 4 * B : 0},
         {"TP x DP x CP all-reduce", TR_GROUP_TP_DP_CP, TR_COMM_ALL_REDUCE, moe_tokens},
+        {"TP x CP all-reduce", TR_GROUP_TP_CP, TR_COMM_ALL_REDUCE, tp_cp_bytes},
         {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER,
          sharded ? iters * 4 * B / dp / cp : 0},
         {"expert DP all-reduce", TR_GROUP_EXPERT_DP, TR_COMM_ALL_REDUCE,

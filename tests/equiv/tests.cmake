@@ -572,6 +572,15 @@ tr_equiv_test(moe_tp2_sp_zloss 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CL
               model.moe_z_loss_coeff=0.001 -- ${TR_MOE_TP2})
 tr_equiv_test(mixtral_ep4_tp2_dp2_sp 4 mixtral_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} --
               ${TR_MOE_TP2} model.expert_model_parallel_size=4 ${TR_DISTOPT})
+# MoE under CP: each rank routes its two chunks of every sequence; the aux loss's counts are
+# summed over TP x CP like under SP, and the balancing losses' gradients scaled by CP (the DP x CP
+# reduction divides by it); alone, and with EP 2 (expert DP 2 absorbs CP), seq aux and z-loss.
+tr_equiv_test(moe_cp2 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} --
+              model.context_parallel_size=2)
+tr_equiv_test(qwen3_moe_ep2_cp2 4 qwen3_moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP}
+              train.micro_batch_size=2 model.moe_router_load_balancing_type=seq_aux_loss
+              model.moe_aux_loss_coeff=0.01 model.moe_z_loss_coeff=0.001 -- ${TR_EP2}
+              model.context_parallel_size=2)
 
 # Context parallelism (runtime/context_parallel/): each sequence in 2 x CP chunks, rank r keeping
 # chunks r and 2CP-1-r with their global positions (RoPE; learned positions on GPT), the p2p ring

@@ -143,6 +143,15 @@ static int64_t tied_copy_drift(const run_out *run) {
     return differ;
 }
 
+/* A run of config c, on one rank until its groups are given. */
+static run_out run_out_new(const tr_config *c) {
+    return (run_out){.c = c,
+                     .mp = MPI_COMM_NULL,
+                     .pp = MPI_COMM_NULL,
+                     .emp = MPI_COMM_NULL,
+                     .ep = MPI_COMM_NULL};
+}
+
 static void run_out_free(run_out *o) {
     free(o->tied_copy);
     free(o->params);
@@ -516,16 +525,7 @@ static int same_layout_main(const char *recipe, const char **keys, int n_ref, in
     tr_config ref_c, c;
     memset(&ref_c, 0, sizeof ref_c);
     memset(&c, 0, sizeof c);
-    run_out ref = {.c = &ref_c,
-                   .mp = MPI_COMM_NULL,
-                   .pp = MPI_COMM_NULL,
-                   .emp = MPI_COMM_NULL,
-                   .ep = MPI_COMM_NULL},
-            run = {.c = &c,
-                   .mp = MPI_COMM_NULL,
-                   .pp = MPI_COMM_NULL,
-                   .emp = MPI_COMM_NULL,
-                   .ep = MPI_COMM_NULL};
+    run_out ref = run_out_new(&ref_c), run = run_out_new(&c);
     tr_parallel_dims dims;
     tr_parallel_state ps;
     memset(&ps, 0, sizeof ps);
@@ -626,16 +626,7 @@ int main(int argc, char **argv) {
     tr_config ref_c, c;
     memset(&ref_c, 0, sizeof ref_c);
     memset(&c, 0, sizeof c);
-    run_out ref = {.c = &ref_c,
-                   .mp = MPI_COMM_NULL,
-                   .pp = MPI_COMM_NULL,
-                   .emp = MPI_COMM_NULL,
-                   .ep = MPI_COMM_NULL},
-            run = {.c = &c,
-                   .mp = MPI_COMM_NULL,
-                   .pp = MPI_COMM_NULL,
-                   .emp = MPI_COMM_NULL,
-                   .ep = MPI_COMM_NULL};
+    run_out ref = run_out_new(&ref_c), run = run_out_new(&c);
     tr_status s = TR_OK;
     if (rank == 0) {
         s = resolve(recipe, keys, n_common, 1, &ref_c, &d);

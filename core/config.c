@@ -497,6 +497,21 @@ tr_status tr_config_reset_to(tr_config *c, const tr_config *from) {
     return TR_OK;
 }
 
+tr_status tr_config_reset_fields(tr_config *c, const tr_config *from, const int *fids, int n) {
+    if (c->n_history || from->n_history || c->recipe_snapshot || from->recipe_snapshot)
+        return TR_ERR_INVALID;
+    for (int k = 0; k < n; k++) {
+        if (fids[k] < 0 || fids[k] >= tr_field_count) return TR_ERR_INVALID;
+        const tr_field *f = &tr_fields[fids[k]];
+        if (!tr_config_field_equal(c, from, f)) TR_TRY(copy_field(c, from, f));
+        c->origin[fids[k]] = from->origin[fids[k]];
+    }
+    c->recipe_name = from->recipe_name;
+    c->finalized = from->finalized;
+    c->no_history = from->no_history;
+    return TR_OK;
+}
+
 /* Origins point into src->interned; make them point into dst's copies. */
 static const char *remap_name(const tr_config *src, tr_config *dst, const char *name) {
     for (int i = 0; i < src->n_interned; i++)
@@ -695,14 +710,23 @@ tr_status tr_config_set_intlist(tr_config *c, int field, const int64_t *items, i
     return TR_OK;
 }
 
-tr_status tr_config_mark_changes(tr_config *c, const tr_config *before, const tr_origin *o) {
+tr_status tr_config_mark_changes_listed(tr_config *c, const tr_config *before, const tr_origin *o,
+                                        int *changed, int cap, int *n) {
+    int k = 0;
     for (int i = 0; i < tr_field_count; i++) {
         const tr_field *f = &tr_fields[i];
         if (tr_config_field_equal(c, before, f)) continue;
+        if (changed && k < cap) changed[k] = i;
+        k++;
         c->origin[i] = *o;
         TR_TRY(history_add(c, f, o));
     }
+    if (n) *n = k;
     return TR_OK;
+}
+
+tr_status tr_config_mark_changes(tr_config *c, const tr_config *before, const tr_origin *o) {
+    return tr_config_mark_changes_listed(c, before, o, NULL, 0, NULL);
 }
 
 tr_status tr_config_snapshot_recipe(tr_config *c) {

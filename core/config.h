@@ -83,6 +83,10 @@ void tr_config_drop_history(tr_config *c);
  * again, copying only the fields that differ: a scratch config reused for many variations of one
  * base. Neither may hold history (tr_config_drop_history) or a recipe snapshot. */
 tr_status tr_config_reset_to(tr_config *c, const tr_config *from);
+/* The same for the fields fids[0..n) alone (values and origins; the flags as reset_to sets them):
+ * for a caller that knows which fields can differ (the planner's search: its overrides and what
+ * finalize changed). */
+tr_status tr_config_reset_fields(tr_config *c, const tr_config *from, const int *fids, int n);
 
 /* Address of a field's storage inside c. */
 void *tr_config_field_ptr(tr_config *c, const tr_field *f);
@@ -106,6 +110,10 @@ tr_status tr_config_set_intlist(tr_config *c, int field, const int64_t *items, i
 /* After a provider/recipe/finalize wrote the struct directly: every field that differs from
  * `before` gets origin o and a history entry. */
 tr_status tr_config_mark_changes(tr_config *c, const tr_config *before, const tr_origin *o);
+/* The same, also listing the changed fields' ids in changed[0..cap) (NULL: not listed); *n gets
+ * how many changed, which may exceed cap. */
+tr_status tr_config_mark_changes_listed(tr_config *c, const tr_config *before, const tr_origin *o,
+                                        int *changed, int cap, int *n);
 /* Take a snapshot used by `~key` (call once, right after the recipe). */
 tr_status tr_config_snapshot_recipe(tr_config *c);
 

@@ -423,6 +423,17 @@ static tr_status finalize_into(tr_config *c, const tr_world *w, tr_diags *d) {
     return TR_OK;
 }
 
+tr_status tr_config_finalize_against(tr_config *c, const tr_world *w, const tr_config *before,
+                                     int *changed, int cap, int *n_changed, tr_diags *d) {
+    tr_status s = finalize_into(c, w, d);
+    if (s == TR_OK) {
+        tr_origin o = tr_origin_make(TR_ORIGIN_DERIVED, NULL);
+        s = tr_config_mark_changes_listed(c, before, &o, changed, cap, n_changed);
+    }
+    if (s == TR_OK) c->finalized = true;
+    return s;
+}
+
 tr_status tr_config_finalize(tr_config *c, const tr_world *w, tr_diags *d) {
     tr_config *before = malloc(sizeof *before);
     if (!before) return TR_ERR_NOMEM;
@@ -431,12 +442,7 @@ tr_status tr_config_finalize(tr_config *c, const tr_world *w, tr_diags *d) {
         free(before);
         return s;
     }
-    s = finalize_into(c, w, d);
-    if (s == TR_OK) {
-        tr_origin o = tr_origin_make(TR_ORIGIN_DERIVED, NULL);
-        s = tr_config_mark_changes(c, before, &o);
-    }
-    if (s == TR_OK) c->finalized = true;
+    s = tr_config_finalize_against(c, w, before, NULL, 0, NULL, d);
     tr_config_free(before);
     free(before);
     return s;

@@ -248,7 +248,7 @@
     X(tr_check_runtime_moe_recompute, "runtime.moe_recompute", E, false,                           \
       "MoE models train without activation recomputation (not built yet).")                        \
     X(tr_check_runtime_moe_peft, "runtime.moe_peft", E, false,                                     \
-      "MoE models train without PEFT adapters (not built yet).")                                   \
+      "LoRA on MoE models runs without DoRA and expert parallelism (not built yet).")              \
     X(tr_check_runtime_moe_bias, "runtime.moe_bias", E, false,                                     \
       "MoE models have no linear-layer biases (not built yet).")                                   \
     X(tr_check_runtime_moe_router, "runtime.moe_router", E, false,                                 \
@@ -265,12 +265,6 @@
       "window_size is null: the runtime has no sliding-window attention yet.")                     \
     X(tr_check_runtime_mla_context_parallel, "runtime.mla_context_parallel", E, false,             \
       "Multi-latent attention runs without context parallelism.")                                  \
-    X(tr_check_runtime_mla_sequence_parallel, "runtime.mla_sequence_parallel", E, false,           \
-      "Multi-latent attention runs without sequence parallelism.")                                 \
-    X(tr_check_runtime_mla_mixed_precision, "runtime.mla_mixed_precision", E, false,               \
-      "Multi-latent attention trains in fp32.")                                                    \
-    X(tr_check_runtime_mla_recompute, "runtime.mla_recompute", E, false,                           \
-      "Multi-latent attention runs without activation recomputation.")                             \
     X(tr_check_runtime_mla_peft, "runtime.mla_peft", E, false,                                     \
       "Multi-latent attention runs without LoRA/DoRA adapters.")                                   \
     X(tr_check_runtime_mla_layernorm, "runtime.mla_layernorm", E, false,                           \
@@ -278,17 +272,12 @@
     X(tr_check_runtime_mla_rope_dim, "runtime.mla_rope_dim", E, false,                             \
       "qk_pos_emb_head_dim is even under multi-latent attention.")                                 \
     X(tr_check_runtime_recompute_modules, "runtime.recompute_modules", E, false,                   \
-      "Selective recomputation names core_attn, mlp or layernorm (no MoE or MLA modules yet).")    \
+      "Selective recomputation names core_attn, mlp, layernorm or mla_up_proj (no MoE modules "    \
+      "yet).")                                                                                     \
     X(tr_check_runtime_fsdp, "runtime.fsdp", E, false,                                             \
       "FSDP (dist.use_megatron_fsdp, dist.use_torch_fsdp2, ddp.use_megatron_fsdp) is off.")        \
     X(tr_check_runtime_mtp_context_parallel, "runtime.mtp_context_parallel", E, false,             \
       "Multi-token prediction runs without context parallelism.")                                  \
-    X(tr_check_runtime_mtp_sequence_parallel, "runtime.mtp_sequence_parallel", E, false,           \
-      "Multi-token prediction runs without sequence parallelism.")                                 \
-    X(tr_check_runtime_mtp_mixed_precision, "runtime.mtp_mixed_precision", E, false,               \
-      "Multi-token prediction trains in fp32.")                                                    \
-    X(tr_check_runtime_mtp_recompute, "runtime.mtp_recompute", E, false,                           \
-      "Multi-token prediction runs without activation recomputation.")                             \
     X(tr_check_runtime_mtp_peft, "runtime.mtp_peft", E, false,                                     \
       "Multi-token prediction runs without LoRA/DoRA adapters.")                                   \
     X(tr_check_runtime_mtp_defer_wgrad, "runtime.mtp_defer_wgrad", E, false,                       \
@@ -324,7 +313,7 @@
     X(tr_check_runtime_optimizer, "runtime.optimizer", E, false,                                   \
       "Adam decouples its weight decay (AdamW); no separate embedding learning rate.")             \
     X(tr_check_runtime_optimizer_precision, "runtime.optimizer_precision", E, false,               \
-      "The optimizer's bf16/fp16 match the model's; optimizer state is fp32.")                     \
+      "The optimizer's bf16/fp16 match the model's (its state dtypes are honoured).")              \
     X(tr_check_runtime_loss_scale, "runtime.loss_scale", E, false,                                 \
       "A static loss scale is positive; fp16 dynamic scaling has a valid initial, minimum and "    \
       "window.")                                                                                   \

@@ -18,6 +18,12 @@ typedef struct tr_world {
  * mixed-precision preset and comm-overlap defaults, and record each change with origin
  * "derived". Never rejects: impossible inputs are left for validate() to report. */
 tr_status tr_config_finalize(tr_config *c, const tr_world *w, tr_diags *d);
+/* The same against the caller's `before`, which must hold c's values (the planner's search
+ * keeps one in step with its scratch candidate instead of a fresh copy and free per call); the
+ * ids of the fields finalize changed go to changed[0..cap), their count to *n_changed (it may
+ * exceed cap). */
+tr_status tr_config_finalize_against(tr_config *c, const tr_world *w, const tr_config *before,
+                                     int *changed, int cap, int *n_changed, tr_diags *d);
 
 typedef struct tr_validate_opts {
     /* Checking a catalog rather than a launch: rules about inputs only a real launch supplies

@@ -1,7 +1,6 @@
 /* DeepSeek-V3 as Megatron-Bridge's DeepSeek-V3 bridge maps the HF config (reference §6.4h), and
- * Kimi-K2, the same architecture. Multi-latent attention and multi-token prediction run
- * (runtime/mla, runtime/mtp); the MoE layers are refused (runtime.moe_layers) until the
- * runtime has them. */
+ * Kimi-K2, the same architecture: multi-latent attention (runtime/mla), multi-token prediction
+ * (runtime/mtp) and the MoE layers (runtime/moe). */
 #include "providers/common.h"
 #include "providers/provider.h"
 

@@ -94,7 +94,16 @@ static tr_status build_model(const tr_config *c, tr_model *m, tr_diags *d) {
     tr_model_spec s;
     TR_TRY(tr_model_spec_from_config(c, &s, d));
     TR_TRY(tr_lora_spec_from_config(c, &s, d));
-    return tr_model_create(m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1);
+    tr_status st = tr_model_create(m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1);
+    /* The converter skips validation (it trains nothing), so a model the runtime refuses to
+     * build reaches here: say so rather than fail without a word. */
+    if (st == TR_ERR_INVALID)
+        tr_diag_add(d, TR_SEV_ERROR, "ckpt.model", NULL, NULL,
+                    "run_recipe --dry-run with the same settings names the refusing rule (an MLA "
+                    "model, for one, is built in fp32: add model.bf16=false "
+                    "model.params_dtype=fp32)",
+                    "the runtime cannot build this model");
+    return st;
 }
 
 static void human(double b, char *buf, size_t cap) {

@@ -103,7 +103,7 @@ static const cli_opt OPTS[] = {
     FLAG(OPT_GPU, "--gpu", NULL, ARG_REQUIRED, "KIND",
          "the device --plan and --search-layouts plan for: h100-80gb (default), h200-141gb, a100-80gb, b200, cpu"),
     FLAG(OPT_SEARCH_LAYOUTS, "--search-layouts", "--search_layouts", ARG_NONE, NULL,
-         "enumerate TP, PP, VPP, CP, EP, micro batch, recomputation and distributed-optimizer layouts for --world-size; print the fastest that validate and fit"),
+         "enumerate TP, PP, VPP, CP, micro batch, recomputation, distributed-optimizer (and for MoE models EP, ETP) layouts for --world-size; print the fastest that validate and fit, then those only the runtime's capability rules refuse (predicted only)"),
     FLAG(OPT_TOP, "--top", NULL, ARG_REQUIRED, "K", "with --search-layouts: how many layouts to print (default 5)"),
     FLAG(OPT_JSON, "--json", NULL, ARG_NONE, NULL, "with --plan or --search-layouts: one JSON document on stdout"),
     FLAG(OPT_VERSION, "--version", NULL, ARG_NONE, NULL, "print the version and exit"),

@@ -1,6 +1,7 @@
 /* See scripts/cli_plan.h. */
 #include "scripts/cli_plan.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "runtime/plan/plan.h"
@@ -25,14 +26,46 @@ static tr_world world_of(const tr_cli *cli, const tr_plan_gpu *g) {
     return w;
 }
 
+/* A config whose only errors are the runtime's capability refusals (runtime.*: what it does not
+ * build yet) is planned anyway, predicted only: those errors become notes, their ids go in
+ * refused_by, and a "plan.model_refused" warning says the launch would stop. */
+static bool refused_only(tr_diags *d, char *ids, size_t n) {
+    if (d->n_errors == 0) return false;
+    for (int i = 0; i < d->n; i++)
+        if (d->items[i].severity == TR_SEV_ERROR && strncmp(d->items[i].id, "runtime.", 8) != 0)
+            return false;
+    size_t at = 0;
+    ids[0] = 0;
+    for (int i = 0; i < d->n; i++) {
+        if (d->items[i].severity != TR_SEV_ERROR) continue;
+        d->items[i].severity = TR_SEV_NOTE;
+        d->n_errors--;
+        int w = snprintf(ids + at, n - at, "%s%s", at ? "," : "", d->items[i].id);
+        if (w > 0 && (size_t)w < n - at) at += (size_t)w;
+    }
+    tr_diag_add(d, TR_SEV_WARNING, "plan.model_refused", NULL, NULL,
+                "the plan is predicted only; see the refusing rules above",
+                "the runtime refuses this configuration (%s): a launch would stop", ids);
+    return true;
+}
+
 tr_status tr_cli_plan(const tr_cli *cli, tr_diags *d) {
     const tr_plan_gpu *g = gpu_of(cli, d);
     if (!g) return TR_ERR_INVALID;
     tr_config c;
     tr_status s = tr_cli_resolve(cli, world_of(cli, g), false, false, &c, d);
     tr_plan p;
+    char refused[256] = "";
+    /* tr_cli_resolve reports validation errors as TR_ERR_CONFIG on a finalized config */
+    bool predicted = s == TR_ERR_CONFIG && refused_only(d, refused, sizeof refused);
+    if (predicted) s = TR_OK;
     if (s == TR_OK && d->n_errors == 0) s = tr_plan_make(&c, g, &p, d);
+    if (s != TR_OK && d->n_errors == 0)
+        tr_diag_add(d, TR_SEV_ERROR, "plan.failed", NULL, NULL, NULL,
+                    "the planner cannot size this configuration (%s)", tr_status_name(s));
     if (s == TR_OK && d->n_errors == 0) {
+        p.predicted_only = predicted;
+        snprintf(p.refused_by, sizeof p.refused_by, "%s", refused);
         if (cli->json)
             tr_plan_print_json(stdout, &p);
         else

@@ -156,10 +156,18 @@ TR_RULE_FN(tr_check_runtime_moe_recompute) {
             "activation recomputation in MoE models");
 }
 
+/* LoRA on MoE layers adapts each expert's and the shared expert's fc1 / fc2 (runtime/moe/lora.c)
+ * on one expert rank: DoRA's magnitudes there and the adapters under expert parallelism (whose
+ * received rows the dropout keys cannot name) are not built. */
 TR_RULE_FN(tr_check_runtime_moe_peft) {
     if (!moe(c) || c->peft.scheme < 0) return;
-    TR_FAIL("peft.scheme,model.num_moe_experts", "set peft.scheme=null (full fine-tuning)", NOT_YET,
-            "PEFT adapters on MoE models");
+    if (c->peft.scheme == TR_PEFT_DORA)
+        TR_FAIL("peft.scheme,model.num_moe_experts", "set peft.scheme=lora", NOT_YET,
+                "DoRA on MoE models (magnitudes on the experts)");
+    if (c->model.expert_model_parallel_size > 1)
+        TR_FAIL("peft.scheme,model.expert_model_parallel_size",
+                "set model.expert_model_parallel_size=1 (use data or pipeline parallelism)",
+                NOT_YET, "LoRA adapters with expert parallelism");
 }
 
 TR_RULE_FN(tr_check_runtime_moe_bias) {
@@ -235,24 +243,6 @@ TR_RULE_FN(tr_check_runtime_mla_context_parallel) {
             "set model.context_parallel_size=1", MLA_NOT_YET, "context parallelism");
 }
 
-TR_RULE_FN(tr_check_runtime_mla_sequence_parallel) {
-    if (!c->model.multi_latent_attention || !c->model.sequence_parallel) return;
-    TR_FAIL("model.sequence_parallel,model.multi_latent_attention",
-            "set model.sequence_parallel=false", MLA_NOT_YET, "sequence parallelism");
-}
-
-TR_RULE_FN(tr_check_runtime_mla_mixed_precision) {
-    if (!c->model.multi_latent_attention || (!c->model.bf16 && !c->model.fp16)) return;
-    TR_FAIL("model.bf16,model.fp16,model.multi_latent_attention",
-            "train in fp32 (mixed_precision.preset=null)", MLA_NOT_YET, "mixed precision");
-}
-
-TR_RULE_FN(tr_check_runtime_mla_recompute) {
-    if (!c->model.multi_latent_attention || c->model.recompute_granularity < 0) return;
-    TR_FAIL("model.recompute_granularity,model.multi_latent_attention",
-            "set model.recompute_granularity=null", MLA_NOT_YET, "activation recomputation");
-}
-
 TR_RULE_FN(tr_check_runtime_mla_peft) {
     if (!c->model.multi_latent_attention || c->peft.scheme < 0) return;
     TR_FAIL("peft.scheme,model.multi_latent_attention", "set peft.scheme=null", MLA_NOT_YET,
@@ -271,18 +261,16 @@ TR_RULE_FN(tr_check_runtime_mla_rope_dim) {
             "the rotary part of an MLA head rotates pairs: qk_pos_emb_head_dim must be even");
 }
 
-/* Megatron's selective modules of MoE and MLA layers name layers this runtime does not build;
+/* Megatron's selective modules of MoE layers name pieces this runtime does not recompute yet;
  * accepting them would keep what the user asked to recompute. */
 TR_RULE_FN(tr_check_runtime_recompute_modules) {
-    static const char *const later[] = {"moe", "moe_act", "shared_experts", "mla_up_proj"};
+    static const char *const later[] = {"moe", "moe_act", "shared_experts"};
     if (c->model.recompute_granularity != TR_RECG_SELECTIVE) return;
     for (size_t k = 0; k < sizeof later / sizeof *later; k++) {
         if (!tr_strlist_has(&c->model.recompute_modules, later[k])) continue;
         char what[96];
-        TR_FAIL("model.recompute_modules",
-                "recompute core_attn, mlp and/or layernorm (the modules of the dense layers)",
-                NOT_YET,
-                TR_FMT(what, "recomputing the %s module (its layers do not exist yet)", later[k]));
+        TR_FAIL("model.recompute_modules", "recompute core_attn, mlp, layernorm and/or mla_up_proj",
+                NOT_YET, TR_FMT(what, "recomputing the %s module", later[k]));
     }
 }
 
@@ -316,24 +304,6 @@ TR_RULE_FN(tr_check_runtime_mtp_context_parallel) {
     if (!mtp_on(c) || c->model.context_parallel_size <= 1) return;
     TR_FAIL("model.context_parallel_size,model.mtp_num_layers", "set model.context_parallel_size=1",
             MTP_NOT_YET, "context parallelism");
-}
-
-TR_RULE_FN(tr_check_runtime_mtp_sequence_parallel) {
-    if (!mtp_on(c) || !c->model.sequence_parallel) return;
-    TR_FAIL("model.sequence_parallel,model.mtp_num_layers", "set model.sequence_parallel=false",
-            MTP_NOT_YET, "sequence parallelism");
-}
-
-TR_RULE_FN(tr_check_runtime_mtp_mixed_precision) {
-    if (!mtp_on(c) || (!c->model.bf16 && !c->model.fp16)) return;
-    TR_FAIL("model.bf16,model.fp16,model.mtp_num_layers",
-            "train in fp32 (mixed_precision.preset=null)", MTP_NOT_YET, "mixed precision");
-}
-
-TR_RULE_FN(tr_check_runtime_mtp_recompute) {
-    if (!mtp_on(c) || c->model.recompute_granularity < 0) return;
-    TR_FAIL("model.recompute_granularity,model.mtp_num_layers",
-            "set model.recompute_granularity=null", MTP_NOT_YET, "activation recomputation");
 }
 
 TR_RULE_FN(tr_check_runtime_mtp_peft) {
@@ -555,8 +525,8 @@ TR_RULE_FN(tr_check_runtime_optimizer) {
                 "a separate embedding learning rate");
 }
 
-/* The optimizer always keeps fp32 main parameters, gradients and moments, in the precision the
- * model trains in. */
+/* The optimizer's flags follow the model's; the precision-aware optimizer's state dtypes are
+ * honoured (runtime/optimizer/optimizer.h: state stored rounded to them). */
 TR_RULE_FN(tr_check_runtime_optimizer_precision) {
     const tr_optimizer_config *o = &c->optimizer;
     const tr_model_config *m = &c->model;
@@ -564,17 +534,6 @@ TR_RULE_FN(tr_check_runtime_optimizer_precision) {
         TR_FAIL("optimizer.bf16,optimizer.fp16,model.bf16,model.fp16",
                 "set the precision through mixed_precision.preset, which sets both",
                 "the optimizer's bf16/fp16 flags must match the model's");
-    const struct {
-        int32_t dtype;
-        const char *key;
-    } state[] = {{o->main_grads_dtype, "optimizer.main_grads_dtype"},
-                 {o->main_params_dtype, "optimizer.main_params_dtype"},
-                 {o->exp_avg_dtype, "optimizer.exp_avg_dtype"},
-                 {o->exp_avg_sq_dtype, "optimizer.exp_avg_sq_dtype"}};
-    for (size_t i = 0; i < sizeof state / sizeof state[0]; i++)
-        if (state[i].dtype != TR_DTYPE_FP32)
-            TR_FAIL(state[i].key, "set it to fp32", NOT_YET,
-                    "optimizer state below fp32 (precision-aware optimizer)");
 }
 
 /* Megatron keeps a grad scaler only in its mixed-precision optimizer: a static scale when one

@@ -1,5 +1,6 @@
 /* See runtime/device/device.h: the device interface over whichever backend a device has, and
  * the helpers every backend shares (scalars through device scratch). */
+#include "core/log.h"
 #include "runtime/device/internal.h"
 
 tr_device_kind tr_device_kind_of(const tr_device *dev) {
@@ -11,7 +12,7 @@ const char *tr_device_name(const tr_device *dev) {
 }
 
 bool tr_device_host_visible(const tr_device *dev) {
-    return dev->kind == TR_DEVICE_CPU;
+    return dev->kind == TR_DEVICE_CPU || dev->kind == TR_DEVICE_CPU_COUNT;
 }
 
 const tr_ops *tr_device_ops(const tr_device *dev) {
@@ -112,4 +113,11 @@ const char *tr_mem_kind_name(tr_mem_kind kind) {
     static const char *const names[TR_MEM_KIND_COUNT] = {"params", "grads", "optimizer",
                                                          "activations", "workspace"};
     return (int)kind >= 0 && kind < TR_MEM_KIND_COUNT ? names[kind] : "?";
+}
+
+void tr_device_log_kind_peaks(const size_t *peak, const char *what) {
+    for (int k = 0; k < TR_MEM_KIND_COUNT; k++)
+        TR_INFO("device memory %-11s peak %.1f MiB, %zu bytes (%s, whole pages)",
+                tr_mem_kind_name((tr_mem_kind)k), (double)peak[k] / (1024.0 * 1024.0), peak[k],
+                what);
 }

@@ -17,7 +17,10 @@
  *               mmap'ed mapping kept PROT_NONE except while an op, a copy or a communication on
  *               it runs, so any host access elsewhere is a segmentation fault; and every pointer
  *               handed to an op or a collective must lie inside a device buffer. Slow (two
- *               mprotect calls per buffer per op); the results are bitwise the cpu backend's. */
+ *               mprotect calls per buffer per op); the results are bitwise the cpu backend's.
+ *   cpu-count   FOR TESTS ONLY: the cpu backend (host-visible) with cpu-strict's accounting of
+ *               peaks per kind in whole pages, to measure what only host-visible devices run
+ *               (the MoE layer) against the planner (runtime/device/count.c). */
 #ifndef TR_RUNTIME_DEVICE_H
 #define TR_RUNTIME_DEVICE_H
 
@@ -34,7 +37,8 @@ struct tr_parallel_state;
 typedef enum tr_device_kind {
     TR_DEVICE_CPU = 0,
     TR_DEVICE_CUDA,
-    TR_DEVICE_CPU_STRICT
+    TR_DEVICE_CPU_STRICT,
+    TR_DEVICE_CPU_COUNT
 } tr_device_kind;
 
 /* What a buffer holds: on CUDA each kind has its own arena (and logged peak). */
@@ -52,7 +56,7 @@ typedef struct tr_device tr_device;
 /* The plain host device (cpu): shared, stateless, never closed. */
 tr_device *tr_device_host(void);
 
-/* Parses "cpu", "cuda" or "cpu-strict"; TR_ERR_INVALID for anything else. */
+/* Parses "cpu", "cuda", "cpu-strict" or "cpu-count"; TR_ERR_INVALID for anything else. */
 tr_status tr_device_kind_parse(const char *name, tr_device_kind *out);
 
 /* The backend named by TRESTLE_DEVICE (unset or empty: cpu) for the rank with this local rank
@@ -67,7 +71,7 @@ void tr_device_close(tr_device *dev);
 
 tr_device_kind tr_device_kind_of(const tr_device *dev);
 const char *tr_device_name(const tr_device *dev);
-/* Whether host code may read and write this device's buffers directly (cpu only). */
+/* Whether host code may read and write this device's buffers directly (cpu, cpu-count). */
 bool tr_device_host_visible(const tr_device *dev);
 const tr_ops *tr_device_ops(const tr_device *dev);
 

@@ -18,28 +18,28 @@ static void host_free(tr_device *dev, tr_mem_kind kind, void *p) {
     free(p);
 }
 
-static tr_status host_copy(tr_device *dev, void *dst, const void *src, size_t bytes,
-                           tr_copy_dir dir) {
+tr_status tr_device_host_copy(tr_device *dev, void *dst, const void *src, size_t bytes,
+                              tr_copy_dir dir) {
     (void)dev;
     (void)dir;
     if (bytes) memmove(dst, src, bytes);
     return TR_OK;
 }
 
-static tr_status host_memset0(tr_device *dev, void *p, size_t bytes) {
+tr_status tr_device_host_memset0(tr_device *dev, void *p, size_t bytes) {
     (void)dev;
     if (bytes) memset(p, 0, bytes);
     return TR_OK;
 }
 
-static tr_status host_sync(tr_device *dev) {
+tr_status tr_device_host_sync(tr_device *dev) {
     (void)dev;
     return TR_OK;
 }
 
-static tr_status host_comm_create(tr_device *dev, const struct tr_parallel_state *ps,
-                                  const tr_comm_options *opt, bool nccl, tr_diags *diags,
-                                  tr_comm **out) {
+tr_status tr_device_host_comm_create(tr_device *dev, const struct tr_parallel_state *ps,
+                                     const tr_comm_options *opt, bool nccl, tr_diags *diags,
+                                     tr_comm **out) {
     (void)dev;
     (void)nccl; /* NCCL needs device memory: on the host the MPI backend serves both settings */
     return tr_comm_mpi_create(ps, opt, diags, out);
@@ -59,9 +59,11 @@ static void host_close(tr_device *dev) {
     (void)dev;
 }
 
-static const tr_device_backend host_backend = {host_alloc,   host_free,      host_copy,
-                                               host_memset0, host_sync,      host_comm_create,
-                                               host_peak,    host_log_peaks, host_close};
+static const tr_device_backend host_backend = {host_alloc,          host_free,
+                                               tr_device_host_copy, tr_device_host_memset0,
+                                               tr_device_host_sync, tr_device_host_comm_create,
+                                               host_peak,           host_log_peaks,
+                                               host_close};
 
 /* Stateless: the op table is looked up on use (tr_device_ops), so nothing here changes. */
 static tr_device host_device = {TR_DEVICE_CPU, "cpu", NULL, &host_backend, NULL, 0, NULL};

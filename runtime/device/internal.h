@@ -35,5 +35,17 @@ struct tr_device {
 /* Each fills dev (kind, name, ops, be, impl) or reports why it cannot. */
 tr_status tr_device_cuda_open(tr_device *dev, int local_rank, int local_size, tr_diags *d);
 tr_status tr_device_strict_open(tr_device *dev, tr_diags *d);
+tr_status tr_device_count_open(tr_device *dev, tr_diags *d);
+
+/* The host backend's copies, zeroing, sync and MPI communicator (host.c), which cpu-count shares;
+ * and the per-kind peak lines the counting backends log. */
+tr_status tr_device_host_copy(tr_device *dev, void *dst, const void *src, size_t bytes,
+                              tr_copy_dir dir);
+tr_status tr_device_host_memset0(tr_device *dev, void *p, size_t bytes);
+tr_status tr_device_host_sync(tr_device *dev);
+tr_status tr_device_host_comm_create(tr_device *dev, const struct tr_parallel_state *ps,
+                                     const tr_comm_options *opt, bool nccl, tr_diags *diags,
+                                     tr_comm **out);
+void tr_device_log_kind_peaks(const size_t *peak, const char *what);
 
 #endif

@@ -12,6 +12,8 @@ tr_status tr_device_kind_parse(const char *name, tr_device_kind *out) {
         *out = TR_DEVICE_CUDA;
     else if (strcmp(name, "cpu-strict") == 0)
         *out = TR_DEVICE_CPU_STRICT;
+    else if (strcmp(name, "cpu-count") == 0)
+        *out = TR_DEVICE_CPU_COUNT;
     else
         return TR_ERR_INVALID;
     return TR_OK;
@@ -27,7 +29,8 @@ tr_status tr_device_open(tr_device_kind kind, int local_rank, int local_size, tr
     tr_device *dev = calloc(1, sizeof *dev);
     if (!dev) return TR_ERR_NOMEM;
     tr_status st = kind == TR_DEVICE_CUDA ? tr_device_cuda_open(dev, local_rank, local_size, d)
-                                          : tr_device_strict_open(dev, d);
+                   : kind == TR_DEVICE_CPU_COUNT ? tr_device_count_open(dev, d)
+                                                 : tr_device_strict_open(dev, d);
     if (st == TR_OK)
         st = dev->be->alloc(dev, TR_MEM_WORKSPACE, TR_DEVICE_SCRATCH_BYTES, &dev->scratch);
     if (st != TR_OK) {
@@ -45,7 +48,7 @@ tr_status tr_device_open_from_env(int local_rank, int local_size, tr_diags *d, t
     *out = NULL;
     if (tr_device_kind_parse(name, &kind) != TR_OK) {
         tr_diag_add(d, TR_SEV_ERROR, "device.unknown", NULL, "TRESTLE_DEVICE",
-                    "set TRESTLE_DEVICE to cpu or cuda (cpu-strict is a test mode)",
+                    "set TRESTLE_DEVICE to cpu or cuda (cpu-strict and cpu-count are test modes)",
                     "unknown device '%s'", name);
         return TR_ERR_CONFIG;
     }

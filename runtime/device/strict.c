@@ -557,11 +557,7 @@ static size_t strict_peak(const tr_device *dev, tr_mem_kind kind) {
 }
 
 static void strict_log_peaks(const tr_device *dev) {
-    const strict_impl *s = impl_of(dev);
-    for (int k = 0; k < TR_MEM_KIND_COUNT; k++)
-        TR_INFO("device memory %-11s peak %.1f MiB, %zu bytes (cpu-strict, whole pages)",
-                tr_mem_kind_name((tr_mem_kind)k), (double)s->peak[k] / (1024.0 * 1024.0),
-                s->peak[k]);
+    tr_device_log_kind_peaks(impl_of(dev)->peak, "cpu-strict");
 }
 
 static void strict_close(tr_device *dev) {

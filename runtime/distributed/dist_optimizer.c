@@ -76,7 +76,12 @@ static tr_status step_range(tr_dist_opt *o, const tr_grad_range *r, float lr, fl
                           .eps = o->opt.eps,
                           .weight_decay = decay,
                           .step = step};
-    return o->ops->adamw(p, g, m, v, r->numel, &ap);
+    TR_TRY(o->ops->adamw(p, g, m, v, r->numel, &ap));
+    const tr_dist_opt_options *x = &o->opt;
+    if (x->exp_avg_lowp) TR_TRY(o->ops->round_lowp((tr_lowp)x->exp_avg_lowp, m, r->numel));
+    if (x->exp_avg_sq_lowp) TR_TRY(o->ops->round_lowp((tr_lowp)x->exp_avg_sq_lowp, v, r->numel));
+    if (x->main_params_lowp) TR_TRY(o->ops->round_lowp((tr_lowp)x->main_params_lowp, p, r->numel));
+    return TR_OK;
 }
 
 static tr_status start_gather(tr_dist_opt *o, int b) {

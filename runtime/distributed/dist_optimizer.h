@@ -28,6 +28,9 @@ typedef struct tr_dist_opt_options {
     float beta1, beta2, eps; /* AdamW */
     float momentum;          /* SGD */
     bool nesterov;
+    /* 0, or the tr_lowp the moments and the main parameters are stored in (rounded after each
+     * update: the precision-aware optimizer, runtime/optimizer/optimizer.h) */
+    int exp_avg_lowp, exp_avg_sq_lowp, main_params_lowp;
     int group;                 /* the DP group the layout was built for */
     bool overlap_param_gather; /* leave the all-gathers in flight after the step */
 } tr_dist_opt_options;

@@ -19,7 +19,7 @@
 
 /* One parameter as the model declares it. */
 typedef struct tr_grad_param {
-    char name[96];
+    char name[128];
     int64_t numel;
     bool no_weight_decay; /* biases and norm weights */
     bool frozen;          /* LoRA's base weights: never updated */

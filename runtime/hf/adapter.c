@@ -160,6 +160,24 @@ static tr_status write_config(const char *dir, const tr_model_spec *s, const cha
     return write_text_atomic(dir, "adapter_config.json", text, d);
 }
 
+/* PEFT names an expert's adapter after transformers' per-expert modules (gate/up/down of
+ * mlp.experts.<e>), which the runtime's per-expert adapters (runtime/moe/lora.c) are not mapped
+ * to yet: a model with them is refused, naming the first. */
+static tr_status refuse_expert_adapters(const tr_model *m, const char *dir, tr_diags *d) {
+    for (int i = 0; i < m->n_info; i++) {
+        const char *name = m->info[i].name;
+        if (!strstr(name, ".adapter.")) continue;
+        if (!strstr(name, ".mlp.experts.") && !strstr(name, ".mlp.shared_experts.")) continue;
+        char what[256];
+        snprintf(what, sizeof what,
+                 "the MoE experts' adapters (%s, ...) have no PEFT names yet: adapt only "
+                 "linear_qkv and linear_proj to use PEFT files",
+                 name);
+        return adapter_error(d, dir, what);
+    }
+    return TR_OK;
+}
+
 tr_status tr_hf_adapter_export(const tr_model *m, const char *dir, const char *base_model,
                                tr_st_dtype dtype, tr_diags *d) {
     const tr_model_spec *s = &m->full;
@@ -169,6 +187,7 @@ tr_status tr_hf_adapter_export(const tr_model *m, const char *dir, const char *b
         return adapter_error(d, dir,
                              "PEFT adapter files are written for a LoRA (not DoRA) Llama or Qwen3 "
                              "model");
+    TR_TRY(refuse_expert_adapters(m, dir, d));
     if (dtype != TR_ST_F32 && dtype != TR_ST_BF16 && dtype != TR_ST_F16)
         return adapter_error(d, dir, "adapters are written as F32, BF16 or F16");
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -404,6 +423,7 @@ tr_status tr_hf_adapter_import(tr_model *m, const char *dir, tr_diags *d) {
     if (!s->lora_rank || s->lora_dora || !llama_like(s))
         return adapter_error(d, dir,
                              "PEFT adapters are read into a LoRA (not DoRA) Llama or Qwen3 model");
+    TR_TRY(refuse_expert_adapters(m, dir, d));
     char path[4096];
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     char *text = NULL;

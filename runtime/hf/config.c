@@ -197,18 +197,64 @@ static double get_real(reader *r, const tr_json *obj, const char *key, double fa
     return v->type == TR_JSON_NUMBER ? v->number : fallback;
 }
 
-/* DeepseekV3ForCausalLM's multi-latent attention and its rotary scaling (Megatron-Bridge's
- * DeepSeek-V3 bridge), on Llama layers whose every layer is dense: the runtime has no MoE
- * layers, so a checkpoint with routed experts is refused. */
-static void apply_deepseek(reader *r, tr_model_config *m, int64_t layers) {
+/* DeepseekV3ForCausalLM's MoE layers (after first_k_dense_replace dense ones) and MTP depths,
+ * as Megatron-Bridge's DeepSeek-V3 bridge maps them: sigmoid scores with the expert bias
+ * (e_score_correction_bias), group-limited routing, the routed scaling factor, shared experts
+ * of n_shared_experts x moe_intermediate_size, the router in fp32; the balancing loss is the
+ * bridge's (sequence-level, 1e-4), which transformers' model does not compute. */
+static tr_status apply_deepseek_moe(tr_config *c, reader *r, int64_t layers) {
+    tr_model_config *m = &c->model;
     const int64_t big = (int64_t)1 << 31;
+    int64_t mtp = get_int(r, "num_nextn_predict_layers", 0, 64, 0);
+    m->mtp_num_layers = mtp > 0 ? mtp : TR_NULL_INT;
     const tr_json *experts = tr_json_get(r->root, "n_routed_experts");
-    if (experts && experts->type != TR_JSON_NULL &&
-        get_int(r, "first_k_dense_replace", 0, big, 3) < layers)
-        fail(r, "first_k_dense_replace",
-             "Trestle imports DeepSeek-V3 checkpoints whose layers are all dense "
-             "(first_k_dense_replace >= num_hidden_layers); MoE layers are not in the runtime yet",
-             "leaves mixture-of-experts layers");
+    int64_t first = get_int(r, "first_k_dense_replace", 0, big, 3);
+    if (r->bad) return TR_ERR_CONFIG;
+    if (!experts || experts->type == TR_JSON_NULL || first >= layers || layers > 256)
+        return TR_OK; /* every layer dense (over 256: refused as runtime.moe_layers) */
+    int64_t E = get_int(r, "n_routed_experts", 1, 1024, -1);
+    if (r->bad) return TR_ERR_CONFIG;
+    m->num_moe_experts = E;
+    m->moe_router_topk = get_int(r, "num_experts_per_tok", 1, E, 8);
+    m->moe_ffn_hidden_size = get_int(r, "moe_intermediate_size", 1, big, 2048);
+    int64_t shared = get_int(r, "n_shared_experts", 0, 1024, 0);
+    m->moe_shared_expert_intermediate_size =
+        shared > 0 ? shared * m->moe_ffn_hidden_size : TR_NULL_INT;
+    const char *score = get_str(r->root, "scoring_func");
+    if (score && strcmp(score, "sigmoid") != 0)
+        fail(r, "scoring_func", "DeepseekV3ForCausalLM routes by sigmoid scores", "is not sigmoid");
+    m->moe_router_score_function = TR_SCORE_SIGMOID;
+    m->moe_router_enable_expert_bias = true;
+    m->moe_router_pre_softmax = true;
+    m->moe_router_dtype = TR_RDTYPE_FP32;
+    int64_t groups = get_int(r, "n_group", 1, E, 1), topk = m->moe_router_topk;
+    int64_t group_topk = get_int(r, "topk_group", 1, groups, 1);
+    if (groups > 1) {
+        /* transformers scores a group by its best two experts, Megatron by its top
+         * topk / topk_group: the same only where that is 2 */
+        if (E % groups || topk % group_topk || topk / group_topk != 2)
+            fail(r, "topk_group",
+                 "Trestle maps group-limited routing where num_experts_per_tok / topk_group is 2 "
+                 "and n_group divides n_routed_experts",
+                 "scores groups differently from Megatron");
+        m->moe_router_num_groups = groups;
+        m->moe_router_group_topk = group_topk;
+    }
+    m->moe_router_topk_scaling_factor = get_real(r, r->root, "routed_scaling_factor", 1.0);
+    if (topk > 1 && !get_bool(r, "norm_topk_prob", true))
+        fail(r, "norm_topk_prob", "Megatron normalises the selected sigmoid scores", "is false");
+    m->moe_router_load_balancing_type = TR_MOELB_SEQ_AUX_LOSS;
+    m->moe_aux_loss_coeff = 1e-4;
+    if (r->bad) return TR_ERR_CONFIG;
+    int64_t freq[256];
+    for (int64_t i = 0; i < layers; i++) freq[i] = i >= first;
+    return tr_config_set_intlist(c, TR_FID_model_moe_layer_freq, freq, (int)layers);
+}
+
+/* DeepseekV3ForCausalLM's multi-latent attention and its rotary scaling (Megatron-Bridge's
+ * DeepSeek-V3 bridge). */
+static void apply_deepseek(reader *r, tr_model_config *m) {
+    const int64_t big = (int64_t)1 << 31;
     if (!get_bool(r, "rope_interleave", true))
         fail(r, "rope_interleave", "Trestle keeps MLA's rotary channels interleaved, as DeepSeek",
              "is false");
@@ -274,7 +320,7 @@ static tr_status apply(tr_config *c, reader *r) {
         return tr_diag_add(r->d, TR_SEV_ERROR, "hf.architecture", &o, NULL,
                            "Trestle imports LlamaForCausalLM (Llama 2, 3, 3.1, 3.2), "
                            "Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, "
-                           "GPT2LMHeadModel and DeepseekV3ForCausalLM (dense layers) so far",
+                           "GPT2LMHeadModel and DeepseekV3ForCausalLM so far",
                            "%s: architecture %s is not one Trestle maps", r->file,
                            name ? name : "(none given)");
     }
@@ -299,13 +345,14 @@ static tr_status apply(tr_config *c, reader *r) {
     tr_provider_llama_layers(m);
     m->qk_layernorm = qwen3; /* Qwen3's per-head q_norm / k_norm */
     if (deepseek)
-        apply_deepseek(r, m, x.layers);
+        apply_deepseek(r, m);
     else
         apply_rope(r, m);
     x.rope_theta = m->rotary_base;
     apply_dtype(r, m);
     if (r->bad) return TR_ERR_CONFIG;
     TR_TRY(tr_provider_set_hf_dims(c, &x));
+    if (deepseek) return apply_deepseek_moe(c, r, x.layers);
     return mixtral || qwen3_moe ? apply_moe(c, r, qwen3_moe, x.layers) : TR_OK;
 }
 
@@ -403,7 +450,19 @@ static const int checked_fields[] = {TR_FID_model_num_layers,
                                      TR_FID_model_beta_fast,
                                      TR_FID_model_beta_slow,
                                      TR_FID_model_mscale,
-                                     TR_FID_model_mscale_all_dim};
+                                     TR_FID_model_mscale_all_dim,
+                                     TR_FID_model_num_moe_experts,
+                                     TR_FID_model_moe_router_topk,
+                                     TR_FID_model_moe_ffn_hidden_size,
+                                     TR_FID_model_moe_shared_expert_intermediate_size,
+                                     TR_FID_model_moe_layer_freq,
+                                     TR_FID_model_moe_router_score_function,
+                                     TR_FID_model_moe_router_pre_softmax,
+                                     TR_FID_model_moe_router_enable_expert_bias,
+                                     TR_FID_model_moe_router_num_groups,
+                                     TR_FID_model_moe_router_group_topk,
+                                     TR_FID_model_moe_router_topk_scaling_factor,
+                                     TR_FID_model_mtp_num_layers};
 
 /* The value finalize() gives a field whose null means "compute it": kv_channels (hidden /
  * heads), num_query_groups (the heads), ffn_hidden_size (4 x hidden). */

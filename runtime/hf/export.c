@@ -1,11 +1,12 @@
-/* A whole Trestle Llama, Qwen3, GPT-2 or dense DeepSeek-V3 model to a Hugging Face directory
- * (runtime/hf/hf.h):
- * config.json from the model section, model.safetensors with the tensors under transformers'
- * names. The tensors are filled through the import's own map (runtime/hf/llama.c, gpt2.c), run
- * the other way: the fused QKV and fc1 split back (GPT-2: c_attn refused, Conv1D weights
+/* A whole Trestle Llama, Qwen3, GPT-2, Mixtral, Qwen3-MoE or DeepSeek-V3 model to a Hugging Face
+ * directory (runtime/hf/hf.h): config.json from the model section, model.safetensors with the
+ * tensors under transformers' names. The tensors are filled through the import's own map
+ * (runtime/hf/llama.c, gpt2.c, moe.c, deepseek.c), run the other way: the fused QKV, fc1 and
+ * the experts' [gate; up] split back (GPT-2: c_attn refused, Conv1D weights
  * transposed back), the vocabulary padding dropped. A model with LoRA or DoRA adapters is merged
  * into a model without them first (runtime/peft/lora.h), as Megatron-Bridge exports it. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,8 +28,8 @@ typedef struct out_tensor {
 static tr_status export_error(tr_diags *d, const char *dir, const char *what) {
     tr_origin o = tr_origin_make(TR_ORIGIN_FILE, dir);
     return tr_diag_add(d, TR_SEV_ERROR, "hf.export", &o, NULL,
-                       "export a whole model (one rank, every layer) of a Llama, Qwen3 or GPT-2 "
-                       "spec",
+                       "export a whole model (one rank, every layer) of a Llama, Qwen3, GPT-2, "
+                       "Mixtral, Qwen3-MoE or DeepSeek-V3 spec",
                        "%s: %s", dir, what);
 }
 
@@ -60,13 +61,53 @@ static int list_mla(const tr_model_spec *s, int i, out_tensor *o, int n) {
     return n;
 }
 
-/* transformers' order and shapes: embedding, each layer's modules, the final norm, the head. */
-static int list_tensors(const tr_model_spec *s, int64_t vocab, out_tensor *o) {
+static int add(out_tensor *o, int n, int64_t rows, int64_t cols, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* o[n] named by fmt, of rows x cols; the next free index. */
+static int add(out_tensor *o, int n, int64_t rows, int64_t cols, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o[n].name, sizeof o[n].name, fmt, ap);
+    va_end(ap);
+    o[n].rows = rows;
+    o[n].cols = cols;
+    return n + 1;
+}
+
+/* The MoE block of HF layer i: router (DeepSeek: and its bias), the experts, the shared experts. */
+static int list_moe(const tr_model_spec *s, const tr_hf_moe_names *nm, int i, out_tensor *o,
+                    int n) {
+    int64_t C = s->hidden, F = s->moe.ffn, S = s->moe.shared_ffn;
+    const char *b = nm->block;
+    n = add(o, n, s->moe.experts, C, "model.layers.%d.%s.gate.weight", i, b);
+    if (nm->deepseek)
+        n = add(o, n, s->moe.experts, 0, "model.layers.%d.%s.gate.e_score_correction_bias", i, b);
+    for (int e = 0; e < s->moe.experts; e++) {
+        n = add(o, n, F, C, "model.layers.%d.%s.experts.%d.%s.weight", i, b, e, nm->gate);
+        n = add(o, n, F, C, "model.layers.%d.%s.experts.%d.%s.weight", i, b, e, nm->up);
+        n = add(o, n, C, F, "model.layers.%d.%s.experts.%d.%s.weight", i, b, e, nm->down);
+    }
+    if (nm->deepseek && S > 0) {
+        n = add(o, n, S, C, "model.layers.%d.%s.shared_experts.%s.weight", i, b, nm->gate);
+        n = add(o, n, S, C, "model.layers.%d.%s.shared_experts.%s.weight", i, b, nm->up);
+        n = add(o, n, C, S, "model.layers.%d.%s.shared_experts.%s.weight", i, b, nm->down);
+    }
+    return n;
+}
+
+/* transformers' order and shapes: embedding, each layer's modules, the final norm, the head.
+ * DeepSeek-V3's MTP depths follow as layers num_layers.. (enorm, hnorm, eh_proj, the layer,
+ * shared_head.norm, and the copies of the embedding and the output layer), as DeepSeek's
+ * checkpoints hold them. */
+static int list_tensors(const tr_model_spec *s, int64_t vocab, const tr_hf_moe_names *nm,
+                        out_tensor *o) {
     int n = 0;
     int64_t C = s->hidden, q = (int64_t)s->heads * s->head_dim,
             kv = (int64_t)s->groups * s->head_dim, F = s->ffn;
+    tr_hf_shape k = tr_hf_shape_of(s);
     o[n++] = (out_tensor){"model.embed_tokens.weight", vocab, C};
-    for (int i = 0; i < s->num_layers; i++) {
+    for (int i = 0; i < s->num_layers + s->mtp_layers; i++) {
         const struct {
             const char *suffix;
             int64_t rows, cols;
@@ -75,28 +116,31 @@ static int list_tensors(const tr_model_spec *s, int64_t vocab, out_tensor *o) {
                     {"self_attn.o_proj.weight", C, q},  {"post_attention_layernorm.weight", C, 0},
                     {"mlp.gate_proj.weight", F, C},     {"mlp.up_proj.weight", F, C},
                     {"mlp.down_proj.weight", C, F}};
+        const size_t n_mods = sizeof mods / sizeof mods[0];
+        bool moe = nm && tr_hf_is_moe_layer(&k, i), mtp = i >= s->num_layers;
+        if (mtp) {
+            n = add(o, n, C, 0, "model.layers.%d.enorm.weight", i);
+            n = add(o, n, C, 0, "model.layers.%d.hnorm.weight", i);
+            n = add(o, n, C, 2 * C, "model.layers.%d.eh_proj.weight", i);
+        }
+        size_t from = 0;
         if (s->mla.on) { /* DeepSeek-V3's attention tensors instead of q/k/v */
             n = list_mla(s, i, o, n);
-            for (size_t j = 4; j < sizeof mods / sizeof mods[0]; j++) {
-                o[n] = (out_tensor){"", mods[j].rows, mods[j].cols};
-                snprintf(o[n].name, sizeof o[n].name, "model.layers.%d.%s", i, mods[j].suffix);
-                n++;
-            }
-            continue;
+            from = 4;
         }
-        for (size_t j = 0; j < sizeof mods / sizeof mods[0] + (s->qk_norm ? 2 : 0); j++) {
-            /* Qwen3's q_norm / k_norm after the layer's Llama tensors. */
-            if (j >= sizeof mods / sizeof mods[0]) {
-                bool q = j == sizeof mods / sizeof mods[0];
-                o[n] = (out_tensor){"", s->head_dim, 0};
-                snprintf(o[n].name, sizeof o[n].name, "model.layers.%d.self_attn.%s_norm.weight", i,
-                         q ? "q" : "k");
-                n++;
-                continue;
-            }
-            o[n] = (out_tensor){"", mods[j].rows, mods[j].cols};
-            snprintf(o[n].name, sizeof o[n].name, "model.layers.%d.%s", i, mods[j].suffix);
-            n++;
+        for (size_t j = from; j < n_mods; j++) {
+            if (moe && j >= 6) break; /* the MoE block instead of the MLP */
+            n = add(o, n, mods[j].rows, mods[j].cols, "model.layers.%d.%s", i, mods[j].suffix);
+        }
+        if (moe) n = list_moe(s, nm, i, o, n);
+        if (s->qk_norm && !s->mla.on) { /* Qwen3's q_norm / k_norm */
+            n = add(o, n, s->head_dim, 0, "model.layers.%d.self_attn.q_norm.weight", i);
+            n = add(o, n, s->head_dim, 0, "model.layers.%d.self_attn.k_norm.weight", i);
+        }
+        if (mtp) {
+            n = add(o, n, vocab, C, "model.layers.%d.embed_tokens.weight", i);
+            n = add(o, n, C, 0, "model.layers.%d.shared_head.norm.weight", i);
+            n = add(o, n, vocab, C, "model.layers.%d.shared_head.head.weight", i);
         }
     }
     o[n++] = (out_tensor){"model.norm.weight", C, 0};
@@ -168,9 +212,36 @@ static tr_status config_commit(FILE *f, const char *tmp, const char *dir, tr_dia
     return export_error(d, dir, "cannot write config.json");
 }
 
-/* config.json for a Llama / Qwen3 spec, in transformers' key names. */
+/* The MoE keys of Mixtral / Qwen3-MoE (apply_moe, config.c, reads them back). */
+static void write_moe_keys(FILE *f, const tr_model_spec *s) {
+    const tr_moe_spec *e = &s->moe;
+    char aux[32];
+    float_text(e->aux_coeff, aux, sizeof aux);
+    fprintf(f,
+            "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+            "  \"router_aux_loss_coef\": %s,\n  \"output_router_logits\": false,\n",
+            e->experts, e->topk, aux);
+    if (!s->qk_norm) {
+        fputs("  \"router_jitter_noise\": 0.0,\n  \"sliding_window\": null,\n", f);
+        return;
+    }
+    /* Qwen3-MoE: num_experts is its name before transformers 5; the dense layers listed */
+    fprintf(f,
+            "  \"num_experts\": %d,\n  \"moe_intermediate_size\": %d,\n"
+            "  \"norm_topk_prob\": %s,\n  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [",
+            e->experts, e->ffn, e->pre_softmax ? "false" : "true");
+    for (int i = 0, first = 1; i < s->num_layers; i++)
+        if (!tr_moe_is_layer(e, i)) {
+            fprintf(f, first ? "%d" : ", %d", i);
+            first = 0;
+        }
+    fputs("],\n", f);
+}
+
+/* config.json for a Llama / Qwen3 / Mixtral / Qwen3-MoE spec, in transformers' key names. */
 static tr_status write_llama_config(const char *dir, const tr_model_spec *s, int64_t vocab,
                                     const char *dtype, tr_diags *d) {
+    bool moe = s->moe.experts > 0;
     char tmp[4096];
     FILE *f = NULL;
     TR_TRY(config_open(dir, tmp, sizeof tmp, &f, d));
@@ -182,7 +253,12 @@ static tr_status write_llama_config(const char *dir, const tr_model_spec *s, int
             "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
             "  \"vocab_size\": %lld,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
             "  \"rope_theta\": %.17g,\n",
-            s->qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM", s->qk_norm ? "qwen3" : "llama",
+            moe          ? (s->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM")
+            : s->qk_norm ? "Qwen3ForCausalLM"
+                         : "LlamaForCausalLM",
+            moe          ? (s->qk_norm ? "qwen3_moe" : "mixtral")
+            : s->qk_norm ? "qwen3"
+                         : "llama",
             s->hidden, s->ffn, s->num_layers, s->heads, s->groups, s->head_dim, (long long)vocab,
             s->seq, eps, s->rope_p.base);
     if (s->rope_p.llama3)
@@ -194,6 +270,7 @@ static tr_status write_llama_config(const char *dir, const tr_model_spec *s, int
                 s->rope_p.original_max_position);
     else
         fputs("  \"rope_scaling\": null,\n", f);
+    if (moe) write_moe_keys(f, s);
     fprintf(f,
             "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": "
             "false,\n  %s,\n  \"torch_dtype\": \"%s\"\n}\n",
@@ -202,32 +279,49 @@ static tr_status write_llama_config(const char *dir, const tr_model_spec *s, int
     return config_commit(f, tmp, dir, d);
 }
 
-/* config.json of a DeepseekV3ForCausalLM with dense layers (first_k_dense_replace = the layers, so
- * the one routed expert transformers requires is never built): the keys apply_deepseek
- * (config.c) reads. */
+/* config.json of a DeepseekV3ForCausalLM: the keys apply_deepseek and apply_deepseek_moe
+ * (config.c) read. A dense model has first_k_dense_replace = the layers, so the one routed
+ * expert transformers' config requires is never built. */
 static tr_status write_deepseek_config(const char *dir, const tr_model_spec *s, int64_t vocab,
                                        const char *dtype, tr_diags *d) {
-    char tmp[4096], q[32], eps[32];
+    char tmp[4096], q[32], eps[32], scale[32];
     FILE *f = NULL;
     TR_TRY(config_open(dir, tmp, sizeof tmp, &f, d));
     const tr_mla_spec *a = &s->mla;
+    const tr_moe_spec *e = &s->moe;
     float_text(s->eps, eps, sizeof eps);
     if (a->q_lora_rank > 0)
         snprintf(q, sizeof q, "%d", a->q_lora_rank);
     else
         snprintf(q, sizeof q, "null");
+    int first = 0;
+    while (first < s->num_layers && (e->experts <= 0 || !tr_moe_is_layer(e, first))) first++;
+    float_text(e->experts > 0 ? e->topk_scale : 1.0f, scale, sizeof scale);
     fprintf(f,
             "{\n  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n  \"model_type\": "
             "\"deepseek_v3\",\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
             "  \"num_hidden_layers\": %d,\n  \"first_k_dense_replace\": %d,\n"
-            "  \"n_routed_experts\": 1,\n  \"num_experts_per_tok\": 1,\n  \"n_group\": 1,\n"
-            "  \"topk_group\": 1,\n  \"num_attention_heads\": %d,\n"
+            "  \"num_attention_heads\": %d,\n"
             "  \"num_key_value_heads\": %d,\n  \"q_lora_rank\": %s,\n  \"kv_lora_rank\": %d,\n"
             "  \"qk_nope_head_dim\": %d,\n  \"qk_rope_head_dim\": %d,\n  \"v_head_dim\": %d,\n"
             "  \"head_dim\": %d,\n  \"vocab_size\": %lld,\n  \"max_position_embeddings\": %d,\n"
             "  \"rms_norm_eps\": %s,\n  \"rope_interleave\": true,\n",
-            s->hidden, s->ffn, s->num_layers, s->num_layers, s->heads, s->heads, q, a->kv_lora_rank,
+            s->hidden, s->ffn, s->num_layers, first, s->heads, s->heads, q, a->kv_lora_rank,
             a->qk_dim, a->rope_dim, a->v_dim, a->rope_dim, (long long)vocab, s->seq, eps);
+    if (e->experts > 0)
+        fprintf(f,
+                "  \"n_routed_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+                "  \"moe_intermediate_size\": %d,\n  \"n_shared_experts\": %d,\n"
+                "  \"n_group\": %d,\n  \"topk_group\": %d,\n  \"routed_scaling_factor\": %s,\n"
+                "  \"norm_topk_prob\": true,\n  \"scoring_func\": \"sigmoid\",\n"
+                "  \"topk_method\": \"noaux_tc\",\n",
+                e->experts, e->topk, e->ffn, e->shared_ffn / e->ffn, e->groups > 1 ? e->groups : 1,
+                e->groups > 1 ? e->group_topk : 1, scale);
+    else
+        fputs("  \"n_routed_experts\": 1,\n  \"num_experts_per_tok\": 1,\n  \"n_group\": 1,\n"
+              "  \"topk_group\": 1,\n",
+              f);
+    fprintf(f, "  \"num_nextn_predict_layers\": %d,\n", s->mtp_layers);
     if (a->yarn)
         fprintf(f,
                 "  \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": %.17g, "
@@ -282,11 +376,49 @@ static bool is_llama(const tr_model_spec *s) {
            !s->learned_pos;
 }
 
-/* DeepSeek-V3's dense layers: Llama's, with MLA (and its latent norms) for attention; the MTP
- * depths have no place in transformers' model. */
+/* DeepSeek-V3: Llama's layers with MLA (and its latent norms) for attention. */
 static bool is_deepseek(const tr_model_spec *s) {
     return s->mla.on && s->mla.norms && s->swiglu && !s->layernorm && !s->bias_linear &&
-           !s->bias_qkv && !s->learned_pos && !s->mtp_layers;
+           !s->bias_qkv && !s->learned_pos;
+}
+
+/* The MoE names of the architecture a spec exports as; NULL for a dense model. */
+static const tr_hf_moe_names *moe_names(const tr_model_spec *s) {
+    if (s->moe.experts <= 0) return NULL;
+    return s->mla.on ? &tr_hf_moe_deepseek : s->qk_norm ? &tr_hf_moe_qwen3 : &tr_hf_moe_mixtral;
+}
+
+/* Why the MoE layers of spec s have no form in its architecture's config.json; NULL when they
+ * do (the routing each architecture computes, runtime/hf/config.c's map read backwards). */
+static const char *moe_refusal(const tr_model_spec *s) {
+    const tr_moe_spec *e = &s->moe;
+    if (s->mtp_layers && !s->mla.on) return "only DeepseekV3ForCausalLM holds MTP layers";
+    if (e->experts <= 0) return NULL;
+    if (e->shared_gate) return "a gated shared expert has no place in these architectures";
+    if (e->jitter != 0.0f) return "the router's input jitter has no place in config.json";
+    bool dense_first = true; /* DeepSeek: first_k_dense_replace dense layers, then MoE */
+    int first = 0;
+    while (first < s->num_layers && !tr_moe_is_layer(e, first)) first++;
+    for (int i = first; i < s->num_layers; i++) dense_first &= tr_moe_is_layer(e, i);
+    if (s->mla.on) {
+        if (e->score != TR_MOE_SIGMOID) return "DeepseekV3ForCausalLM routes by sigmoid scores";
+        if (!dense_first) return "DeepseekV3ForCausalLM has its dense layers first, then MoE";
+        if (e->shared_ffn % e->ffn) return "the shared experts' width is not n x the experts'";
+        if (e->groups > 1 && e->topk / e->group_topk != 2)
+            return "transformers scores a routing group by its top 2 experts (topk / "
+                   "group_topk must be 2)";
+        return NULL;
+    }
+    if (e->score != TR_MOE_SOFTMAX || e->groups > 0 || e->expert_bias || e->topk_scale != 1.0f ||
+        e->shared_ffn > 0)
+        return "Mixtral and Qwen3-MoE route by a softmax over all experts, without groups, "
+               "expert bias, scaling or shared experts";
+    if (!s->qk_norm) {
+        if (first != 0 || !dense_first) return "every layer of a Mixtral model is MoE";
+        if (e->ffn != s->ffn) return "Mixtral's intermediate_size is the experts' width";
+        if (e->pre_softmax) return "Mixtral renormalises its top-k probabilities";
+    }
+    return NULL;
 }
 
 typedef struct progress {
@@ -313,6 +445,7 @@ static tr_status export_merged(const tr_model *m, const char *dir, tr_st_dtype d
     bs.lora_targets = 0;
     bs.lora_dora = 0;
     bs.lora_dropout = 0.0f;
+    bs.moe.lora_rank = 0;
     tr_model base;
     TR_TRY(tr_model_create(&base, &bs, (tr_tp_shard){0, 1}, m->ops, 1));
     tr_status st = tr_lora_merge(m, &base);
@@ -331,10 +464,11 @@ tr_status tr_hf_export_progress(const tr_model *m, const char *dir, tr_st_dtype 
     const tr_model_spec *s = &m->full;
     if (m->tp.size != 1 || m->n_parts != 1 || m->parts[0].num_layers != s->num_layers ||
         (!is_llama(s) && !is_gpt2(s) && !is_deepseek(s)))
-        return export_error(d, dir,
-                            "the model is not a whole Llama, Qwen3 or GPT-2 model on one rank");
-    if (s->moe.experts > 0) /* the MoE maps read (import); writing them is not built yet */
-        return export_error(d, dir, "export of MoE models is not built yet");
+        return export_error(
+            d, dir,
+            "the model is not a whole model of an architecture Trestle exports, on one rank");
+    const char *why = moe_refusal(s);
+    if (why) return export_error(d, dir, why);
     if (dtype != TR_ST_F32 && dtype != TR_ST_BF16 && dtype != TR_ST_F16)
         return export_error(d, dir, "export writes F32, BF16 or F16");
     progress pr = {.fn = fn, .ctx = ctx};
@@ -375,6 +509,30 @@ static tr_status flush(pending *q, tr_st_dtype dtype, tr_st_stream *w, progress 
     return st;
 }
 
+/* Parameter p's elements (host values `from`) into the output tensors src names, each flushed
+ * once complete. */
+static tr_status feed(const tr_model *m, const tr_param_info *p, const float *from,
+                      const tr_hf_arch *arch, const tr_hf_shape *k, const tr_hf_source *src,
+                      pending *q, const tr_st_tensor *sorted, tr_st_dtype dtype, tr_st_stream *out,
+                      progress *pr, tr_diags *d) {
+    for (int64_t x = 0, n; x < p->numel; x += n) {
+        int64_t at = tr_model_logical_index(m, p, x), idx = 0;
+        n = tr_hf_row_run(arch, src, tr_model_logical_run(p, x));
+        int which = arch->locate(src, k, at / p->full_cols, at % p->full_cols, &idx);
+        if (which < 0) continue;
+        pending *t = &q[src->t[which] - sorted];
+        if (t->written) continue;
+        if (!t->vals && !(t->vals = calloc((size_t)t->numel, sizeof *t->vals))) return TR_ERR_NOMEM;
+        memcpy(t->vals + idx, from + x, (size_t)n * sizeof *from);
+        t->filled += n;
+    }
+    tr_status st = TR_OK;
+    for (int j = 0; st == TR_OK && j < 3; j++)
+        if (src->t[j] && q[src->t[j] - sorted].filled >= q[src->t[j] - sorted].numel)
+            st = flush(&q[src->t[j] - sorted], dtype, out, pr, d);
+    return st;
+}
+
 static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
                               tr_diags *d) {
     const tr_model_spec *s = &m->full;
@@ -382,7 +540,7 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return export_error(d, dir, "cannot create the directory");
     int64_t vocab = s->vocab_real ? s->vocab_real : s->vocab;
-    int max = 6 + 14 * s->num_layers;
+    int max = 6 + (s->num_layers + s->mtp_layers) * (24 + 3 * s->moe.experts);
     out_tensor *o = calloc((size_t)max, sizeof *o);
     tr_st_entry *e = calloc((size_t)max, sizeof *e);
     int64_t(*shape)[2] = calloc((size_t)max, sizeof *shape);
@@ -390,7 +548,7 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
         free(o), free(e), free(shape);
         return TR_ERR_NOMEM;
     }
-    int n = gpt2 ? list_gpt2(s, vocab, o) : list_tensors(s, vocab, o);
+    int n = gpt2 ? list_gpt2(s, vocab, o) : list_tensors(s, vocab, moe_names(s), o);
     /* The output tensors as a checkpoint of fp32 views (sorted for lookup) that the import's own
      * map is run against: each model element goes where the import would read it from. */
     tr_st_tensor *sorted = calloc((size_t)n, sizeof *sorted);
@@ -419,10 +577,13 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
                                        o)};
     }
     tr_st_file file = {.t = sorted, .n = n};
-    const tr_hf_arch *arch = gpt2         ? &tr_hf_arch_gpt2
-                             : s->mla.on  ? &tr_hf_arch_deepseek_v3
-                             : s->qk_norm ? &tr_hf_arch_qwen3
-                                          : &tr_hf_arch_llama;
+    const tr_hf_moe_names *moe = moe_names(s);
+    const tr_hf_arch *arch = gpt2                        ? &tr_hf_arch_gpt2
+                             : s->mla.on                 ? &tr_hf_arch_deepseek_v3
+                             : moe == &tr_hf_moe_qwen3   ? &tr_hf_arch_qwen3_moe
+                             : moe == &tr_hf_moe_mixtral ? &tr_hf_arch_mixtral
+                             : s->qk_norm                ? &tr_hf_arch_qwen3
+                                                         : &tr_hf_arch_llama;
     tr_hf_weights w = {.files = &file, .n = 1, .architecture = (char *)(uintptr_t)arch->name};
     tr_hf_shape k = tr_hf_shape_of(s);
     char path[4096];
@@ -447,22 +608,24 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
                       : TR_ERR_NOMEM;
             from = host;
         }
-        for (int64_t x = 0; st == TR_OK && x < p->numel; x++) {
-            int64_t at = tr_model_logical_index(m, p, x), idx = 0;
-            int which = arch->locate(&src, &k, at / p->full_cols, at % p->full_cols, &idx);
-            if (which < 0) continue;
-            pending *t = &q[src.t[which] - sorted];
-            if (t->written) continue;
-            if (!t->vals && !(t->vals = calloc((size_t)t->numel, sizeof *t->vals))) {
-                st = TR_ERR_NOMEM;
-                break;
+        if (st == TR_OK) st = feed(m, p, from, arch, &k, &src, q, sorted, dtype, &out, pr, d);
+        /* DeepSeek's MTP layers hold copies of the embedding and the output layer, which
+         * Megatron shares with the main model: each depth's copy is fed the same elements. */
+        const char *copy = strcmp(p->name, "embedding.word_embeddings.weight") == 0 ? "embed_tokens"
+                           : strcmp(p->name, "output_layer.weight") == 0 ? "shared_head.head"
+                                                                         : NULL;
+        for (int c = 0; copy && st == TR_OK && c < (s->tied ? 2 : 1); c++) {
+            if (c) copy = "shared_head.head"; /* tied: the embedding is the output layer too */
+            for (int dep = 0; st == TR_OK && dep < s->mtp_layers; dep++) {
+                char name[128];
+                snprintf(name, sizeof name, "model.layers.%d.%s.weight", s->num_layers + dep, copy);
+                tr_st_tensor key = {.name = name};
+                const tr_st_tensor *t = bsearch(&key, sorted, (size_t)n, sizeof *sorted, by_name);
+                tr_hf_source mirror = src;
+                mirror.t[0] = t;
+                if (t) st = feed(m, p, from, arch, &k, &mirror, q, sorted, dtype, &out, pr, d);
             }
-            t->vals[idx] = from[x];
-            t->filled++;
         }
-        for (int j = 0; st == TR_OK && j < 3; j++)
-            if (src.t[j] && q[src.t[j] - sorted].filled >= q[src.t[j] - sorted].numel)
-                st = flush(&q[src.t[j] - sorted], dtype, &out, pr, d);
     }
     free(host);
     /* What no parameter fed (none in these maps) is written as zeros, as before. */

@@ -174,4 +174,22 @@ static bool gpt2_known(const char *n, const tr_hf_shape *k) {
     return false;
 }
 
-const tr_hf_arch tr_hf_arch_gpt2 = {"GPT2LMHeadModel", gpt2_known, gpt2_source, gpt2_locate};
+/* Conv1D weights are stored transposed and c_attn's columns are regrouped by head. */
+static bool gpt2_rows_in_order(const tr_hf_source *s) {
+    switch ((piece)s->kind) {
+    case QKV_W:
+    case QKV_B:
+    case PROJ_W:
+    case FC2_W:
+    case FC1_W:
+        return false;
+    default:
+        return true;
+    }
+}
+
+const tr_hf_arch tr_hf_arch_gpt2 = {.name = "GPT2LMHeadModel",
+                                    .known = gpt2_known,
+                                    .source = gpt2_source,
+                                    .locate = gpt2_locate,
+                                    .rows_in_order = gpt2_rows_in_order};

@@ -21,7 +21,8 @@ tr_hf_shape tr_hf_shape_of(const tr_model_spec *f) {
                          .tied = f->tied,
                          .qk_norm = f->qk_norm,
                          .moe = f->moe,
-                         .mla = f->mla};
+                         .mla = f->mla,
+                         .mtp = f->mtp_layers};
 }
 
 static const tr_hf_arch *arch_named(const char *name) {
@@ -40,12 +41,12 @@ bool tr_hf_architecture_known(const char *name) {
 tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d) {
     const tr_hf_arch *a = arch_named(w->architecture);
     if (!a)
-        return tr_diag_add(d, TR_SEV_ERROR, "hf.architecture", NULL, NULL,
-                           "Trestle imports LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, "
-                           "MixtralForCausalLM, Qwen3MoeForCausalLM and DeepseekV3ForCausalLM "
-                           "(dense layers) so far",
-                           "architecture %s is not one Trestle maps",
-                           w->architecture ? w->architecture : "(none given)");
+        return tr_diag_add(
+            d, TR_SEV_ERROR, "hf.architecture", NULL, NULL,
+            "Trestle imports LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, "
+            "MixtralForCausalLM, Qwen3MoeForCausalLM and DeepseekV3ForCausalLM so far",
+            "architecture %s is not one Trestle maps",
+            w->architecture ? w->architecture : "(none given)");
     const tr_model_spec *f = &m->full;
     tr_hf_shape k = tr_hf_shape_of(f);
     for (int fi = 0; fi < w->n; fi++)
@@ -62,11 +63,14 @@ tr_status tr_hf_import(tr_model *m, const tr_hf_weights *w, tr_diags *d) {
         float *dst = direct ? m->params + p->offset
                             : malloc((size_t)(p->numel ? p->numel : 1) * sizeof *dst);
         if (!dst) return TR_ERR_NOMEM;
-        for (int64_t e = 0; e < p->numel; e++) {
-            int64_t at = tr_model_logical_index(m, p, e);
-            int64_t idx = 0;
+        for (int64_t e = 0, n; e < p->numel; e += n) {
+            int64_t at = tr_model_logical_index(m, p, e), idx = 0;
+            n = tr_hf_row_run(a, &s, tr_model_logical_run(p, e));
             int which = a->locate(&s, &k, at / p->full_cols, at % p->full_cols, &idx);
-            dst[e] = which < 0 ? 0.0f : tr_hf_value(s.t[which], idx);
+            if (which < 0)
+                memset(dst + e, 0, (size_t)n * sizeof *dst);
+            else
+                tr_hf_values(s.t[which], idx, n, dst + e);
         }
         if (direct) continue;
         tr_status st =

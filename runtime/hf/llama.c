@@ -180,5 +180,11 @@ static bool qwen3_known(const char *n, const tr_hf_shape *k) {
     return known(n, k, true);
 }
 
-const tr_hf_arch tr_hf_arch_llama = {"LlamaForCausalLM", llama_known, llama_source, llama_locate};
-const tr_hf_arch tr_hf_arch_qwen3 = {"Qwen3ForCausalLM", qwen3_known, llama_source, llama_locate};
+const tr_hf_arch tr_hf_arch_llama = {.name = "LlamaForCausalLM",
+                                     .known = llama_known,
+                                     .source = llama_source,
+                                     .locate = llama_locate};
+const tr_hf_arch tr_hf_arch_qwen3 = {.name = "Qwen3ForCausalLM",
+                                     .known = qwen3_known,
+                                     .source = llama_source,
+                                     .locate = llama_locate};

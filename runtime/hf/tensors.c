@@ -45,3 +45,20 @@ float tr_hf_value(const tr_st_tensor *t, int64_t i) {
     memcpy(&h, p + 2 * i, 2);
     return t->dtype == TR_ST_F16 ? tr_f16_value(h) : tr_bf16_value(h);
 }
+
+void tr_hf_values(const tr_st_tensor *t, int64_t i, int64_t n, float *out) {
+    const unsigned char *p = t->data;
+    if (t->dtype == TR_ST_F32) {
+        memcpy(out, p + 4 * i, (size_t)n * 4);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * (i + j), 2);
+        out[j] = t->dtype == TR_ST_F16 ? tr_f16_value(h) : tr_bf16_value(h);
+    }
+}
+
+int64_t tr_hf_row_run(const tr_hf_arch *a, const tr_hf_source *s, int64_t n) {
+    return !a->rows_in_order || a->rows_in_order(s) ? n : 1;
+}

@@ -2,19 +2,29 @@
 #include "runtime/comm/comm.h"
 #include "runtime/mla/mla.h"
 
+/* The projections' GEMMs: in mixed precision on bf16/fp16 copies of both operands with fp32
+ * accumulation, as the model's linear layers (runtime/model/linear.c). */
+static tr_status gemm(const tr_mla_run *r, tr_transpose ta, tr_transpose tb, int m, int n, int k,
+                      const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                      int ldc) {
+    if (r->lowp)
+        return r->ops->gemm_lowp((tr_lowp)r->lowp, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c,
+                                 ldc);
+    return r->ops->gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* y [rows, out] = x [rows, in] (leading dimension ldx) W^T, W [out, in]. */
-static tr_status lin_fwd(const tr_ops *o, const float *x, int ldx, const float *w, float *y,
+static tr_status lin_fwd(const tr_mla_run *r, const float *x, int ldx, const float *w, float *y,
                          int rows, int out, int in) {
-    return o->gemm(TR_NOTRANS, TR_TRANS, rows, out, in, 1.0f, x, ldx, w, in, 0.0f, y, out);
+    return gemm(r, TR_NOTRANS, TR_TRANS, rows, out, in, x, ldx, w, in, 0.0f, y, out);
 }
 
 /* dW += dy^T x; dx = dy W (beta 0) or dx += dy W (beta 1), dx skipped when NULL. */
-static tr_status lin_bwd(const tr_ops *o, const float *x, int ldx, const float *w, float *dw,
+static tr_status lin_bwd(const tr_mla_run *r, const float *x, int ldx, const float *w, float *dw,
                          const float *dy, float *dx, float beta, int rows, int out, int in) {
-    if (dw)
-        TR_TRY(o->gemm(TR_TRANS, TR_NOTRANS, out, in, rows, 1.0f, dy, out, x, ldx, 1.0f, dw, in));
+    if (dw) TR_TRY(gemm(r, TR_TRANS, TR_NOTRANS, out, in, rows, dy, out, x, ldx, 1.0f, dw, in));
     if (!dx) return TR_OK;
-    return o->gemm(TR_NOTRANS, TR_NOTRANS, rows, in, out, 1.0f, dy, out, w, in, beta, dx, in);
+    return gemm(r, TR_NOTRANS, TR_NOTRANS, rows, in, out, dy, out, w, in, beta, dx, in);
 }
 
 static tr_status tp_sum(const tr_mla_run *r, float *x, int64_t n) {
@@ -72,8 +82,23 @@ static tr_status rms_fwd(const tr_mla_run *r, float *y, float *rstd, const float
     return r->ops->rmsnorm_fwd(y, rstd, x, w, rows, dim, r->eps, r->zero_centered);
 }
 
-tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_acts *a,
-                     const float *x, float *out) {
+/* The down projections and their norms into a's latents. */
+static tr_status down_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_acts *a,
+                          const float *x) {
+    const tr_mla_spec *s = r->s;
+    int rows = r->batch * r->seq, C = r->hidden, qr = s->q_lora_rank, kr = s->kv_lora_rank;
+    if (qr > 0) {
+        TR_TRY(lin_fwd(r, x, C, w->q_down, a->qc, rows, qr, C));
+        if (s->norms) TR_TRY(rms_fwd(r, a->qcn, a->qc_rstd, a->qc, w->q_norm, rows, qr));
+    }
+    TR_TRY(lin_fwd(r, x, C, w->kv_down, a->kvc, rows, kr + s->rope_dim, C));
+    TR_TRY(r->ops->copy_2d(a->kvl, kr, a->kvc, kr + s->rope_dim, rows, kr));
+    if (s->norms) TR_TRY(rms_fwd(r, a->kvn, a->kv_rstd, a->kvl, w->kv_norm, rows, kr));
+    return TR_OK;
+}
+
+tr_status tr_mla_up_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_acts *a,
+                        const float *x) {
     const tr_ops *o = r->ops;
     const tr_mla_spec *s = r->s;
     const tr_mla_scratch *sc = r->sc;
@@ -84,17 +109,10 @@ tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
     TR_TRY(token_tables(r));
 
     /* Queries: [rows, H, dn + dr] in sc->qf. */
-    if (qr > 0) {
-        TR_TRY(lin_fwd(o, x, C, w->q_down, a->qc, rows, qr, C));
-        const float *qin = a->qc;
-        if (s->norms) {
-            TR_TRY(rms_fwd(r, a->qcn, a->qc_rstd, a->qc, w->q_norm, rows, qr));
-            qin = a->qcn;
-        }
-        TR_TRY(lin_fwd(o, qin, qr, w->q_up, sc->qf, rows, H * qd, qr));
-    } else {
-        TR_TRY(lin_fwd(o, x, C, w->q_up, sc->qf, rows, H * qd, C));
-    }
+    if (qr > 0)
+        TR_TRY(lin_fwd(r, s->norms ? a->qcn : a->qc, qr, w->q_up, sc->qf, rows, H * qd, qr));
+    else
+        TR_TRY(lin_fwd(r, x, C, w->q_up, sc->qf, rows, H * qd, C));
     TR_TRY(o->copy_2d(a->q, P, sc->qf, qd, nh, dn));
     TR_TRY(deinterleave(r, sc->pe, sc->qf + dn, qd, nh, true));
     TR_TRY(rotate(r, sc->pe, H, true));
@@ -102,14 +120,7 @@ tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
     if (P > qd) TR_TRY(o->fill_2d(a->q + qd, P, nh, P - qd, 0.0f));
 
     /* Keys and values from the latent; the shared rotary key copied into every head. */
-    TR_TRY(lin_fwd(o, x, C, w->kv_down, a->kvc, rows, kr + dr, C));
-    TR_TRY(o->copy_2d(a->kvl, kr, a->kvc, kr + dr, rows, kr));
-    const float *kvin = a->kvl;
-    if (s->norms) {
-        TR_TRY(rms_fwd(r, a->kvn, a->kv_rstd, a->kvl, w->kv_norm, rows, kr));
-        kvin = a->kvn;
-    }
-    TR_TRY(lin_fwd(o, kvin, kr, w->kv_up, sc->kvf, rows, H * kvd, kr));
+    TR_TRY(lin_fwd(r, s->norms ? a->kvn : a->kvl, kr, w->kv_up, sc->kvf, rows, H * kvd, kr));
     TR_TRY(o->copy_2d(a->k, P, sc->kvf, kvd, nh, dn));
     TR_TRY(o->copy_2d(a->v, P, sc->kvf + dn, kvd, nh, dv));
     TR_TRY(deinterleave(r, sc->kpe, a->kvc + kr, kr + dr, rows, true));
@@ -118,10 +129,22 @@ tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
         TR_TRY(o->copy_2d(a->k + (int64_t)h * P + dn, (int64_t)H * P, sc->kpe, dr, rows, dr));
     if (P > qd) TR_TRY(o->fill_2d(a->k + qd, P, nh, P - qd, 0.0f));
     if (P > dv) TR_TRY(o->fill_2d(a->v + dv, P, nh, P - dv, 0.0f));
+    return TR_OK;
+}
 
+tr_status tr_mla_attn_fwd(const tr_mla_run *r, const tr_mla_acts *a, float *out) {
+    int64_t nh = (int64_t)r->batch * r->seq * r->heads;
+    int P = tr_mla_attn_dim(r->s);
     tr_attn_desc d = attn_desc(r);
-    TR_TRY(o->attention_fwd(a->o, a->lse, a->q, a->k, a->v, &d));
-    return o->copy_2d(out, dv, a->o, P, nh, dv);
+    TR_TRY(r->ops->attention_fwd(a->o, a->lse, a->q, a->k, a->v, &d));
+    return r->ops->copy_2d(out, r->s->v_dim, a->o, P, nh, r->s->v_dim);
+}
+
+tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_acts *a,
+                     const float *x, float *out) {
+    TR_TRY(down_fwd(r, w, a, x));
+    TR_TRY(tr_mla_up_fwd(r, w, a, x));
+    return tr_mla_attn_fwd(r, a, out);
 }
 
 /* dy [rows, dim] through the optional RMSNorm of x into dx (overwritten). */
@@ -160,7 +183,7 @@ tr_status tr_mla_bwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
     TR_TRY(rotate(r, sc->kpe, 1, false));
     TR_TRY(deinterleave(r, sc->kpe, sc->dkvc + kr, kr + dr, rows, false));
     const float *kvin = s->norms ? a->kvn : a->kvl;
-    TR_TRY(lin_bwd(o, kvin, kr, w->kv_up, g->kv_up, sc->kvf, sc->lat, 0.0f, rows, H * kvd, kr));
+    TR_TRY(lin_bwd(r, kvin, kr, w->kv_up, g->kv_up, sc->kvf, sc->lat, 0.0f, rows, H * kvd, kr));
     TR_TRY(tp_sum(r, sc->lat, (int64_t)rows * kr));
     const float *dkvl = sc->lat;
     if (s->norms) {
@@ -176,7 +199,7 @@ tr_status tr_mla_bwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
     TR_TRY(deinterleave(r, sc->pe, sc->qf + dn, qd, nh, false));
     if (qr > 0) {
         const float *qin = s->norms ? a->qcn : a->qc;
-        TR_TRY(lin_bwd(o, qin, qr, w->q_up, g->q_up, sc->qf, sc->lat, 0.0f, rows, H * qd, qr));
+        TR_TRY(lin_bwd(r, qin, qr, w->q_up, g->q_up, sc->qf, sc->lat, 0.0f, rows, H * qd, qr));
         TR_TRY(tp_sum(r, sc->lat, (int64_t)rows * qr));
         const float *dqc = sc->lat;
         if (s->norms) {
@@ -184,11 +207,11 @@ tr_status tr_mla_bwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_
                 rms_bwd(r, sc->lat2, g->q_norm, sc->lat, a->qc, w->q_norm, a->qc_rstd, rows, qr));
             dqc = sc->lat2;
         }
-        TR_TRY(lin_bwd(o, x, C, w->q_down, g->q_down, dqc, dx, 0.0f, rows, qr, C));
+        TR_TRY(lin_bwd(r, x, C, w->q_down, g->q_down, dqc, dx, 0.0f, rows, qr, C));
     } else {
-        TR_TRY(lin_bwd(o, x, C, w->q_up, g->q_up, sc->qf, dx, 0.0f, rows, H * qd, C));
+        TR_TRY(lin_bwd(r, x, C, w->q_up, g->q_up, sc->qf, dx, 0.0f, rows, H * qd, C));
         TR_TRY(tp_sum(r, dx, (int64_t)rows * C)); /* column-parallel: a partial input gradient */
     }
     /* The down projections' input gradient is the same on every rank (full inputs). */
-    return lin_bwd(o, x, C, w->kv_down, g->kv_down, sc->dkvc, dx, 1.0f, rows, kr + dr, C);
+    return lin_bwd(r, x, C, w->kv_down, g->kv_down, sc->dkvc, dx, 1.0f, rows, kr + dr, C);
 }

@@ -76,8 +76,15 @@ float **tr_mla_field(tr_mla_weights *w, int field);
 
 /* Buffers are carved by the caller: carve(ctx, n) returns n floats (or NULL while sizing). */
 typedef float *(*tr_mla_carve_fn)(void *ctx, int64_t n);
-void tr_mla_carve_acts(const tr_mla_spec *s, int heads, int64_t rows, tr_mla_acts *a,
-                       tr_mla_carve_fn carve, void *ctx);
+/* The parts of tr_mla_acts, kept or recomputed apart: the down projections and their norms,
+ * the attention's operands (the up projections with the rotation: Megatron's mla_up_proj), and
+ * its output and lse (core_attn). */
+enum { TR_MLA_ACTS_LATENT = 1, TR_MLA_ACTS_QKV = 2, TR_MLA_ACTS_OUT = 4, TR_MLA_ACTS_ALL = 7 };
+/* Carves the parts named (the others are left as they are). */
+void tr_mla_carve_acts(const tr_mla_spec *s, int heads, int64_t rows, unsigned parts,
+                       tr_mla_acts *a, tr_mla_carve_fn carve, void *ctx);
+/* a's pointers of the parts named become from's. */
+void tr_mla_share_acts(tr_mla_acts *a, const tr_mla_acts *from, unsigned parts);
 void tr_mla_carve_scratch(const tr_mla_spec *s, int heads, int64_t rows, int seq,
                           tr_mla_scratch *sc, tr_mla_carve_fn carve, void *ctx);
 
@@ -106,6 +113,7 @@ typedef struct tr_mla_run {
     int hidden, heads, batch, seq;
     float eps;
     int zero_centered;
+    int lowp; /* 0 or the tr_lowp the projections' GEMM operands are rounded to (mixed precision) */
     tr_attn_desc attn;
     const int32_t *pos_ids;
     const tr_mla_scratch *sc;
@@ -115,6 +123,12 @@ typedef struct tr_mla_run {
  * input); saves into a. */
 tr_status tr_mla_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_acts *a,
                      const float *x, float *out);
+/* The two halves of tr_mla_fwd, for recomputation: the up projections and the rotation from
+ * the saved latents (and, without q_lora_rank, x) into a's q, k, v; the attention from them into
+ * a's o and lse and out. */
+tr_status tr_mla_up_fwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_acts *a,
+                        const float *x);
+tr_status tr_mla_attn_fwd(const tr_mla_run *r, const tr_mla_acts *a, float *out);
 /* From dout [rows, heads * v_dim]: accumulates the weights' gradients into g and OVERWRITES
  * dx [rows, hidden] with the gradient of x (summed over the TP group). */
 tr_status tr_mla_bwd(const tr_mla_run *r, const tr_mla_weights *w, const tr_mla_weights *g,

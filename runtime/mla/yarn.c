@@ -50,28 +50,43 @@ int tr_mla_attn_dim(const tr_mla_spec *s) {
     return qd > s->v_dim ? qd : s->v_dim;
 }
 
-void tr_mla_carve_acts(const tr_mla_spec *s, int heads, int64_t rows, tr_mla_acts *a,
-                       tr_mla_carve_fn carve, void *ctx) {
+void tr_mla_carve_acts(const tr_mla_spec *s, int heads, int64_t rows, unsigned parts,
+                       tr_mla_acts *a, tr_mla_carve_fn carve, void *ctx) {
     int64_t hp = (int64_t)heads * tr_mla_attn_dim(s), qr = s->q_lora_rank, kr = s->kv_lora_rank;
-    *a = (tr_mla_acts){0};
-    if (qr > 0) {
-        a->qc = carve(ctx, rows * qr);
+    if (parts & TR_MLA_ACTS_LATENT) {
+        a->qc = a->qcn = a->qc_rstd = a->kvn = a->kv_rstd = NULL;
+        if (qr > 0) {
+            a->qc = carve(ctx, rows * qr);
+            if (s->norms) {
+                a->qcn = carve(ctx, rows * qr);
+                a->qc_rstd = carve(ctx, rows);
+            }
+        }
+        a->kvc = carve(ctx, rows * (kr + s->rope_dim));
+        a->kvl = carve(ctx, rows * kr);
         if (s->norms) {
-            a->qcn = carve(ctx, rows * qr);
-            a->qc_rstd = carve(ctx, rows);
+            a->kvn = carve(ctx, rows * kr);
+            a->kv_rstd = carve(ctx, rows);
         }
     }
-    a->kvc = carve(ctx, rows * (kr + s->rope_dim));
-    a->kvl = carve(ctx, rows * kr);
-    if (s->norms) {
-        a->kvn = carve(ctx, rows * kr);
-        a->kv_rstd = carve(ctx, rows);
+    if (parts & TR_MLA_ACTS_QKV) {
+        a->q = carve(ctx, rows * hp);
+        a->k = carve(ctx, rows * hp);
+        a->v = carve(ctx, rows * hp);
     }
-    a->q = carve(ctx, rows * hp);
-    a->k = carve(ctx, rows * hp);
-    a->v = carve(ctx, rows * hp);
-    a->o = carve(ctx, rows * hp);
-    a->lse = carve(ctx, rows * heads);
+    if (parts & TR_MLA_ACTS_OUT) {
+        a->o = carve(ctx, rows * hp);
+        a->lse = carve(ctx, rows * heads);
+    }
+}
+
+void tr_mla_share_acts(tr_mla_acts *a, const tr_mla_acts *from, unsigned parts) {
+    if (parts & TR_MLA_ACTS_LATENT) {
+        a->qc = from->qc, a->qcn = from->qcn, a->qc_rstd = from->qc_rstd;
+        a->kvc = from->kvc, a->kvl = from->kvl, a->kvn = from->kvn, a->kv_rstd = from->kv_rstd;
+    }
+    if (parts & TR_MLA_ACTS_QKV) a->q = from->q, a->k = from->k, a->v = from->v;
+    if (parts & TR_MLA_ACTS_OUT) a->o = from->o, a->lse = from->lse;
 }
 
 void tr_mla_carve_scratch(const tr_mla_spec *s, int heads, int64_t rows, int seq,

@@ -10,7 +10,10 @@
 bool tr_model_half_input(const tr_model *m, int id) {
     const tr_model_spec *s = &m->spec;
     if (!s->lowp || s->no_half_acts) return false;
-    if (id == TR_MODEL_AT_HEAD) return true; /* the output layer never has an adapter */
+    /* MLA reads its input norm's output in fp32 (its projections' GEMMs round it), and the
+     * MTP depths read the final norm's output as their first hidden state. */
+    if (id == TR_LIN_QKV && s->mla.on) return false;
+    if (id == TR_MODEL_AT_HEAD) return !s->mtp_layers; /* the output layer has no adapter */
     return !(s->lora_rank && (s->lora_targets & (1u << id)));
 }
 
@@ -55,11 +58,16 @@ static int full_run(const tr_model_spec *s, const tr_model_part *p, int layer, i
 unsigned tr_model_rc_dropped(const tr_model *m, int part, int layer, int *set) {
     const tr_model_spec *s = &m->spec;
     *set = 0;
+    /* An MTP depth's layer (on the loss stage) is a run of its own under full recomputation:
+     * Megatron checkpoints each depth's layer whole, whatever the method. */
+    if (layer >= s->num_layers && s->recompute == TR_RECOMPUTE_FULL && s->recompute_layers > 0)
+        return TR_RC_ALL & ~(unsigned)TR_RC_X_IN;
     if (s->recompute == TR_RECOMPUTE_SELECTIVE) {
         unsigned mods = s->recompute_modules, d = 0;
         if (mods & (1u << TR_RC_MOD_CORE_ATTN)) d |= TR_RC_ATTN;
         if (mods & (1u << TR_RC_MOD_MLP)) d |= TR_RC_MLP;
         if (mods & (1u << TR_RC_MOD_LAYERNORM)) d |= TR_RC_NORMS;
+        if (mods & (1u << TR_RC_MOD_MLA_UP_PROJ)) d |= TR_RC_MLA_UP;
         return d;
     }
     int first = 0;
@@ -73,8 +81,11 @@ unsigned tr_model_rc_dropped(const tr_model *m, int part, int layer, int *set) {
 int tr_model_rc_sets(const tr_model *m) {
     const tr_model_spec *s = &m->spec;
     int most = 0;
-    for (int k = 0; k < m->n_parts; k++)
-        if (m->parts[k].num_layers > most) most = m->parts[k].num_layers;
+    for (int k = 0; k < m->n_parts; k++) {
+        const tr_model_part *p = &m->parts[k];
+        int n = p->num_layers + (p->has_loss && s->mtp_layers ? 1 : 0); /* depths: set 0 */
+        if (n > most) most = n;
+    }
     if (s->recompute == TR_RECOMPUTE_SELECTIVE) return s->recompute_modules && most ? 1 : 0;
     if (s->recompute != TR_RECOMPUTE_FULL || s->recompute_layers <= 0) return 0;
     int n = s->recompute_block ? 1 : s->recompute_layers;
@@ -141,13 +152,19 @@ static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a, const tr
         a->x_in = from->x_in;
     else
         a->x_in = carve(c, bt * C);
+    if (s->mla.on) { /* MLA keeps its own attention operands, its output with the attention's */
+        unsigned shared = (drop & TR_RC_REST ? TR_MLA_ACTS_LATENT : 0u) |
+                          (drop & TR_RC_MLA_UP ? TR_MLA_ACTS_QKV : 0u) |
+                          (drop & TR_RC_ATTN ? TR_MLA_ACTS_OUT : 0u);
+        tr_mla_share_acts(&a->mla, &from->mla, shared);
+        tr_mla_carve_acts(&s->mla, s->heads, bt, TR_MLA_ACTS_ALL & ~shared, &a->mla, carve_cb, c);
+    }
     if (drop & TR_RC_REST) {
         a->q = from->q, a->k = from->k, a->v = from->v, a->x_mid = from->x_mid;
         a->q_raw = from->q_raw, a->k_raw = from->k_raw;
         a->qn_mean = from->qn_mean, a->qn_rstd = from->qn_rstd;
         a->kn_mean = from->kn_mean, a->kn_rstd = from->kn_rstd;
-    } else if (s->mla.on) { /* MLA keeps its own attention operands */
-        tr_mla_carve_acts(&s->mla, s->heads, bt, &a->mla, carve_cb, c);
+    } else if (s->mla.on) {
         a->x_mid = carve(c, bt * C);
     } else {
         a->q = carve(c, bt * hd);
@@ -181,7 +198,7 @@ static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a, const tr
         a->attn = from->attn, a->lse = from->lse;
     } else {
         a->attn = carve(c, bt * hd);
-        a->lse = carve(c, (int64_t)m->batch * s->heads * s->seq);
+        a->lse = s->mla.on ? NULL : carve(c, (int64_t)m->batch * s->heads * s->seq);
     }
     if (drop & TR_RC_MLP) {
         a->fc1 = from->fc1, a->act = from->act, a->act_h = from->act_h;
@@ -194,15 +211,19 @@ static void carve_layer(const tr_model *m, carver *c, tr_layer_acts *a, const tr
     }
 }
 
-/* The groups some layer of the model drops into recompute set `set`. */
+/* The groups some layer of the model (an MTP depth's included) drops into recompute set `set`. */
 static unsigned set_groups(const tr_model *m, int set) {
     unsigned used = 0;
-    for (int k = 0; k < m->n_parts; k++)
-        for (int i = 0; i < m->parts[k].num_layers; i++) {
-            int at;
-            unsigned d = tr_model_rc_dropped(m, k, m->parts[k].first_layer + i, &at);
+    for (int k = 0; k < m->n_parts; k++) {
+        const tr_model_part *p = &m->parts[k];
+        int n = p->num_layers + (p->has_loss ? m->spec.mtp_layers : 0);
+        for (int i = 0; i < n; i++) {
+            int at, layer = i < p->num_layers ? p->first_layer + i
+                                              : m->spec.num_layers + i - p->num_layers;
+            unsigned d = tr_model_rc_dropped(m, k, layer, &at);
             if (at == set) used |= d;
         }
+    }
     return used;
 }
 
@@ -217,8 +238,10 @@ static void carve_head(const tr_model *m, carver *c, tr_slot_acts *a) {
     a->ce_stats = carve(c, 4 * bt); /* [3, bt] stats, then bt floats of TP scratch */
     a->losses = carve(c, bt);
     a->dloss = carve(c, bt);
+    tr_mtp_acts scratch = {0};              /* a sizing pass has no MTP records */
     for (int d = 0; d < s->mtp_layers; d++) /* MTP: each depth's layer and its own tensors */
-        tr_mtp_carve_acts(bt, (int)C, s->vocab, s->layernorm, &a->mtp[d], carve_cb, c);
+        tr_mtp_carve_acts(bt, (int)C, s->vocab, s->layernorm, s->sequence_parallel,
+                          a->mtp ? &a->mtp[d] : &scratch, carve_cb, c);
 }
 
 /* The output layer's inputs and logits gradients of the microbatches whose weight gradients
@@ -248,7 +271,11 @@ static void carve_acts(tr_model *m, carver *c) {
                     TR_RC_ALL & ~set_groups(m, r));
     for (int k = 0; k < m->n_parts; k++) {
         const tr_model_part *p = &m->parts[k];
-        for (int slot = 0; slot < part_slots(p); slot++) {
+        /* a sizing pass carves one slot: every slot of a part takes the same floats (carve
+         * only adds rounded sizes) */
+        int n_carved = m->slot_acts ? part_slots(p) : part_slots(p) > 0;
+        int64_t slot_from = c->used;
+        for (int slot = 0; slot < n_carved; slot++) {
             tr_slot_acts *a = m->slot_acts ? &m->slot_acts[m->slot_start[k] + slot] : &scratch_slot;
             for (int i = 0; i < p->num_layers; i++) {
                 int at;
@@ -257,11 +284,16 @@ static void carve_acts(tr_model *m, carver *c) {
                 carve_layer(m, c, la, drop && m->rc_sets ? &m->rc_sets[at] : NULL, drop);
             }
             if (p->has_loss) {
-                for (int d = 0; d < s->mtp_layers; d++)
-                    carve_layer(m, c, &a->layers[p->num_layers + d], NULL, 0);
+                for (int d = 0; d < s->mtp_layers; d++) {
+                    int at;
+                    unsigned drop = tr_model_rc_dropped(m, k, s->num_layers + d, &at);
+                    tr_layer_acts *la = a->layers ? &a->layers[p->num_layers + d] : &scratch_layer;
+                    carve_layer(m, c, la, drop && m->rc_sets ? &m->rc_sets[at] : NULL, drop);
+                }
                 carve_head(m, c, a);
             }
         }
+        if (!m->slot_acts && n_carved) c->used += (c->used - slot_from) * (part_slots(p) - 1);
     }
     carve_deferred(m, c);
     m->sp_full = s->sequence_parallel ? carve(c, bt * C) : NULL;

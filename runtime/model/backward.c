@@ -41,6 +41,17 @@ static tr_status moe_bwd(const tr_model *m, int i, const float *dy) {
     return tr_moe_backward(m->moe[i], m->moe_slot, dy, m->dtmp, scale);
 }
 
+/* The half of eh_proj's input gradient from column `col` (0: the embedding's, hidden: the
+ * hidden state's) into dtmp: summed over TP already, or reduce-scattered to this rank's rows
+ * under sequence parallelism. */
+static tr_status mtp_cat_half(const tr_model *m, int col) {
+    int rows = m->batch * m->spec.seq, C = m->spec.hidden;
+    const float *dcat = m->mtp_sc.dcat + col;
+    if (!m->spec.sequence_parallel) return m->ops->copy_2d(m->dtmp, C, dcat, 2 * C, rows, C);
+    TR_TRY(m->ops->copy_2d(m->sp_full, C, dcat, 2 * C, rows, C));
+    return tr_tp_seq_reduce_scatter(m, m->sp_full, m->dtmp, C);
+}
+
 static tr_status layer_bwd(tr_model *m, int i) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
@@ -77,9 +88,11 @@ static tr_status layer_bwd(tr_model *m, int i) {
     tr_linear proj = tr_model_layer_linear(m, i, TR_LIN_PROJ);
     float *dattn = m->dbig;
     TR_TRY(tr_linear_bwd(ops, &proj, a->attn, dy, dattn, rows));
-    if (s->mla.on) {
+    if (s->mla.on) { /* the input gradient comes out whole on every rank: SP keeps its rows */
         tr_mla_run run = tr_model_mla_run(m, i);
-        TR_TRY(tr_mla_bwd(&run, &p->mla, &g->mla, &a->mla, a->ln1, dattn, m->dtmp));
+        TR_TRY(tr_mla_bwd(&run, &p->mla, &g->mla, &a->mla, sp ? a->ln1_full : a->ln1, dattn,
+                          sp ? m->sp_full : m->dtmp));
+        if (sp) TR_TRY(tr_tp_seq_rows(m, m->sp_full, m->dtmp, s->hidden));
     } else {
         tr_attn_desc ad = tr_model_layer_attn_desc(m, i);
         if (m->cp)
@@ -105,13 +118,17 @@ static tr_status layer_bwd(tr_model *m, int i) {
 /* Multi-token prediction's backward, last depth first (runtime/mtp/mtp.h): each depth's loss
  * (scaled by mtp_scale over its own trained tokens) through the shared output layer, its final
  * norm, transformer layer, projection and the two norms, into the shared embedding and the
- * previous depth's hidden state; leaves dL/d(main final norm output) in mtp_sc.dh. */
-static tr_status mtp_bwd(tr_model *m, float loss_scale) {
+ * previous depth's hidden state; leaves dL/d(main final norm output) in mtp_sc.dh. Under
+ * sequence parallelism on this rank's rows, as the forward: eh_proj's output gradient gathered,
+ * each half of its input gradient reduce-scattered. */
+static tr_status mtp_bwd(tr_model *m, int part, float loss_scale) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
     const tr_mtp_scratch *sc = &m->mtp_sc;
-    int rows = m->batch * s->seq, L = s->num_layers, C = s->hidden, vs = m->tp.rank * s->vocab;
-    int64_t n = (int64_t)rows * C;
+    bool sp = s->sequence_parallel;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m), L = s->num_layers, C = s->hidden;
+    int vs = m->tp.rank * s->vocab;
+    int64_t n = (int64_t)lrows * C;
     tr_mtp_run run = tr_model_mtp_run(m);
     tr_linear out = tr_model_output_linear(m);
     TR_TRY(ops->fill(sc->dh, n, 0.0f));
@@ -122,38 +139,49 @@ static tr_status mtp_bwd(tr_model *m, float loss_scale) {
         if (m->grad_loss_scale != 0.0f) per_token *= m->grad_loss_scale;
         TR_TRY(ops->fill(a->dloss, rows, per_token));
         TR_TRY(ops->ce_bwd(a->logits, a->ce_stats, a->targets, a->dloss, rows, s->vocab, vs));
-        TR_TRY(tr_linear_bwd(ops, &out, a->h, a->logits, m->dtmp, rows));
+        TR_TRY(tr_linear_bwd(ops, &out, sp ? a->h_full : a->h, a->logits, m->dtmp, rows));
         if (d + 1 < s->mtp_layers) TR_TRY(ops->add(m->dtmp, sc->dh, n)); /* from depth d + 1 */
         TR_TRY(ops->fill(m->dx, n, 0.0f));
         TR_TRY(norm_bwd(m, m->dx, g->mtp_fnorm_w, g->mtp_fnorm_b, m->dtmp, a->y, p->mtp_fnorm_w,
-                        a->h_mean, a->h_rstd, rows));
+                        a->h_mean, a->h_rstd, lrows));
+        TR_TRY(tr_model_recompute(m, part, L + d));
         TR_TRY(layer_bwd(m, L + d));
-        TR_TRY(tr_mtp_proj_bwd(&run, p->mtp_eh_w, g->mtp_eh_w, a, m->dx));
+        const float *dproj = m->dx;
+        if (sp) {
+            TR_TRY(tr_tp_seq_gather(m, m->dx, m->sp_full, C));
+            dproj = m->sp_full;
+        }
+        TR_TRY(tr_mtp_proj_bwd(&run, p->mtp_eh_w, g->mtp_eh_w, a, dproj));
         /* [embedding | hidden] halves of the projection's input gradient */
-        TR_TRY(ops->copy_2d(m->dtmp, C, sc->dcat, 2 * C, rows, C));
+        TR_TRY(mtp_cat_half(m, 0));
         TR_TRY(ops->fill(sc->de, n, 0.0f));
         TR_TRY(norm_bwd(m, sc->de, g->mtp_enorm_w, g->mtp_enorm_b, m->dtmp, a->emb, p->mtp_enorm_w,
-                        a->en_mean, a->en_rstd, rows));
+                        a->en_mean, a->en_rstd, lrows));
         TR_TRY(tr_model_dropout(m, sc->de, sc->de, 2 * (L + s->mtp_layers) + 1 + d, false));
-        TR_TRY(ops->embedding_bwd(m->g.mtp_emb, a->ids, sc->de, rows, C, vs, vs + s->vocab));
-        TR_TRY(ops->copy_2d(m->dtmp, C, sc->dcat + C, 2 * C, rows, C));
+        const float *demb = sc->de;
+        if (sp) { /* the lookup's shard sees every token */
+            TR_TRY(tr_tp_seq_gather(m, sc->de, m->sp_full, C));
+            demb = m->sp_full;
+        }
+        TR_TRY(ops->embedding_bwd(m->g.mtp_emb, a->ids, demb, rows, C, vs, vs + s->vocab));
+        TR_TRY(mtp_cat_half(m, C));
         const float *hin = d ? m->mtp[d - 1].h : m->lnf;
         TR_TRY(ops->fill(sc->dh, n, 0.0f));
         TR_TRY(norm_bwd(m, sc->dh, g->mtp_hnorm_w, g->mtp_hnorm_b, m->dtmp, hin, p->mtp_hnorm_w,
-                        a->hn_mean, a->hn_rstd, rows));
+                        a->hn_mean, a->hn_rstd, lrows));
         TR_TRY(tr_model_grads_done(m, L + d));
     }
     return TR_OK;
 }
 
 /* The loss through the output layer and the final norm: leaves dL/d(x_final) in m->dx. */
-static tr_status head_bwd(tr_model *m, float loss_scale) {
+static tr_status head_bwd(tr_model *m, int part, float loss_scale) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
     int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m);
     int64_t n = (int64_t)lrows * s->hidden;
     bool sp = s->sequence_parallel;
-    if (s->mtp_layers) TR_TRY(mtp_bwd(m, loss_scale)); /* before the main head: shared scratch */
+    if (s->mtp_layers) TR_TRY(mtp_bwd(m, part, loss_scale)); /* before the main head: scratch */
     float per_token = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
     if (m->grad_loss_scale != 0.0f) per_token *= m->grad_loss_scale;
     /* ce_bwd zeroes the rows of ignored targets whatever their dloss. */
@@ -204,7 +232,7 @@ tr_status tr_model_backward_part(tr_model *m, int part_index, int slot, float lo
     m->n_valid = a->n_valid;
     m->moe_loss_scale = loss_scale;
     if (part->has_loss)
-        TR_TRY(head_bwd(m, loss_scale));
+        TR_TRY(head_bwd(m, part_index, loss_scale));
     else
         TR_TRY(tr_model_copy(m, m->dx, dy, n));
     for (int i = part->first_layer + part->num_layers - 1; i >= part->first_layer; i--) {

@@ -98,6 +98,7 @@ tr_mla_run tr_model_mla_run(const tr_model *m, int layer) {
                         .seq = s->seq,
                         .eps = s->eps,
                         .zero_centered = s->zero_centered,
+                        .lowp = s->lowp,
                         .attn = tr_model_layer_attn_desc(m, layer),
                         .pos_ids = m->pos_ids,
                         .sc = &m->mla_sc};
@@ -242,11 +243,12 @@ tr_status tr_model_layer_fwd(tr_model *m, int i, const float *x_in, float *x_out
     int64_t n = (int64_t)lrows * s->hidden;
     TR_TRY(tr_model_copy(m, a->x_in, x_in, n));
 
-    if (s->mla.on) {
-        TR_TRY(tr_model_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, p->ln1_w, p->ln1_b,
-                                 lrows));
+    if (s->mla.on) { /* on whole sequences: the input norm's output gathered under SP */
+        const float *in;
+        TR_TRY(tr_model_norm_input(m, a->ln1, a->ln1_full, NULL, a->ln1_mean, a->ln1_rstd, a->x_in,
+                                   p->ln1_w, p->ln1_b, &in));
         tr_mla_run run = tr_model_mla_run(m, i);
-        TR_TRY(tr_mla_fwd(&run, &p->mla, &a->mla, a->ln1, a->attn));
+        TR_TRY(tr_mla_fwd(&run, &p->mla, &a->mla, in, a->attn));
     } else {
         tr_linear qkv = tr_model_layer_linear(m, i, TR_LIN_QKV);
         TR_TRY(norm_to_linear(m, &qkv, a->ln1, a->ln1_full, a->ln1_h, a->ln1_mean, a->ln1_rstd,
@@ -319,36 +321,56 @@ tr_mtp_run tr_model_mtp_run(const tr_model *m) {
                         .rank = m->tp.rank,
                         .hidden = m->spec.hidden,
                         .rows = m->batch * m->spec.seq,
+                        .lowp = m->spec.lowp,
+                        .sp = m->spec.sequence_parallel,
                         .sc = &m->mtp_sc};
 }
 
 /* Multi-token prediction after the main loss (runtime/mtp/mtp.h): depth d from the previous
  * depth's hidden state (the main model's final norm output first) and the embedding of the ids
- * shifted by d + 1. */
+ * shifted by d + 1. With sequence parallelism every row-wise piece (the embedding's sum, the
+ * norms, the layer) runs on this rank's sequence chunk, as the decoder's: eh_proj and the output
+ * layer read the chunks gathered, eh_proj's output keeps this rank's rows. */
 static tr_status mtp_fwd(tr_model *m) {
     const tr_ops *ops = m->ops;
     const tr_model_spec *s = &m->spec;
-    int rows = m->batch * s->seq, L = s->num_layers, vs = m->tp.rank * s->vocab;
-    int64_t n = (int64_t)rows * s->hidden;
+    bool sp = s->sequence_parallel;
+    int rows = m->batch * s->seq, lrows = tr_tp_local_rows(m), L = s->num_layers;
+    int vs = m->tp.rank * s->vocab, C = s->hidden;
     tr_mtp_run run = tr_model_mtp_run(m);
     const float *h = m->lnf;
     for (int d = 0; d < s->mtp_layers; d++) {
         const tr_mtp_acts *a = &m->mtp[d];
         const tr_layer_views *p = &m->p.layers[L + d];
+        float *x_in = m->acts[L + d].x_in;
         TR_TRY(tr_model_before_params(m, L + d));
-        TR_TRY(
-            ops->embedding_fwd(a->emb, a->ids, m->p.mtp_emb, rows, s->hidden, vs, vs + s->vocab));
-        TR_TRY(tr_tp_all_reduce(m, a->emb, n));
+        if (sp) {
+            TR_TRY(
+                ops->embedding_fwd(m->sp_full, a->ids, m->p.mtp_emb, rows, C, vs, vs + s->vocab));
+            TR_TRY(tr_tp_seq_reduce_scatter(m, m->sp_full, a->emb, C));
+        } else {
+            TR_TRY(ops->embedding_fwd(a->emb, a->ids, m->p.mtp_emb, rows, C, vs, vs + s->vocab));
+            TR_TRY(tr_tp_all_reduce(m, a->emb, (int64_t)rows * C));
+        }
         TR_TRY(dropout_fwd(m, a->emb, 2 * (L + s->mtp_layers) + 1 + d));
         TR_TRY(tr_model_norm_fwd(m, a->en, a->en_mean, a->en_rstd, a->emb, p->mtp_enorm_w,
-                                 p->mtp_enorm_b, rows));
+                                 p->mtp_enorm_b, lrows));
         TR_TRY(tr_model_norm_fwd(m, a->hn, a->hn_mean, a->hn_rstd, h, p->mtp_hnorm_w,
-                                 p->mtp_hnorm_b, rows));
-        TR_TRY(tr_mtp_proj_fwd(&run, p->mtp_eh_w, a, m->acts[L + d].x_in));
-        TR_TRY(tr_model_layer_fwd(m, L + d, m->acts[L + d].x_in, a->y));
+                                 p->mtp_hnorm_b, lrows));
+        if (sp) { /* (mtp_sc.de is backward scratch, free here) */
+            TR_TRY(tr_tp_seq_gather(m, a->en, m->sp_full, C));
+            TR_TRY(tr_tp_seq_gather(m, a->hn, m->mtp_sc.de, C));
+            TR_TRY(tr_mtp_proj_fwd(&run, p->mtp_eh_w, a, m->sp_full, m->mtp_sc.de, m->sp_full));
+            TR_TRY(tr_tp_seq_rows(m, m->sp_full, x_in, C));
+        } else {
+            TR_TRY(tr_mtp_proj_fwd(&run, p->mtp_eh_w, a, a->en, a->hn, x_in));
+        }
+        TR_TRY(tr_model_layer_fwd(m, L + d, x_in, a->y));
         TR_TRY(tr_model_norm_fwd(m, a->h, a->h_mean, a->h_rstd, a->y, p->mtp_fnorm_w,
-                                 p->mtp_fnorm_b, rows));
-        TR_TRY(logits_loss(m, a->h, a->logits, a->ce_stats, a->losses, a->targets, a->loss));
+                                 p->mtp_fnorm_b, lrows));
+        if (sp) TR_TRY(tr_tp_seq_gather(m, a->h, a->h_full, C));
+        TR_TRY(logits_loss(m, sp ? a->h_full : a->h, a->logits, a->ce_stats, a->losses, a->targets,
+                           a->loss));
         if (m->training) TR_TRY(ops->add(m->mtp_sc.sum + d, a->loss, 1));
         h = a->h;
     }

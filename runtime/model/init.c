@@ -57,6 +57,11 @@ int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_
     return r * p->full_cols + c;
 }
 
+int64_t tr_model_logical_run(const tr_param_info *p, int64_t e) {
+    bool whole_rows = p->split_dim != 1 || (p->kv_rep <= 1 && !p->swiglu_split);
+    return whole_rows ? p->cols - e % p->cols : 1;
+}
+
 tr_status tr_model_init_weights(tr_model *m, uint64_t seed) {
     const tr_model_spec *s = &m->spec;
     double scaled = s->init_std / sqrt(2.0 * s->num_layers);

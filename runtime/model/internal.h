@@ -57,8 +57,6 @@ tr_mtp_run tr_model_mtp_run(const tr_model *m);
 /* Where layer `layer`'s tensor names start: "decoder.layers.<i>", or for the transformer layer of
  * MTP depth d (layer num_layers + d) "mtp.layers.<d>.mtp_model_layer". */
 void tr_model_layer_base(char *out, size_t n, const tr_model_spec *s, int layer);
-/* Layer `layer` (an MTP depth's past the decoder's) has an MoE MLP. */
-bool tr_model_is_moe_layer(const tr_model_spec *s, int layer);
 /* Multi-latent attention's call for layer `layer` (runtime/mla/mla.h): the op table, this rank's
  * heads and TP group, the layer's attention descriptor, the packed-sequence positions. */
 tr_mla_run tr_model_mla_run(const tr_model *m, int layer);
@@ -90,9 +88,16 @@ tr_status tr_lora_dropout(const tr_linear *l, float *y, const float *x, int rows
 
 /* Activation recomputation (the plan in runtime/model/acts.c, the rerun in recompute.c). A layer's
  * saved tensors in groups: its input, the norm outputs and statistics, the attention output and
- * lse, fc1 and the MLP activation, the rest (q, k, v, x_mid). */
-enum { TR_RC_X_IN = 1, TR_RC_NORMS = 2, TR_RC_ATTN = 4, TR_RC_MLP = 8, TR_RC_REST = 16 };
-#define TR_RC_ALL 31u
+ * lse, fc1 and the MLP activation, the rest (q, k, v, x_mid; MLA's latents), MLA's q, k, v. */
+enum {
+    TR_RC_X_IN = 1,
+    TR_RC_NORMS = 2,
+    TR_RC_ATTN = 4,
+    TR_RC_MLP = 8,
+    TR_RC_REST = 16,
+    TR_RC_MLA_UP = 32
+};
+#define TR_RC_ALL 63u
 /* The groups global layer `layer` of part `part` does not keep per slot: they live in recompute
  * set *set (m->rc_sets) and its backward recomputes them. */
 unsigned tr_model_rc_dropped(const tr_model *m, int part, int layer, int *set);

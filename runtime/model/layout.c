@@ -23,11 +23,21 @@ typedef struct split {
     int tp;
 } split;
 
+/* a + b into out (n > 0), cut to fit as snprintf cuts; false when cut. Without the format
+ * parser: the planner lays out tens of thousands of parameter lists per second. */
+static bool cat2(char *out, size_t n, const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b), at = la < n - 1 ? la : n - 1;
+    memcpy(out, a, at);
+    size_t tb = lb < n - 1 - at ? lb : n - 1 - at;
+    memcpy(out + at, b, tb);
+    out[at + tb] = 0;
+    return la + lb < n;
+}
+
 /* prefix + suffix into a parameter name; a name that would not fit tr_param_info.name is an
  * error rather than a silently shortened (and then ambiguous) name. */
 static tr_status param_name(char *out, size_t n, const char *prefix, const char *suffix) {
-    int len = snprintf(out, n, "%s%s", prefix, suffix);
-    return len >= 0 && (size_t)len < n ? TR_OK : TR_ERR_INVALID;
+    return cat2(out, n, prefix, suffix) ? TR_OK : TR_ERR_INVALID;
 }
 
 static tr_status add_param_split(layout *l, const char *name, int rows, int cols, bool no_decay,
@@ -41,7 +51,7 @@ static tr_status add_param_split(layout *l, const char *name, int rows, int cols
     }
     tr_param_info *p = &l->info[l->n++];
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
+    cat2(p->name, sizeof p->name, name, "");
     p->rows = rows;
     p->cols = cols;
     p->numel = (int64_t)rows * cols;
@@ -195,7 +205,8 @@ static tr_status add_word_embedding(layout *l, const tr_model_spec *s, int tp, b
  * chunk, so their gradients are partial per rank (sp_partial), except an expert-parallel rank's
  * own experts, which no other TP rank holds (their buffer's expert-DP reduction covers them). */
 static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
-    static const int init[] = {TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_ZERO};
+    const int init[] = {TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_ZERO, s->lora_a_init,
+                        s->lora_b_init};
     int n = tr_moe_param_count(&s->moe);
     tr_moe_param *p = malloc((size_t)n * sizeof *p);
     if (!p) return TR_ERR_NOMEM;
@@ -208,6 +219,9 @@ static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
         q->expert = p[k].expert && s->moe.ep_size > 1;
         q->sp_partial = s->sequence_parallel && !q->expert && !q->frozen;
     }
+    /* LoRA on the experts (runtime/moe/lora.c): the adapters train, the rest is frozen */
+    for (int k = 0; k < n && st == TR_OK; k++)
+        if (p[k].adapter) l->info[l->n - n + k].frozen = false;
     free(p);
     return st;
 }
@@ -220,22 +234,28 @@ bool tr_model_is_moe_layer(const tr_model_spec *s, int layer) {
 }
 
 void tr_model_layer_base(char *out, size_t n, const tr_model_spec *s, int layer) {
-    if (layer < s->num_layers)
-        snprintf(out, n, "decoder.layers.%d", layer);
-    else
+    if (layer < 0 || layer >= s->num_layers) {
         snprintf(out, n, "mtp.layers.%d.mtp_model_layer", layer - s->num_layers);
+        return;
+    }
+    char num[16];
+    int at = (int)sizeof num - 1;
+    num[at] = 0;
+    do num[--at] = (char)('0' + layer % 10);
+    while ((layer /= 10) > 0);
+    cat2(out, n, "decoder.layers.", num + at);
 }
 
 /* One transformer layer's tensors under `base` (a decoder layer or an MTP depth's). */
 static tr_status add_layer(layout *l, const tr_model_spec *s, int layer, const char *base,
                            int qkv_dim, int fc1_dim, int tp, int kv_rep) {
     char pre[96];
-    snprintf(pre, sizeof pre, "%s.input_layernorm", base);
+    cat2(pre, sizeof pre, base, ".input_layernorm");
     TR_TRY(add_norm(l, s, pre));
     if (s->mla.on) {
         TR_TRY(add_mla(l, s, base, tp));
     } else {
-        snprintf(pre, sizeof pre, "%s.self_attention.linear_qkv", base);
+        cat2(pre, sizeof pre, base, ".self_attention.linear_qkv");
         int first = l->n;
         TR_TRY(
             add_linear(l, pre, qkv_dim, s->hidden, s->bias_qkv, TR_INIT_NORMAL, true, false, tp));
@@ -243,19 +263,19 @@ static tr_status add_layer(layout *l, const tr_model_spec *s, int layer, const c
         mark_kv(l, first, s, kv_rep, tp);
         TR_TRY(add_qk_norms(l, s, base, tp));
     }
-    snprintf(pre, sizeof pre, "%s.self_attention.linear_proj", base);
+    cat2(pre, sizeof pre, base, ".self_attention.linear_proj");
     TR_TRY(add_linear(l, pre, s->hidden, s->heads * s->head_dim, s->bias_linear,
                       TR_INIT_SCALED_NORMAL, false, false, tp));
     TR_TRY(
         add_adapter(l, s, pre, TR_LORA_PROJ, s->hidden, s->heads * s->head_dim, false, false, tp));
-    snprintf(pre, sizeof pre, "%s.pre_mlp_layernorm", base);
+    cat2(pre, sizeof pre, base, ".pre_mlp_layernorm");
     TR_TRY(add_norm(l, s, pre));
     if (tr_model_is_moe_layer(s, layer)) return add_moe(l, s, base);
-    snprintf(pre, sizeof pre, "%s.mlp.linear_fc1", base);
+    cat2(pre, sizeof pre, base, ".mlp.linear_fc1");
     TR_TRY(add_linear(l, pre, fc1_dim, s->hidden, s->bias_linear, TR_INIT_NORMAL, true, s->swiglu,
                       tp));
     TR_TRY(add_adapter(l, s, pre, TR_LORA_FC1, fc1_dim, s->hidden, true, s->swiglu, tp));
-    snprintf(pre, sizeof pre, "%s.mlp.linear_fc2", base);
+    cat2(pre, sizeof pre, base, ".mlp.linear_fc2");
     TR_TRY(add_linear(l, pre, s->hidden, s->ffn, s->bias_linear, TR_INIT_SCALED_NORMAL, false,
                       false, tp));
     TR_TRY(add_adapter(l, s, pre, TR_LORA_FC2, s->hidden, s->ffn, false, false, tp));
@@ -286,7 +306,8 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
                               int kv_rep, const tr_model_part *parts, int n_parts) {
     bool has_embedding = any_part(parts, n_parts, false), has_loss = any_part(parts, n_parts, true);
     /* MTP reads the word embedding: a loss stage without it has the tied copy only */
-    if (s->mtp_layers && has_loss && !has_embedding && !s->tied) return TR_ERR_INVALID;
+    if (s->mtp_layers && has_loss && !has_embedding && !s->tied && !s->sizing_only)
+        return TR_ERR_INVALID;
     l->freeze = s->lora_rank > 0;
     if (has_embedding) {
         TR_TRY(add_word_embedding(l, s, tp, false));
@@ -311,6 +332,9 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
      * initialisation, so it starts equal to the first stage's and the embedding group's
      * gradient all-reduce keeps it equal. (MTP reads it as its embedding.) */
     if (s->tied && !has_embedding) TR_TRY(add_word_embedding(l, s, tp, true));
+    /* sizing only (runtime.mtp_pipeline_untied): Megatron's MTP stage builds its own embedding */
+    if (!s->tied && !has_embedding && s->mtp_layers && s->sizing_only)
+        TR_TRY(add_word_embedding(l, s, tp, true));
     for (int k = 0; k < s->mtp_layers; k++)
         TR_TRY(add_mtp_depth(l, s, k, qkv_dim, fc1_dim, tp, kv_rep));
     return TR_OK;
@@ -441,6 +465,7 @@ static tr_status moe_create(tr_model *m) {
                          .swiglu = s->swiglu,
                          .gelu_tanh = s->gelu_tanh,
                          .lowp = s->lowp,
+                         .dev = m->dev,
                          .sp = (s->sequence_parallel ? m->tp.size : 1) * (s->cp > 1 ? s->cp : 1)};
         d.seq = s->sequence_parallel ? s->seq / m->tp.size : s->seq; /* s->seq: CP's share */
         TR_TRY(tr_moe_create(&m->moe[i], &s->moe, &d, m->ops));
@@ -506,13 +531,14 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
     if (s->rope && (s->rope_p.rot_dim < 2 || s->rope_p.rot_dim > s->head_dim))
         return TR_ERR_INVALID;
     const tr_mla_spec *a = &s->mla;
+    bool run = !s->sizing_only;
     if (a->on && (a->q_lora_rank < 0 || a->kv_lora_rank < 1 || a->qk_dim < 1 || a->rope_dim < 2 ||
                   a->rope_dim % 2 || a->v_dim != s->head_dim || s->groups != s->heads ||
-                  s->sequence_parallel || s->lora_rank || s->recompute || s->lowp || s->qk_norm))
+                  (run && (s->lora_rank || s->qk_norm))))
         return TR_ERR_INVALID; /* what runtime.mla_* refuse */
     if (s->mtp_layers < 0 ||
-        (s->mtp_layers && (s->sequence_parallel || s->lora_rank || s->recompute || s->lowp ||
-                           s->defer_wgrad || s->learned_pos || s->hidden % tp.size)))
+        (s->mtp_layers && run &&
+         (s->lora_rank || s->defer_wgrad || s->learned_pos || s->hidden % tp.size)))
         return TR_ERR_INVALID; /* what runtime.mtp_* refuse */
     if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) return TR_ERR_INVALID;
     /* Query groups (or, TP being a multiple of them, their heads), the MLP width and the padded
@@ -522,7 +548,7 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
     if (!kv_split || s->ffn % tp.size || s->vocab % tp.size) return TR_ERR_INVALID;
     if (s->sequence_parallel && s->seq % tp.size) return TR_ERR_INVALID;
     /* MoE under TP runs on sequence-parallel chunks (runtime.moe_tp, moe.tp_needs_sp) */
-    if (s->moe.experts > 0 && tp.size > 1 && !s->sequence_parallel) return TR_ERR_INVALID;
+    if (run && s->moe.experts > 0 && tp.size > 1 && !s->sequence_parallel) return TR_ERR_INVALID;
     return TR_OK;
 }
 

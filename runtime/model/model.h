@@ -91,6 +91,11 @@ typedef struct tr_model_spec {
      * fp32 weights itself (gemm_lowp), as before the copy existed. Bitwise the same results; for
      * tests that prove it (tr_train_opts.no_weight_copy sets it). */
     int no_weight_copy;
+    /* Sizing only (the planner's predicted plans): tr_model_param_list and tr_model_shape lay
+     * out combinations the runtime refuses to build (its runtime.* rules: MoE with TP, MLA and
+     * MTP with SP or half precision) as the runtime's code would lay them out; never set for a
+     * model that runs. */
+    bool sizing_only;
     /* Mixed precision with every saved activation in fp32: the inputs of the linear layers (norm
      * outputs, the MLP activation) are then rounded by each GEMM that reads them instead of
      * being stored rounded once. Bitwise the same results, twice the memory of those tensors;
@@ -127,7 +132,7 @@ typedef struct tr_model_spec {
 
 enum { TR_RECOMPUTE_NONE, TR_RECOMPUTE_FULL, TR_RECOMPUTE_SELECTIVE };
 /* Megatron's recompute_modules the runtime implements. */
-enum { TR_RC_MOD_CORE_ATTN, TR_RC_MOD_MLP, TR_RC_MOD_LAYERNORM };
+enum { TR_RC_MOD_CORE_ATTN, TR_RC_MOD_MLP, TR_RC_MOD_LAYERNORM, TR_RC_MOD_MLA_UP_PROJ };
 
 /* The adaptable linear layers of a transformer layer (Megatron's module names). */
 enum { TR_LORA_QKV, TR_LORA_PROJ, TR_LORA_FC1, TR_LORA_FC2, TR_LORA_TARGETS };
@@ -140,7 +145,7 @@ typedef struct tr_tp_shard {
 /* One parameter tensor: a named range of the flat buffer. Under tensor parallelism it is this
  * rank's shard of a logical [full_rows, full_cols] tensor, split along split_dim. */
 typedef struct tr_param_info {
-    char name[80]; /* Megatron's names, e.g. decoder.layers.0.self_attention.linear_qkv.weight */
+    char name[128]; /* Megatron's names, e.g. decoder.layers.0.self_attention.linear_qkv.weight */
     int64_t offset, numel;
     int rows, cols; /* 2-D view of the shard; vectors have rows == 1 */
     bool no_decay;  /* biases and norm weights: Megatron applies no weight decay to them */
@@ -473,6 +478,8 @@ tr_status tr_model_moe_bind(tr_model *m);
 /* Gives the MoE layers the comm whose EP group carries their tokens (spec.moe.ep_size > 1). */
 void tr_model_moe_set_comm(tr_model *m, struct tr_comm *comm);
 
+/* Layer `layer` (an MTP depth's past the decoder's) has an MoE MLP. */
+bool tr_model_is_moe_layer(const tr_model_spec *s, int layer);
 /* The parameter list tr_model_create_parts would lay out (no buffers): *info is allocated
  * (free it), offsets are those of the model's own flat buffer, *numel its size. */
 tr_status tr_model_param_list(const tr_model_spec *s, tr_tp_shard tp, const tr_model_part *parts,
@@ -514,6 +521,9 @@ void tr_param_kv_range(const tr_param_info *p, int64_t *off, int64_t *numel);
 /* The logical element (row-major in the full_rows x full_cols tensor) of element e of p's shard
  * on this rank. */
 int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_t e);
+/* How many local elements from e on (to the end of its local row) have consecutive logical
+ * indices: a converter copies that run at once. */
+int64_t tr_model_logical_run(const tr_param_info *p, int64_t e);
 
 /* The parameter named `name` (Megatron's name), or NULL. */
 const tr_param_info *tr_model_find_param(const tr_model *m, const char *name);

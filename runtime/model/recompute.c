@@ -7,8 +7,8 @@
 #include "runtime/model/internal.h"
 
 /* Selective: the norms from the kept residual stream (x_in, x_mid), fc1 and the activation
- * from the kept MLP input, the attention output and lse from the kept q, k, v. In this order,
- * as the MLP recompute reads a recomputed norm output. */
+ * from the kept MLP input, MLA's q, k, v from its kept latents, the attention output and lse
+ * from the kept q, k, v. In this order, as each reads what an earlier one may recompute. */
 static tr_status recompute_modules(tr_model *m, int layer) {
     const tr_model_spec *s = &m->spec;
     const tr_layer_acts *a = &m->acts[layer];
@@ -31,12 +31,24 @@ static tr_status recompute_modules(tr_model *m, int layer) {
                                  rows));
         TR_TRY(tr_model_mlp_act_fwd(m, a));
     }
+    if (s->mla.on) { /* the operands from the kept latents, then the attention from them */
+        tr_mla_run run = tr_model_mla_run(m, layer);
+        const float *x = s->sequence_parallel ? a->ln1_full : a->ln1;
+        if (mods & (1u << TR_RC_MOD_MLA_UP_PROJ)) TR_TRY(tr_mla_up_fwd(&run, &p->mla, &a->mla, x));
+        if (mods & (1u << TR_RC_MOD_CORE_ATTN)) TR_TRY(tr_mla_attn_fwd(&run, &a->mla, a->attn));
+        return TR_OK;
+    }
     if (mods & (1u << TR_RC_MOD_CORE_ATTN)) TR_TRY(tr_model_core_attn_fwd(m, layer, a));
     return TR_OK;
 }
 
 tr_status tr_model_recompute(tr_model *m, int part, int layer) {
     if (m->spec.recompute == TR_RECOMPUTE_SELECTIVE) return recompute_modules(m, layer);
+    int set;
+    if (layer >= m->spec.num_layers) /* an MTP depth's layer: a run of its own, when dropped */
+        return tr_model_rc_dropped(m, part, layer, &set)
+                   ? tr_model_layer_fwd(m, layer, m->acts[layer].x_in, NULL)
+                   : TR_OK;
     int first = 0, end = tr_model_rc_run(m, part, layer, &first);
     /* The backward walks down: the run is rerun when its last layer is reached, and its other
      * layers then find their sets filled. The run's last layer stops before fc2, whose output

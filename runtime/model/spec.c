@@ -113,7 +113,7 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
     } else if (m->recompute_granularity == TR_RECG_SELECTIVE) {
         /* finalize made a null list Megatron's default [core_attn]; runtime.recompute_modules
          * refused the modules of layers this runtime does not build */
-        static const char *const mods[] = {"core_attn", "mlp", "layernorm"};
+        static const char *const mods[] = {"core_attn", "mlp", "layernorm", "mla_up_proj"};
         s->recompute = TR_RECOMPUTE_SELECTIVE;
         for (unsigned k = 0; k < sizeof mods / sizeof *mods; k++)
             if (tr_strlist_has(&m->recompute_modules, mods[k])) s->recompute_modules |= 1u << k;

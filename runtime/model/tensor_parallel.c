@@ -35,6 +35,12 @@ tr_status tr_tp_seq_gather(const tr_model *m, const float *local, float *full, i
     return m->batch > 1 ? blocks_to_full(m, blocks, full, width) : TR_OK;
 }
 
+tr_status tr_tp_seq_rows(const tr_model *m, const float *full, float *local, int width) {
+    if (!m->spec.sequence_parallel) return TR_ERR_INTERNAL;
+    int64_t tp = m->tp.size, chunk = (int64_t)(m->spec.seq / tp) * width;
+    return m->ops->copy_2d(local, chunk, full + m->tp.rank * chunk, tp * chunk, m->batch, chunk);
+}
+
 /* A reduce-scatter's send buffer: full itself for one sequence per microbatch, else its rows
  * regrouped by destination rank in m->sp_perm; count: the elements each rank receives. */
 static tr_status scatter_blocks(const tr_model *m, const float *full, int width,

@@ -28,6 +28,10 @@ int tr_tp_local_rows(const tr_model *m);
  * sequence order, full [batch*T, width]. Uses m->sp_perm as scratch (full must not be it). */
 tr_status tr_tp_seq_gather(const tr_model *m, const float *local, float *full, int width);
 
+/* Sequence parallel: this rank's rows of full [batch*T, width] (the same on every rank) into
+ * local [batch*T/tp, width], without communication. */
+tr_status tr_tp_seq_rows(const tr_model *m, const float *full, float *local, int width);
+
 /* Sequence parallel: the sum over the TP group of full [batch*T, width], this rank's rows of it
  * into local [batch*T/tp, width]. Uses m->sp_perm as scratch (full may not be it). */
 tr_status tr_tp_seq_reduce_scatter(const tr_model *m, const float *full, float *local, int width);

@@ -9,12 +9,22 @@
 #include "runtime/comm/comm.h"
 #include "runtime/moe/internal.h"
 
+/* Per slot: the received rows' input, fc1 output, activation and fc2 output, and the counts and
+ * offsets; then three [ep_rows, h] exchange buffers. */
+void tr_moe_ep_sizes(const tr_moe_layer *L, int64_t *floats, int64_t *ints) {
+    int64_t R = L->ep_rows, h = L->d.hidden, slots = L->d.slots;
+    *floats = R * (h + L->fc1_dim + L->s.ffn + h) * slots + 3 * R * h;
+    *ints = ((int64_t)L->ep * L->El + L->El + 1) * slots;
+}
+
 tr_status tr_moe_ep_alloc(tr_moe_layer *L) {
     int64_t R = L->ep_rows, h = L->d.hidden, slots = L->d.slots;
     int64_t per = R * (h + L->fc1_dim + L->s.ffn + h);
     int64_t iper = (int64_t)L->ep * L->El + L->El + 1;
-    L->ep_buf = calloc((size_t)(per * slots + 3 * R * h), sizeof(float));
-    L->ep_ibuf = calloc((size_t)(iper * slots), sizeof(int32_t));
+    int64_t floats, ints;
+    tr_moe_ep_sizes(L, &floats, &ints);
+    L->ep_buf = tr_moe_buf_alloc(L, floats * (int64_t)sizeof(float));
+    L->ep_ibuf = tr_moe_buf_alloc(L, ints * (int64_t)sizeof(int32_t));
     if (!L->ep_buf || !L->ep_ibuf) return TR_ERR_NOMEM;
     for (int64_t i = 0; i < slots; i++) {
         tr_moe_state *st = &L->st[i];

@@ -70,6 +70,7 @@ struct tr_moe_layer {
     /* seconds spent since creation (tr_moe_timing): routing (router GEMMs, scores, top-k, drops,
      * losses), permutation (gather, combine and their backward), routed experts, shared expert */
     double t_route, t_perm, t_experts, t_shared;
+    struct tr_moe_lora *lora; /* the adapters (runtime/moe/lora.c), or NULL */
 };
 
 /* Routing of one microbatch into state st: logits from st->x (jittered), the chosen experts and
@@ -90,11 +91,38 @@ tr_status tr_moe_experts_bwd(tr_moe_layer *L, const tr_moe_rows *r, const float 
  * holding their experts, the local experts, and their outputs back into st->ye; the backward
  * sends L->d_rows the same way and brings dL/d xp back into L->d_x. */
 tr_status tr_moe_ep_alloc(tr_moe_layer *L); /* the states' loc and the exchange scratch */
+/* The floats and ints tr_moe_ep_alloc allocates (tr_moe_buffer_bytes). */
+void tr_moe_ep_sizes(const tr_moe_layer *L, int64_t *floats, int64_t *ints);
+/* A zeroed buffer of the layer's: from its device (activations) when dims name one, else the
+ * heap; and its release. */
+void *tr_moe_buf_alloc(const tr_moe_layer *L, int64_t bytes);
+void tr_moe_buf_free(const tr_moe_layer *L, void *p);
 tr_status tr_moe_dispatch_fwd(tr_moe_layer *L, tr_moe_state *st);
 tr_status tr_moe_dispatch_bwd(tr_moe_layer *L, tr_moe_state *st);
 /* The shared expert: adds its (gated) output to y; backward adds its input gradient to dx. */
 tr_status tr_moe_shared_fwd(tr_moe_layer *L, tr_moe_state *st, float *y);
 tr_status tr_moe_shared_bwd(tr_moe_layer *L, const tr_moe_state *st, const float *dy, float *dx);
+
+/* LoRA on the experts (runtime/moe/lora.c): the adapter tensors after the layer's own ones, the
+ * adapters' scratch, and the hooks the experts call after each base GEMM of linear_fc1 / fc2
+ * (target 0 / 1) of local expert e, or of the shared expert (e = -1). Forward: y [n, out] +=
+ * scale (drop(x) A^T) B^T; backward: dA, dB accumulate and dx [n, in] += the adapter's input
+ * gradient. row0 is the block's first expert row (the rows' dropout keys); the shared
+ * expert's rows are the tokens. */
+enum { TR_MOE_LORA_FC1, TR_MOE_LORA_FC2 };
+int tr_moe_lora_param_count(const tr_moe_spec *s);
+tr_status tr_moe_lora_params(const tr_moe_spec *s, const char *base, int hidden, bool swiglu,
+                             tr_moe_param *out);
+tr_status tr_moe_lora_create(tr_moe_layer *L);
+void tr_moe_lora_free(tr_moe_layer *L);
+void tr_moe_lora_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *offsets);
+/* Before a forward (records its dropout round in slot) or a backward (takes the slot's). */
+void tr_moe_lora_begin(tr_moe_layer *L, int slot, bool forward, bool training, uint64_t seed,
+                       uint64_t round);
+tr_status tr_moe_lora_fwd(tr_moe_layer *L, int target, int e, int row0, const float *x, float *y,
+                          int n);
+tr_status tr_moe_lora_bwd(tr_moe_layer *L, int target, int e, int row0, const float *x,
+                          const float *dy, float *dx, int n);
 
 /* C = op(A) op(B) (+ beta C) in fp32, or with the operands rounded to the layer's half precision
  * when lowp is set. */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/device/device.h"
 #include "runtime/moe/internal.h"
 
 static double now(void) {
@@ -19,7 +20,7 @@ int tr_moe_param_count(const tr_moe_spec *s) {
     int ep = s->ep_size > 1 ? s->ep_size : 1;
     int n = 1 + (s->expert_bias ? 1 : 0) + 2 * (s->experts / ep);
     if (s->shared_ffn > 0) n += 2 + (s->shared_gate ? 1 : 0);
-    return n;
+    return n + tr_moe_lora_param_count(s);
 }
 
 static tr_moe_param param(const char *name, int rows, int cols, int init, bool no_decay) {
@@ -74,7 +75,8 @@ tr_status tr_moe_params_at(const tr_moe_spec *s, const char *base, int hidden, b
         }
     }
 #undef NAME
-    return TR_OK;
+    for (int i = 0; i < at && s->lora_rank > 0; i++) out[i].frozen = true;
+    return tr_moe_lora_params(s, base, hidden, swiglu, out + at);
 }
 
 void tr_moe_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *offsets) {
@@ -96,6 +98,12 @@ void tr_moe_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *of
             if (L->s.shared_gate) v[w]->s_gate = base[w] + offsets[at++];
         }
     }
+    if (L->s.lora_rank > 0) { /* the frozen base: no gradients (LoRA) */
+        memset(L->g.fc1, 0, (size_t)L->El * sizeof *L->g.fc1);
+        memset(L->g.fc2, 0, (size_t)L->El * sizeof *L->g.fc2);
+        L->g.router = L->g.s_fc1 = L->g.s_fc2 = L->g.s_gate = NULL;
+    }
+    tr_moe_lora_bind(L, params, grads, offsets + at);
 }
 
 /* n floats (rounded up to 16) at *off of base (NULL: only counted). */
@@ -180,21 +188,17 @@ static int64_t layout_scratch(tr_moe_layer *L, float *at, bool bind) {
     return o;
 }
 
-tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_dims *d,
-                        const tr_ops *ops) {
-    *out = NULL;
+/* The layer's sizes from its spec and dims (what create and the buffer sizing share). */
+static tr_status layer_dims(tr_moe_layer *L, const tr_moe_spec *s, const tr_moe_dims *d) {
     if (s->experts < 1 || s->experts > TR_MOE_MAX_EXPERTS || s->topk < 1 || s->topk > s->experts ||
         s->ffn < 1 || d->hidden < 1 || d->batch < 1 || d->seq < 1)
         return TR_ERR_INVALID;
     if (s->groups > 0 && (s->experts % s->groups || s->group_topk < 1 ||
                           s->group_topk > s->groups || s->topk % s->group_topk))
         return TR_ERR_INVALID;
-    tr_moe_layer *L = calloc(1, sizeof *L);
-    if (!L) return TR_ERR_NOMEM;
     L->s = *s;
     L->d = *d;
     if (L->d.slots < 1) L->d.slots = 1;
-    L->ops = ops;
     L->T = d->batch * d->seq;
     L->E = s->experts;
     L->k = s->topk;
@@ -206,22 +210,57 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     L->El = L->E / L->ep;
     /* dropless: every rank of the group may send all its rows to one rank's experts */
     if (L->ep > 1) L->ep_rows = L->ep * L->max_rows;
-    if (L->ep > 1 &&
-        (L->E % L->ep || L->ep_rank < 0 || L->ep_rank >= L->ep || s->capacity > 0.0f)) {
-        /* capacity with EP drops per EP rank in Megatron: not built */
-        tr_moe_free(L);
+    /* capacity with EP drops per EP rank in Megatron: not built */
+    if (L->ep > 1 && (L->E % L->ep || L->ep_rank < 0 || L->ep_rank >= L->ep || s->capacity > 0.0f))
         return TR_ERR_INVALID;
-    }
     if (s->capacity > 0.0f) {
         /* Megatron's get_capacity over the token-expert pairs */
         L->capacity = (int)ceil((double)L->T * L->k / L->E * s->capacity);
         if (s->pad_capacity) L->max_rows = L->E * L->capacity;
     }
+    return TR_OK;
+}
+
+int tr_moe_buffer_bytes(const tr_moe_spec *s, const tr_moe_dims *d,
+                        int64_t out[TR_MOE_MAX_BUFFERS]) {
+    tr_moe_layer L;
+    memset(&L, 0, sizeof L);
+    if (layer_dims(&L, s, d) != TR_OK) return 0;
+    int64_t per = layout_state(&L, NULL, NULL, NULL) + 16;
+    int n = 0;
+    out[n++] = (per * L.d.slots + layout_scratch(&L, NULL, false)) * (int64_t)sizeof(float);
+    out[n++] = ints_per_state(&L) * L.d.slots * (int64_t)sizeof(int32_t);
+    if (L.ep > 1) {
+        int64_t floats, ints;
+        tr_moe_ep_sizes(&L, &floats, &ints);
+        out[n++] = floats * (int64_t)sizeof(float);
+        out[n++] = ints * (int64_t)sizeof(int32_t);
+    }
+    return n;
+}
+
+tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_dims *d,
+                        const tr_ops *ops) {
+    *out = NULL;
+    if (d->dev && !tr_device_host_visible(d->dev)) return TR_ERR_INVALID;
+    tr_moe_layer *L = calloc(1, sizeof *L);
+    if (!L) return TR_ERR_NOMEM;
+    /* (the EP group's comm may come later, tr_moe_set_comm: the forward checks it) */
+    tr_status ds = layer_dims(L, s, d);
+    if (ds != TR_OK) {
+        free(L);
+        return ds;
+    }
+    L->ops = ops;
+    /* the sizes tr_moe_buffer_bytes gives the planner */
+    int64_t bytes[TR_MOE_MAX_BUFFERS];
+    if (tr_moe_buffer_bytes(s, d, bytes) < 2) {
+        free(L);
+        return TR_ERR_INVALID;
+    }
     int64_t per = layout_state(L, NULL, NULL, NULL) + 16;
-    int64_t scratch = layout_scratch(L, NULL, false);
-    size_t floats = (size_t)(per * L->d.slots + scratch);
-    L->buf = calloc(floats, sizeof(float));
-    L->ibuf = calloc((size_t)(ints_per_state(L) * L->d.slots), sizeof(int32_t));
+    L->buf = tr_moe_buf_alloc(L, bytes[0]);
+    L->ibuf = tr_moe_buf_alloc(L, bytes[1]);
     L->st = calloc((size_t)L->d.slots, sizeof *L->st);
     L->p.fc1 = calloc((size_t)L->E * 4, sizeof(float *));
     L->counts = calloc((size_t)L->E * 3, sizeof(double));
@@ -239,6 +278,11 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     for (int i = 0; i < L->d.slots; i++)
         layout_state(L, L->buf + per * i, &L->st[i], L->ibuf + ints_per_state(L) * i);
     layout_scratch(L, L->buf + per * L->d.slots, true);
+    tr_status lst = tr_moe_lora_create(L);
+    if (lst != TR_OK) {
+        tr_moe_free(L);
+        return lst;
+    }
     if (L->ep > 1) {
         tr_status st = tr_moe_ep_alloc(L);
         if (st != TR_OK) {
@@ -256,14 +300,15 @@ void tr_moe_set_comm(tr_moe_layer *L, struct tr_comm *comm) {
 
 void tr_moe_free(tr_moe_layer *L) {
     if (!L) return;
-    free(L->buf);
-    free(L->ibuf);
+    tr_moe_buf_free(L, L->buf);
+    tr_moe_buf_free(L, L->ibuf);
     free(L->st);
     free(L->p.fc1);
+    tr_moe_lora_free(L);
     free(L->counts);
     free(L->aux_N);
-    free(L->ep_buf);
-    free(L->ep_ibuf);
+    tr_moe_buf_free(L, L->ep_buf);
+    tr_moe_buf_free(L, L->ep_ibuf);
     free(L);
 }
 
@@ -275,6 +320,7 @@ tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bo
     tr_moe_state *st = &L->st[slot];
     int T = L->T, h = L->d.hidden, k = L->k;
     double t0 = now();
+    tr_moe_lora_begin(L, slot, true, training, seed, round);
     memcpy(st->x, x, (size_t)T * h * sizeof(float));
     double lb, z;
     TR_TRY(tr_moe_route(L, st, training, seed, round, &lb, &z));
@@ -325,6 +371,7 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
     tr_moe_state *st = &L->st[slot];
     int T = L->T, h = L->d.hidden, k = L->k, E = L->E;
     double t0 = now();
+    tr_moe_lora_begin(L, slot, false, false, 0, 0);
     /* the combine: d prob = <dy, expert output>, d expert output = prob dy */
     for (int r = 0; r < st->off[E]; r++) {
         int a = st->row_a[r];
@@ -371,8 +418,9 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
         xr = L->d_rows;
     }
     bool lowp = L->s.router_lowp;
-    TR_TRY(tr_moe_gemm(L, lowp, TR_TRANS, TR_NOTRANS, E, h, T, L->d_logits, E, xr, h, 1.0f,
-                       L->g.router, h));
+    if (L->g.router)
+        TR_TRY(tr_moe_gemm(L, lowp, TR_TRANS, TR_NOTRANS, E, h, T, L->d_logits, E, xr, h, 1.0f,
+                           L->g.router, h));
     if (!st->noise) {
         TR_TRY(tr_moe_gemm(L, lowp, TR_NOTRANS, TR_NOTRANS, T, h, E, L->d_logits, E, L->p.router, h,
                            1.0f, dx, h));

@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 
 struct tr_comm;
+struct tr_device;
 
 enum { TR_MOE_SOFTMAX, TR_MOE_SIGMOID, TR_MOE_SQRTSOFTPLUS };
 enum { TR_MOE_LB_NONE, TR_MOE_LB_AUX, TR_MOE_LB_SEQ_AUX, TR_MOE_LB_GLOBAL_AUX };
@@ -50,6 +51,13 @@ typedef struct tr_moe_spec {
      * 1 and 0): this rank holds experts [ep_rank * experts / ep_size, ...) of experts / ep_size,
      * and tokens travel to them over the EP group (the alltoall dispatcher). */
     int ep_size, ep_rank;
+    /* LoRA (runtime/moe/lora.c): 0, or the rank of the adapters on every expert's and the shared
+     * expert's linear_fc1 / linear_fc2 (where lora_fc1 / lora_fc2 say); every base tensor of the
+     * layer, the router included, is then frozen. */
+    int lora_rank;
+    bool lora_fc1, lora_fc2;
+    float lora_scale;   /* alpha / rank */
+    float lora_dropout; /* on the adapter's input, training only */
 } tr_moe_spec;
 
 /* What the model fixes for a layer. */
@@ -67,13 +75,29 @@ typedef struct tr_moe_dims {
      * mean cover every part, so the parts' losses add up to the whole sequences'. 0 or 1: none.
      */
     int sp;
+    /* Where the states and scratch live: a host-visible device's activations (its peaks count
+     * them), or NULL for the heap. */
+    struct tr_device *dev;
 } tr_moe_dims;
+
+/* The buffers tr_moe_create allocates for its states and scratch, bytes each in allocation order
+ * (the states' floats and the backward's scratch, the states' ints; with EP > 1 the exchange's
+ * floats and ints): the one sizing the runtime allocates with and the planner plans with. The
+ * expert rows are dropless' worst case (every token's top-k rows; with EP, EP times that on one
+ * rank) unless a capacity factor pads them to capacity. Returns how many (0: invalid). */
+#define TR_MOE_MAX_BUFFERS 4
+int tr_moe_buffer_bytes(const struct tr_moe_spec *s, const tr_moe_dims *d,
+                        int64_t out[TR_MOE_MAX_BUFFERS]);
 
 enum { TR_MOE_INIT_NORMAL, TR_MOE_INIT_SCALED, TR_MOE_INIT_ZERO };
 
+/* A LoRA adapter's A and B (runtime/moe/lora.c): peft.lora_A_init_method / lora_B_init_method. */
+enum { TR_MOE_INIT_LORA_A = TR_MOE_INIT_ZERO + 1, TR_MOE_INIT_LORA_B };
+
 /* One parameter tensor of the layer, in the order the layer binds them. */
 typedef struct tr_moe_param {
-    char name[80];
+    char name[128];
+    bool adapter; /* a LoRA tensor: trained while the rest of the model is frozen */
     int rows, cols;
     int init; /* TR_MOE_INIT_* */
     bool no_decay, frozen;

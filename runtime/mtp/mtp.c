@@ -3,8 +3,8 @@
 
 #include "runtime/comm/comm.h"
 
-void tr_mtp_carve_acts(int64_t rows, int hidden, int vocab_local, bool norm_mean, tr_mtp_acts *a,
-                       tr_mtp_carve_fn carve, void *ctx) {
+void tr_mtp_carve_acts(int64_t rows, int hidden, int vocab_local, bool norm_mean, bool sp,
+                       tr_mtp_acts *a, tr_mtp_carve_fn carve, void *ctx) {
     int64_t n = rows * hidden;
     *a = (tr_mtp_acts){0};
     a->ids = (int32_t *)carve(ctx, rows); /* int32 and float are both 4 bytes */
@@ -21,6 +21,7 @@ void tr_mtp_carve_acts(int64_t rows, int hidden, int vocab_local, bool norm_mean
     a->h = carve(ctx, n);
     a->h_mean = norm_mean ? carve(ctx, rows) : NULL;
     a->h_rstd = carve(ctx, rows);
+    a->h_full = sp ? carve(ctx, n) : NULL;
     a->logits = carve(ctx, rows * vocab_local);
     a->ce_stats = carve(ctx, 4 * rows);
     a->losses = carve(ctx, rows);
@@ -49,14 +50,26 @@ int64_t tr_mtp_shift(const int32_t *src, int32_t *dst, int batch, int seq, int k
     return valid;
 }
 
-tr_status tr_mtp_proj_fwd(const tr_mtp_run *r, const float *w, const tr_mtp_acts *a, float *out) {
+/* In mixed precision on bf16/fp16 copies of both operands, as the model's linear layers. */
+static tr_status gemm(const tr_mtp_run *r, tr_transpose ta, tr_transpose tb, int64_t m, int64_t n,
+                      int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float beta, float *c, int64_t ldc) {
+    if (r->lowp)
+        return r->ops->gemm_lowp((tr_lowp)r->lowp, ta, tb, (int)m, (int)n, (int)k, 1.0f, a,
+                                 (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    return r->ops->gemm(ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, beta, c,
+                        (int)ldc);
+}
+
+tr_status tr_mtp_proj_fwd(const tr_mtp_run *r, const float *w, const tr_mtp_acts *a,
+                          const float *en, const float *hn, float *out) {
     const tr_ops *o = r->ops;
     int64_t C = r->hidden, rows = r->rows, cl = C / r->tp;
-    TR_TRY(o->copy_2d(a->cat, 2 * C, a->en, C, rows, C));
-    TR_TRY(o->copy_2d(a->cat + C, 2 * C, a->hn, C, rows, C));
+    TR_TRY(o->copy_2d(a->cat, 2 * C, en, C, rows, C));
+    TR_TRY(o->copy_2d(a->cat + C, 2 * C, hn, C, rows, C));
     float *local = r->tp > 1 ? r->sc->gather : out;
-    TR_TRY(o->gemm(TR_NOTRANS, TR_TRANS, (int)rows, (int)cl, (int)(2 * C), 1.0f, a->cat,
-                   (int)(2 * C), w, (int)(2 * C), 0.0f, local, (int)cl));
+    TR_TRY(
+        gemm(r, TR_NOTRANS, TR_TRANS, rows, cl, 2 * C, a->cat, 2 * C, w, 2 * C, 0.0f, local, cl));
     if (r->tp <= 1) return TR_OK;
     /* Each rank's columns, then [rank][rows][C / tp] -> [rows][C]. */
     TR_TRY(tr_comm_all_gather(r->comm, r->group, local, out, (size_t)(rows * cl), TR_COMM_F32));
@@ -68,14 +81,12 @@ tr_status tr_mtp_proj_fwd(const tr_mtp_run *r, const float *w, const tr_mtp_acts
 
 tr_status tr_mtp_proj_bwd(const tr_mtp_run *r, const float *w, float *dw, const tr_mtp_acts *a,
                           const float *dout) {
-    const tr_ops *o = r->ops;
     int64_t C = r->hidden, rows = r->rows, cl = C / r->tp;
     const float *dy = dout + (int64_t)r->rank * cl; /* this rank's columns, stride C */
-    TR_TRY(o->gemm(TR_TRANS, TR_NOTRANS, (int)cl, (int)(2 * C), (int)rows, 1.0f, dy, (int)C, a->cat,
-                   (int)(2 * C), 1.0f, dw, (int)(2 * C)));
-    TR_TRY(o->gemm(TR_NOTRANS, TR_NOTRANS, (int)rows, (int)(2 * C), (int)cl, 1.0f, dy, (int)C, w,
-                   (int)(2 * C), 0.0f, r->sc->dcat, (int)(2 * C)));
-    if (r->tp <= 1) return TR_OK;
+    TR_TRY(gemm(r, TR_TRANS, TR_NOTRANS, cl, 2 * C, rows, dy, C, a->cat, 2 * C, 1.0f, dw, 2 * C));
+    TR_TRY(gemm(r, TR_NOTRANS, TR_NOTRANS, rows, 2 * C, cl, dy, C, w, 2 * C, 0.0f, r->sc->dcat,
+                2 * C));
+    if (r->tp <= 1 || r->sp) return TR_OK;
     return tr_comm_all_reduce_inplace(r->comm, r->group, r->sc->dcat, (size_t)(rows * 2 * C),
                                       TR_COMM_F32, TR_COMM_SUM);
 }

@@ -32,6 +32,7 @@ typedef struct tr_mtp_acts {
     float *cat;                          /* [rows, 2 hidden]: eh_proj's input */
     float *y;                            /* the transformer layer's output */
     float *h, *h_mean, *h_rstd;          /* final_layernorm's output: logits input, next depth */
+    float *h_full; /* sequence parallel: h gathered, the output layer's input (else NULL) */
     float *logits, *ce_stats, *losses, *dloss, *loss; /* loss: one float */
     int64_t n_valid;
 } tr_mtp_acts;
@@ -44,9 +45,10 @@ typedef struct tr_mtp_scratch {
 } tr_mtp_scratch;
 
 typedef float *(*tr_mtp_carve_fn)(void *ctx, int64_t n);
-/* One depth's buffers; logits of vocab_local columns; id buffers as floats' room. */
-void tr_mtp_carve_acts(int64_t rows, int hidden, int vocab_local, bool norm_mean, tr_mtp_acts *a,
-                       tr_mtp_carve_fn carve, void *ctx);
+/* One depth's buffers; logits of vocab_local columns; id buffers as floats' room; h_full with
+ * sequence parallelism (sp). */
+void tr_mtp_carve_acts(int64_t rows, int hidden, int vocab_local, bool norm_mean, bool sp,
+                       tr_mtp_acts *a, tr_mtp_carve_fn carve, void *ctx);
 void tr_mtp_carve_scratch(int64_t rows, int hidden, int depths, tr_mtp_scratch *sc,
                           tr_mtp_carve_fn carve, void *ctx);
 
@@ -60,13 +62,17 @@ typedef struct tr_mtp_run {
     struct tr_comm *comm;
     int group, tp, rank;
     int hidden, rows;
+    int lowp; /* 0 or the tr_lowp eh_proj's GEMM operands are rounded to (mixed precision) */
+    bool sp;  /* sequence parallel: the caller reduce-scatters the input gradient itself */
     const tr_mtp_scratch *sc;
 } tr_mtp_run;
 
-/* a->cat = [a->en, a->hn]; out [rows, hidden] = a->cat W^T gathered over TP. */
-tr_status tr_mtp_proj_fwd(const tr_mtp_run *r, const float *w, const tr_mtp_acts *a, float *out);
+/* a->cat = [en, hn] (whole sequences: a->en and a->hn, or their rows gathered under sequence
+ * parallelism); out [rows, hidden] = a->cat W^T gathered over TP (out not sc->gather). */
+tr_status tr_mtp_proj_fwd(const tr_mtp_run *r, const float *w, const tr_mtp_acts *a,
+                          const float *en, const float *hn, float *out);
 /* From dout [rows, hidden]: dw += (this rank's columns of dout)^T cat; sc->dcat = the input
- * gradient summed over TP, [rows, 2 hidden] (embedding half first). */
+ * gradient [rows, 2 hidden] (embedding half first), summed over TP unless r->sp. */
 tr_status tr_mtp_proj_bwd(const tr_mtp_run *r, const float *w, float *dw, const tr_mtp_acts *a,
                           const float *dout);
 

@@ -8,6 +8,10 @@
 
 /* What the optimizer cannot run (coupled Adam decay, a separate embedding learning rate, state
  * below fp32) is refused before this by tr_runtime_check (core/rules/runtime.c). */
+int tr_dtype_lowp(int32_t dtype) {
+    return dtype == TR_DTYPE_BF16 ? TR_LOWP_BF16 : dtype == TR_DTYPE_FP16 ? TR_LOWP_F16 : 0;
+}
+
 tr_status tr_optimizer_spec_from_config(const tr_config *c, tr_optimizer_spec *s, tr_diags *d) {
     (void)d;
     const tr_optimizer_config *o = &c->optimizer;
@@ -17,7 +21,10 @@ tr_status tr_optimizer_spec_from_config(const tr_config *c, tr_optimizer_spec *s
                              .eps = (float)o->adam_eps,
                              .momentum = (float)o->sgd_momentum,
                              .clip_grad = o->clip_grad,
-                             .grad_norm_skip_threshold = o->grad_norm_skip_threshold};
+                             .grad_norm_skip_threshold = o->grad_norm_skip_threshold,
+                             .exp_avg_lowp = tr_dtype_lowp(o->exp_avg_dtype),
+                             .exp_avg_sq_lowp = tr_dtype_lowp(o->exp_avg_sq_dtype),
+                             .main_params_lowp = tr_dtype_lowp(o->main_params_dtype)};
     return TR_OK;
 }
 
@@ -77,7 +84,14 @@ tr_status tr_optimizer_step(tr_optimizer *o, float *params, const float *grads, 
                                   .weight_decay = decay,
                                   .step = o->step};
             TR_TRY(o->ops->adamw(params + off, grads + off, o->m + off, o->v + off, p->numel, &ap));
+            const tr_optimizer_spec *s = &o->spec;
+            if (s->exp_avg_lowp)
+                TR_TRY(o->ops->round_lowp((tr_lowp)s->exp_avg_lowp, o->m + off, p->numel));
+            if (s->exp_avg_sq_lowp)
+                TR_TRY(o->ops->round_lowp((tr_lowp)s->exp_avg_sq_lowp, o->v + off, p->numel));
         }
+        if (o->spec.main_params_lowp)
+            TR_TRY(o->ops->round_lowp((tr_lowp)o->spec.main_params_lowp, params + off, p->numel));
     }
     return TR_OK;
 }

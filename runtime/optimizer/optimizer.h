@@ -18,7 +18,15 @@ typedef struct tr_optimizer_spec {
     float beta1, beta2, eps, momentum;
     double clip_grad;                /* 0 disables clipping */
     double grad_norm_skip_threshold; /* skip the step when the norm exceeds this (inf: never) */
+    /* The precision-aware optimizer (Megatron's exp_avg_dtype, exp_avg_sq_dtype,
+     * main_params_dtype): 0, or the tr_lowp the moments and the main parameters are stored in,
+     * i.e. rounded to after every update (the update itself computes in fp32 from the stored
+     * values, as TE's FusedAdam does). */
+    int exp_avg_lowp, exp_avg_sq_lowp, main_params_lowp;
 } tr_optimizer_spec;
+
+/* The tr_lowp a half-precision tr_dtype names; 0 for fp32. */
+int tr_dtype_lowp(int32_t dtype);
 
 struct tr_device;
 

@@ -50,6 +50,7 @@ static int read_targets(const tr_peft_config *p, unsigned *targets) {
 tr_status tr_lora_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diags *d) {
     const tr_peft_config *p = &c->peft;
     s->lora_rank = 0;
+    s->moe.lora_rank = 0;
     if (p->scheme < 0) return TR_OK;
     /* Post-dropout, DoRA with a dropout and module names the runtime does not know are refused
      * before this by tr_runtime_check (core/rules/runtime.c). */
@@ -63,6 +64,13 @@ tr_status tr_lora_spec_from_config(const tr_config *c, tr_model_spec *s, tr_diag
     s->lora_b_init = lora_init(p->lora_B_init_method);
     s->lora_dropout = (float)p->dropout;
     s->lora_dora = p->scheme == TR_PEFT_DORA;
+    /* MoE layers: adapters on the experts' and the shared expert's fc1 / fc2 (DoRA there is
+     * refused by runtime.moe_peft) */
+    s->moe.lora_rank = s->moe.experts > 0 ? s->lora_rank : 0;
+    s->moe.lora_fc1 = (targets >> TR_LORA_FC1) & 1u;
+    s->moe.lora_fc2 = (targets >> TR_LORA_FC2) & 1u;
+    s->moe.lora_scale = s->lora_scale;
+    s->moe.lora_dropout = s->lora_dropout;
     return TR_OK;
 }
 
@@ -80,6 +88,30 @@ static void scale_rows_to(const float *mag, float *v, int rows, int cols) {
         float s = mag[j] * (1.0f / sqrtf((float)sq));
         for (int c = 0; c < cols; c++) row[c] *= s;
     }
+}
+
+/* The MoE layers' adapters (runtime/moe/lora.c), one per expert's or shared expert's linear
+ * layer <layer>.adapter.linear_in / linear_out beside its <layer>.weight. */
+static tr_status merge_experts(const tr_model *lora, tr_model *base) {
+    static const char in_sfx[] = ".adapter.linear_in.weight";
+    for (int i = 0; i < lora->n_info; i++) {
+        const tr_param_info *a = &lora->info[i];
+        size_t len = strlen(a->name), sl = sizeof in_sfx - 1;
+        if (!strstr(a->name, ".mlp.experts.") && !strstr(a->name, ".mlp.shared_experts.")) continue;
+        if (len < sl || strcmp(a->name + len - sl, in_sfx) != 0) continue;
+        char name[sizeof a->name + 16];
+        snprintf(name, sizeof name, "%.*s.adapter.linear_out.weight", (int)(len - sl), a->name);
+        const tr_param_info *b = tr_model_find_param(lora, name);
+        snprintf(name, sizeof name, "%.*s.weight", (int)(len - sl), a->name);
+        const tr_param_info *w = tr_model_find_param(base, name);
+        if (!b || !w || b->cols != a->rows || w->rows != b->rows || w->cols != a->cols)
+            return TR_ERR_INVALID;
+        TR_TRY(lora->ops->gemm(TR_NOTRANS, TR_NOTRANS, w->rows, w->cols, a->rows,
+                               lora->spec.lora_scale, lora->params + b->offset, b->cols,
+                               lora->params + a->offset, a->cols, 1.0f, base->params + w->offset,
+                               w->cols));
+    }
+    return TR_OK;
 }
 
 tr_status tr_lora_merge(const tr_model *lora, tr_model *base) {
@@ -106,6 +138,7 @@ tr_status tr_lora_merge(const tr_model *lora, tr_model *base) {
                                    v->lora_b[t], r, v->lora_a[t], w.in, 1.0f, (float *)w.w, w.in));
             if (v->lora_m[t]) scale_rows_to(v->lora_m[t], (float *)w.w, w.out, w.in);
         }
+    TR_TRY(merge_experts(lora, base));
     tr_model_params_changed(base);
     return TR_OK;
 }

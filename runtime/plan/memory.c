@@ -12,6 +12,7 @@
 #include "runtime/distributed/ddp.h"
 #include "runtime/distributed/grad_buffer.h"
 #include "runtime/model/model.h"
+#include "runtime/moe/moe.h"
 #include "runtime/optimizer/optimizer.h"
 #include "runtime/peft/lora.h"
 #include "runtime/pipeline/pipeline.h"
@@ -33,7 +34,7 @@ static bool ends_with(const char *s, const char *tail) {
 }
 
 /* The tensors the forward's GEMMs read as weights (runtime/model/wcopy.c marks them through the
- * views: the four linear layers of every layer and the output weight, which is the word
+ * views: the four linear layers of every decoder layer and the output weight, which is the word
  * embedding on any stage holding it when tied). */
 static int64_t weight_copy_elems(const tr_model_spec *s, const tr_param_info *info, int n) {
     if (!s->lowp || s->no_weight_copy) return 0;
@@ -44,7 +45,10 @@ static int64_t weight_copy_elems(const tr_model_spec *s, const tr_param_info *in
                     ends_with(nm, "linear_fc1.weight") || ends_with(nm, "linear_fc2.weight") ||
                     (!s->tied && strcmp(nm, "output_layer.weight") == 0) ||
                     (s->tied && strcmp(nm, "embedding.word_embeddings.weight") == 0);
-        if (used && !strstr(nm, ".adapter."))
+        /* the views wcopy.c marks are the decoder's dense layers': an MoE layer's experts and
+         * the MTP depths' layers run their GEMMs on the fp32 weights */
+        if (used && !strstr(nm, ".adapter.") && !strstr(nm, ".mlp.experts.") &&
+            !strstr(nm, ".mlp.shared_experts.") && strncmp(nm, "mtp.", 4) != 0)
             total += (info[i].numel + WCOPY_ALIGN - 1) / WCOPY_ALIGN * WCOPY_ALIGN;
     }
     return total ? total : 1;
@@ -140,7 +144,7 @@ static tr_status rank_parts(const tr_config *c, const tr_pp_layout *lay, int pp_
  * (slots aside) and what tr_ddp_options_from_config reads. */
 typedef struct param_key {
     tr_model_spec ms;
-    int tp, dp, n_parts;
+    int tp, dp, edp, n_parts;
     bool distributed, pipelined, sharded, overlap, pad;
     int64_t num_buckets, bucket_size;
     struct {
@@ -155,7 +159,7 @@ typedef struct param_val {
 
 static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_shard shard,
                              const tr_model_part *parts, int n_parts, bool distributed, int dp,
-                             tr_plan_cache *cache, param_val *v, tr_diags *d) {
+                             int edp, tr_plan_cache *cache, param_val *v, tr_diags *d) {
     param_key k;
     memset(&k, 0, sizeof k);
     memcpy(&k.ms, ms, sizeof *ms);
@@ -165,6 +169,7 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
     k.ms.recompute_modules = 0;
     k.tp = shard.size;
     k.dp = dp;
+    k.edp = edp;
     k.n_parts = n_parts;
     k.distributed = distributed;
     k.pipelined = c->model.pipeline_model_parallel_size > 1;
@@ -200,6 +205,14 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
             v->L = lay_g.numel;
             v->state = own.state_numel > 0 ? own.state_numel : 1;
             v->n_buckets = lay_g.n_buckets;
+            /* predicted (EP or expert TP > 1): Megatron shards the experts' optimizer state over
+             * the expert data-parallel group (world / (PP x EP x ETP)), not DP x CP */
+            if (k.sharded && edp != dp && edp > 0) {
+                int64_t experts = 0;
+                for (int i = 0; i < n_info; i++)
+                    if (strstr(info[i].name, ".mlp.experts.")) experts += info[i].numel;
+                v->state += (experts + edp - 1) / edp - (experts + dp - 1) / dp;
+            }
         }
         tr_grad_owned_free(&own);
         tr_grad_layout_free(&lay_g);
@@ -268,6 +281,41 @@ static tr_status cp_buffers(const tr_config *c, const tr_model_spec *ms, const t
     return TR_OK;
 }
 
+/* The MoE layers' states and scratch (runtime/moe/layer.c allocates them as activations, one
+ * set per layer this rank holds, with its part's slots; an MTP depth's layer on the loss stage):
+ * tr_moe_buffer_bytes, the sizing tr_moe_create allocates with (dropless: the worst case). */
+static tr_status moe_buffers(const tr_model_spec *ms, int tp, int mbs, const tr_model_part *parts,
+                             int n_parts, const tr_plan_gpu *g, int64_t *bytes, int64_t *rounded) {
+    if (ms->moe.experts <= 0) return TR_OK;
+    /* predicted (the runtime refuses MoE with TP): a sequence-parallel rank routes its rows */
+    int seq = ms->sequence_parallel && tp > 1 ? ms->seq / tp : ms->seq;
+    for (int k = 0; k < n_parts; k++) {
+        const tr_model_part *p = &parts[k];
+        int n = p->num_layers + (p->has_loss ? ms->mtp_layers : 0);
+        for (int i = 0; i < n; i++) {
+            int layer = i < p->num_layers ? p->first_layer + i : ms->num_layers + i - p->num_layers;
+            if (!tr_model_is_moe_layer(ms, layer)) continue;
+            tr_moe_dims dm = {.hidden = ms->hidden,
+                              .batch = mbs,
+                              .seq = seq,
+                              .slots = p->slots,
+                              .layer = layer,
+                              .swiglu = ms->swiglu,
+                              .gelu_tanh = ms->gelu_tanh,
+                              .lowp = ms->lowp};
+            int64_t b[TR_MOE_MAX_BUFFERS];
+            int nb = tr_moe_buffer_bytes(&ms->moe, &dm, b);
+            if (nb == 0) return TR_ERR_INVALID;
+            /* predicted (EP > 1): the exchange's rows at balanced routing, T x top-k received
+             * per rank, as Megatron sizes them by the counts it receives; the runtime's EP code
+             * (not on main) reserves the worst case, EP times that */
+            if (nb > 2 && ms->moe.ep_size > 1) b[2] /= ms->moe.ep_size;
+            for (int j = 0; j < nb; j++) *bytes += b[j], *rounded += tr_plan_round(g, b[j]);
+        }
+    }
+    return TR_OK;
+}
+
 tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms,
                                      const tr_plan_gpu *g, const tr_pp_layout *lay, int pp_rank,
                                      tr_plan_cache *cache, tr_plan_rank *r, tr_diags *d) {
@@ -293,9 +341,13 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
         r->last |= parts[k].has_loss;
         r->layers += parts[k].num_layers;
     }
+
     param_val pv;
     /* the gradients reduce over data and context parallel ranks together (TR_GROUP_DP_CP) */
-    TR_TRY(param_sizes(c, ms, shard, parts, r->vpp, distributed, dp * cp, cache, &pv, d));
+    int edp = (int)c->derived.expert_data_parallel_size;
+    if (ms->moe.experts <= 0 || (ms->moe.ep_size <= 1 && c->model.expert_tensor_parallel_size <= 1))
+        edp = dp * cp; /* the runtime's layout: every gradient over DP x CP */
+    TR_TRY(param_sizes(c, ms, shard, parts, r->vpp, distributed, dp * cp, edp, cache, &pv, d));
     r->n_params = pv.real;
     r->n_buckets = pv.n_buckets;
     int64_t A = pv.numel * 4, W = pv.wc * 2, L = pv.L * 4, state = pv.state;
@@ -343,6 +395,10 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
                                   tr_plan_round(g, as.tok_bytes) + tr_plan_round(g, as.act_bytes) +
                                   r->p2p_fp32 * tr_plan_round(g, msg * 4) +
                                   r->p2p_half * tr_plan_round(g, msg * 2);
+    int64_t mb = 0, mr = 0;
+    TR_TRY(moe_buffers(ms, tp, mbs, parts, r->vpp, g, &mb, &mr));
+    r->moe_buffers = mb;
+    r->peak[TR_MEM_ACTIVATIONS] += mr;
     if (cp > 1) {
         int64_t cpb = 0, cpr = 0;
         TR_TRY(cp_buffers(c, ms, &shape, mbs, g, &cpb, &cpr));
@@ -364,5 +420,12 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
 
 tr_status tr_plan_model_spec(const tr_config *c, tr_model_spec *ms, tr_diags *d) {
     TR_TRY(tr_model_spec_from_config(c, ms, d));
+    ms->sizing_only = true;
+    /* The expert layout as Megatron lays it out (predicted only: the runtime refuses EP and
+     * expert TP above 1 today, runtime.expert_parallel): a rank holds experts / EP of them, each
+     * expert's fc1 columns and fc2 rows split over ETP. */
+    int64_t ep = c->model.expert_model_parallel_size, etp = c->model.expert_tensor_parallel_size;
+    if (ms->moe.experts > 0 && ep > 1) ms->moe.ep_size = (int)ep;
+    if (ms->moe.experts > 0 && etp > 1) ms->moe.ffn = (int)((ms->moe.ffn + etp - 1) / etp);
     return tr_lora_spec_from_config(c, ms, d);
 }

@@ -10,18 +10,6 @@ static double ring(int n) {
     return n > 1 ? (double)(n - 1) / n : 0.0;
 }
 
-static tr_status unsupported(const tr_config *c, tr_diags *d) {
-    const tr_model_config *m = &c->model;
-    if (m->num_moe_experts != TR_NULL_INT && m->num_moe_experts > 0) {
-        tr_diag_add(d, TR_SEV_ERROR, "plan.unsupported", NULL, "model.num_moe_experts",
-                    "plan a dense model (the runtime refuses MoE layers today)",
-                    "the planner covers the axes the runtime runs; mixture-of-experts "
-                    "layers are not one yet");
-        return TR_ERR_CONFIG;
-    }
-    return TR_OK;
-}
-
 /* Which pp ranks are distinct roles: the first, one in the middle, the last. */
 static int roles(int pp, int *which) {
     int n = 0;
@@ -107,6 +95,19 @@ static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
                  cp_cross ? g->net_gbs : g->nvlink_gbs,
                  cp_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK, 0.0, cp_cross);
     }
+    /* expert parallel (predicted only: the runtime runs EP 1 today): per MoE layer and
+     * microbatch the alltoall dispatcher sends each routed row (top-k per token) and brings its
+     * output back, forward and backward, (EP - 1) / EP of them to other ranks */
+    if (p->ep > 1 && ms->moe.experts > 0) {
+        int n_moe = 0;
+        for (int i = 0; i < ms->num_layers; i++) n_moe += tr_model_is_moe_layer(ms, i);
+        double rows = (double)p->mbs * seq_local / (p->sp ? p->tp : 1) * ms->moe.topk;
+        double per = 4.0 * ring(p->ep) * rows * ms->hidden * dtype;
+        bool ep_cross = (int64_t)p->ep * (p->sp ? 1 : p->tp) > gpn;
+        add_comm(p, "ep", p->ep, (double)n_moe / p->pp * p->nmb * per,
+                 ep_cross ? g->net_gbs : g->nvlink_gbs,
+                 ep_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK, 0.0, ep_cross);
+    }
     double msg = msg_full / (p->sp ? p->tp : 1);
     bool pp_cross = (int64_t)p->tp * cp * p->dp >= gpn && p->world > gpn;
     add_comm(p, "pp", p->pp, 2.0 * p->nmb * p->vpp * msg, pp_cross ? g->net_gbs : g->nvlink_gbs,
@@ -136,7 +137,6 @@ tr_status tr_plan_make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan *p, t
 tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache,
                               tr_plan *p, tr_diags *d) {
     memset(p, 0, sizeof *p);
-    TR_TRY(unsupported(c, d));
     const tr_model_config *m = &c->model;
     p->gpu = gpu;
     p->world = (int)c->derived.world_size;
@@ -146,6 +146,8 @@ tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_pla
                  ? 1
                  : (int)m->virtual_pipeline_model_parallel_size;
     p->cp = (int)m->context_parallel_size;
+    p->ep = m->num_moe_experts != TR_NULL_INT ? (int)m->expert_model_parallel_size : 1;
+    p->etp = m->num_moe_experts != TR_NULL_INT ? (int)m->expert_tensor_parallel_size : 1;
     p->dp = (int)c->derived.data_parallel_size;
     p->mbs = (int)c->train.micro_batch_size;
     p->gbs = (int)c->train.global_batch_size;

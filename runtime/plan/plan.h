@@ -8,8 +8,9 @@
  * runtime makes is one entry, rounded as the device rounds it, and the peaks per memory kind are
  * those of the runtime's order of allocation (the data-parallel relayout stages the parameters
  * on the host, so the device holds one layout at a time). Time comes from a small device model with
- * named constants (runtime/plan/device_model.c). Dense axes only: context parallelism and MoE are
- * refused by the runtime today, and the planner refuses them too (plan.unsupported). */
+ * named constants (runtime/plan/device_model.c). MoE layers' token buffers come from
+ * tr_moe_buffer_bytes; what the runtime refuses (EP, MoE with TP, ...) is planned predicted only
+ * from Megatron's semantics (docs/plan.md). */
 #ifndef TR_RUNTIME_PLAN_H
 #define TR_RUNTIME_PLAN_H
 
@@ -59,6 +60,8 @@ typedef struct tr_plan_rank {
     int64_t tokens;       /* per-slot ids, targets, document starts, positions */
     int64_t p2p;          /* stage-transfer buffers held at once */
     int64_t cp_buffers;   /* the context-parallel exchange's KV/dKV blocks (CP > 1) */
+    int64_t moe_buffers;  /* the MoE layers' states and scratch (tr_moe_buffer_bytes; dropless:
+                           * every token's top-k expert rows, the worst case) */
     int p2p_fp32, p2p_half;
     int64_t workspace; /* loss buffers, overflow flag */
     int64_t n_params;  /* parameters of the role (elements) */
@@ -81,6 +84,12 @@ typedef struct tr_plan_comm {
 typedef struct tr_plan {
     const tr_plan_gpu *gpu;
     int world, tp, pp, vpp, cp, dp, mbs, gbs, nmb;
+    int ep, etp; /* the expert layout (1 for dense models) */
+    /* The runtime refuses this config (its capability rules, core/rules/runtime.c): the numbers
+     * are predicted from Megatron's semantics, not backed by a run; refused_by lists the rule
+     * ids. Set by the caller that planned it anyway (--plan, the search's predicted list). */
+    bool predicted_only;
+    char refused_by[256];
     bool sp, dist_opt, lowp;
     int recompute; /* 0 none, 1 selective, 2 full */
     int n_ranks;
@@ -91,12 +100,12 @@ typedef struct tr_plan {
     double hw_flops;    /* per step including recomputation */
     double t_compute, t_bubble, t_optimizer, t_comm, step_s, mfu;
     double bubble; /* (p - 1) / (v m) of the compute time */
-    tr_plan_comm comm[5];
+    tr_plan_comm comm[6];
     int n_comm;
 } tr_plan;
 
-/* The plan of a finalized, validated config on `gpu`. Configs the planner does not cover
- * (context parallelism, MoE) are a "plan.unsupported" diagnostic and TR_ERR_CONFIG. */
+/* The plan of a finalized config on `gpu` (validated; or one only the runtime's capability
+ * rules refuse, which the caller marks predicted_only). */
 tr_status tr_plan_make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan *out, tr_diags *d);
 
 /* A memo of the sizing calls' results for planning many layouts (the search): the same numbers,
@@ -120,8 +129,8 @@ void tr_plan_print_json(FILE *out, const tr_plan *p);
 /* ---- search ---- */
 
 typedef struct tr_plan_candidate {
-    int tp, pp, vpp, cp, ep, etp, dp, mbs;
-    int recompute; /* 0 none, 1 selective (core_attn), 2 full uniform 1 */
+    int tp, pp, vpp, cp, ep, etp, dp, mbs; /* etp 0: a dense model (not set) */
+    int recompute;                         /* 0 none, 1 selective (core_attn), 2 full uniform 1 */
     bool dist_opt, sp;
     tr_plan plan;
 } tr_plan_candidate;
@@ -135,6 +144,12 @@ typedef struct tr_plan_search {
     int tried, valid, fit;
     tr_plan_candidate *best; /* [n_best], fastest first */
     int n_best;
+    /* Candidates the runtime's capability rules alone refuse (runtime.*, counted under their
+     * ids like every rejection), planned as predicted only: how many planned, how many fit,
+     * and the fastest fitting [n_pred] (plan.predicted_only, plan.refused_by). */
+    int predicted, predicted_fit;
+    tr_plan_candidate *pred;
+    int n_pred;
     tr_plan_rejection *why; /* rule ids (and "memory") with counts */
     int n_why;
     double seconds;          /* the whole search */

@@ -24,6 +24,15 @@ void tr_plan_print(FILE *out, const tr_config *c, const tr_plan *p) {
             c->recipe_name ? c->recipe_name : "(config)", p->world, p->gpu->name, p->tp, p->pp,
             p->vpp, p->cp, p->dp, p->mbs, p->gbs, p->nmb, p->sp ? "on" : "off",
             p->dist_opt ? "on" : "off", rc[p->recompute], p->lowp ? "bf16/fp16 mixed" : "fp32");
+    if (p->ep > 1 || p->etp > 1)
+        fprintf(out,
+                "experts: EP %d, ETP %d (Megatron's layout; the runtime runs EP 1 and ETP 1)\n",
+                p->ep, p->etp);
+    if (p->predicted_only)
+        fprintf(out,
+                "PREDICTED ONLY: the runtime refuses this configuration (%s); the numbers follow "
+                "Megatron's semantics where the runtime has no allocation to size them by\n",
+                p->refused_by);
     fprintf(out,
             "assumptions: fp32 master parameters and fp32 gradients (the runtime keeps both "
             "in fp32 whatever grad_reduce_in_fp32 says), Adam m and v in fp32, a half-precision "
@@ -58,6 +67,11 @@ void tr_plan_print(FILE *out, const tr_config *c, const tr_plan *p) {
         if (p->cp > 1)
             fprintf(out, "  CP exchange buffers      %10.3f GiB  (KV and dK/dV blocks)\n",
                     gib(r->cp_buffers));
+        if (r->moe_buffers)
+            fprintf(out,
+                    "  MoE token buffers        %10.3f GiB  (router, expert rows at the dropless "
+                    "worst case: every token's top-k on this rank's experts; shared expert)\n",
+                    gib(r->moe_buffers));
         fprintf(out, "  workspace                %10.3f GiB\n", gib(r->workspace));
         fprintf(out,
                 "  peaks per kind: params %.3f, grads %.3f, optimizer %.3f, activations %.3f, "
@@ -103,20 +117,21 @@ void tr_plan_print_json(FILE *out, const tr_plan *p) {
             "{\"gpu\":\"%s\",\"world\":%d,\"tp\":%d,\"pp\":%d,\"vpp\":%d,\"cp\":%d,\"dp\":%d,"
             "\"mbs\":%d,\"gbs\":%d,\"sp\":%s,\"dist_opt\":%s,\"recompute\":%d,\"fits\":%s,"
             "\"peak_total\":%" PRId64 ",\"step_s\":%.6g,\"mfu\":%.6g,\"bubble\":%.6g,"
-            "\"model_flops\":%.6g,\"ranks\":[",
+            "\"model_flops\":%.6g,\"ep\":%d,\"etp\":%d,\"predicted_only\":%s,"
+            "\"refused_by\":\"%s\",\"ranks\":[",
             p->gpu->name, p->world, p->tp, p->pp, p->vpp, p->cp, p->dp, p->mbs, p->gbs,
             p->sp ? "true" : "false", p->dist_opt ? "true" : "false", p->recompute,
-            p->fits ? "true" : "false", p->peak_total, p->step_s, p->mfu, p->bubble,
-            p->model_flops);
+            p->fits ? "true" : "false", p->peak_total, p->step_s, p->mfu, p->bubble, p->model_flops,
+            p->ep, p->etp, p->predicted_only ? "true" : "false", p->refused_by);
     for (int i = 0; i < p->n_ranks; i++) {
         const tr_plan_rank *r = &p->ranks[i];
         fprintf(out,
                 "%s{\"pp_rank\":%d,\"n_params\":%" PRId64 ",\"params\":%" PRId64
                 ",\"param_copy\":%" PRId64 ",\"grads\":%" PRId64 ",\"optimizer\":%" PRId64
                 ",\"act_per_slot\":%" PRId64 ",\"act_arena\":%" PRId64 ",\"p2p\":%" PRId64
-                ",\"total\":%" PRId64 ",\"peak\":{",
+                ",\"moe_buffers\":%" PRId64 ",\"total\":%" PRId64 ",\"peak\":{",
                 i ? "," : "", r->pp_rank, r->n_params, r->params, r->param_copy, r->grads,
-                r->optimizer, r->act_per_slot, r->act_arena, r->p2p, r->total);
+                r->optimizer, r->act_per_slot, r->act_arena, r->p2p, r->moe_buffers, r->total);
         for (int k = 0; k < TR_MEM_KIND_COUNT; k++)
             fprintf(out, "%s\"%s\":%" PRId64, k ? "," : "", kinds[k], r->peak[k]);
         fprintf(out, "}}");

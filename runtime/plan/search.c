@@ -18,6 +18,8 @@ static const int cps[] = {1, 2};
 static const int pps[] = {1, 2, 4, 8, 16};
 static const int vpps[] = {1, 2, 4, 5};
 static const int mbss[] = {1, 2, 4};
+/* MoE models only (predicted: the runtime runs EP 1, runtime.expert_parallel) */
+static const int eps[] = {1, 2, 4, 8, 16, 32, 64};
 #define N(a) ((int)(sizeof a / sizeof a[0]))
 
 static double now_s(void) {
@@ -47,6 +49,7 @@ static int candidate_ovs(const tr_plan_candidate *k, ov *o) {
         PUT(model_virtual_pipeline_model_parallel_size, OV_NULL, 0, NULL);
     PUT(model_context_parallel_size, OV_INT, k->cp, NULL);
     PUT(model_expert_model_parallel_size, OV_INT, k->ep, NULL);
+    if (k->etp > 0) PUT(model_expert_tensor_parallel_size, OV_INT, k->etp, NULL);
     PUT(model_sequence_parallel, OV_BOOL, k->sp, NULL);
     PUT(train_micro_batch_size, OV_INT, k->mbs, NULL);
     if (k->recompute == 0) PUT(model_recompute_granularity, OV_NULL, 0, NULL);
@@ -195,14 +198,14 @@ static tr_status apply_typed(tr_config *c, const ov *o, int n) {
     return TR_OK;
 }
 
-static void keep(tr_plan_search *s, const tr_plan_candidate *k, int top_k) {
-    int at = s->n_best;
-    while (at > 0 && s->best[at - 1].plan.step_s > k->plan.step_s) at--;
+static void keep(tr_plan_candidate *best, int *n_best, const tr_plan_candidate *k, int top_k) {
+    int at = *n_best;
+    while (at > 0 && best[at - 1].plan.step_s > k->plan.step_s) at--;
     if (at >= top_k) return;
-    int n = s->n_best < top_k ? s->n_best + 1 : top_k;
-    memmove(&s->best[at + 1], &s->best[at], (size_t)(n - at - 1) * sizeof *s->best);
-    s->best[at] = *k;
-    s->n_best = n;
+    int n = *n_best < top_k ? *n_best + 1 : top_k;
+    memmove(&best[at + 1], &best[at], (size_t)(n - at - 1) * sizeof *best);
+    best[at] = *k;
+    *n_best = n;
 }
 
 /* The rejecting ids of a candidate, as counted and as the verdict reports them. */
@@ -212,26 +215,68 @@ static void reject(tr_plan_search *s, tr_plan_verdict *v, const char *id) {
     snprintf(v->why + at, sizeof v->why - at, "%s%s", at ? "," : "", id);
 }
 
-/* scratch: NULL for a fresh deep copy of base (the plain path), else a config reset to base */
-static void try_one(const tr_config *base, tr_config *scratch, tr_world w, const tr_plan_gpu *gpu,
+/* The fast path's configs: one scratch candidate reset to the base before each, and `before`,
+ * kept holding the scratch's values ahead of its finalize (tr_config_finalize_against). Only the
+ * fields the last candidate's overrides and finalize changed can differ from the base, so only
+ * they are reset (all of them when finalize changed more than the list holds, or failed). */
+enum { MAX_DIRTY = 512 };
+typedef struct fast_cfg {
+    tr_config scratch, before;
+    int dirty[MAX_DIRTY + MAX_OV], n_dirty; /* scratch's fields that may differ from the base */
+    int ov_prev[MAX_OV], n_ov_prev;         /* before's fields that may differ from the base */
+    bool all;                               /* reset every field */
+} fast_cfg;
+
+/* Resets the scratch to base and applies the overrides; before then holds its values. */
+static tr_status fast_prepare(fast_cfg *f, const tr_config *base, const ov *o, int n) {
+    TR_TRY(f->all ? tr_config_reset_to(&f->scratch, base)
+                  : tr_config_reset_fields(&f->scratch, base, f->dirty, f->n_dirty));
+    f->all = false;
+    f->n_dirty = 0;
+    for (int i = 0; i < n; i++) f->dirty[f->n_dirty++] = o[i].fid;
+    TR_TRY(apply_typed(&f->scratch, o, n));
+    int both[2 * MAX_OV], nb = 0;
+    for (int i = 0; i < f->n_ov_prev; i++) both[nb++] = f->ov_prev[i];
+    for (int i = 0; i < n; i++) both[nb++] = o[i].fid;
+    TR_TRY(tr_config_reset_fields(&f->before, &f->scratch, both, nb));
+    for (int i = 0; i < n; i++) f->ov_prev[i] = o[i].fid;
+    f->n_ov_prev = n;
+    return TR_OK;
+}
+
+static tr_status fast_finalize(fast_cfg *f, tr_world w, tr_diags *d) {
+    int changed[MAX_DIRTY], n = 0;
+    tr_status st =
+        tr_config_finalize_against(&f->scratch, &w, &f->before, changed, MAX_DIRTY, &n, d);
+    if (st != TR_OK || n > MAX_DIRTY) {
+        f->all = true;
+        return st;
+    }
+    for (int i = 0; i < n; i++) f->dirty[f->n_dirty++] = changed[i];
+    return TR_OK;
+}
+
+/* fc: NULL for a fresh deep copy of base (the plain path), else the fast path's configs */
+static void try_one(const tr_config *base, fast_cfg *fc, tr_world w, const tr_plan_gpu *gpu,
                     int top_k, const tr_plan_search_opts *so, tr_plan_cache *cache,
                     tr_plan_candidate *k, tr_plan_search *s) {
-    tr_config own, *c = scratch ? scratch : &own;
+    tr_config own, *c = fc ? &fc->scratch : &own;
     tr_diags d;
     tr_diags_init(&d);
     tr_plan_verdict v = {.k = k};
     s->tried++;
     double t0 = now_s();
-    if ((scratch ? tr_config_reset_to(scratch, base) : tr_config_copy(&own, base)) != TR_OK) {
+    ov o[MAX_OV];
+    int n = candidate_ovs(k, o);
+    if (!fc && tr_config_copy(&own, base) != TR_OK) {
         tr_diags_free(&d);
         return;
     }
     /* the verdict is the errors; the fast path runs the error rules alone (the same errors) */
     tr_validate_opts vo = {.check_files = false, .errors_only = !so->plain};
-    ov o[MAX_OV];
-    int n = candidate_ovs(k, o);
-    tr_status st = so->plain ? apply_text(c, o, n, &d) : apply_typed(c, o, n);
-    if (st == TR_OK) st = tr_config_finalize(c, &w, &d);
+    tr_status st = fc ? fast_prepare(fc, base, o, n) : apply_text(c, o, n, &d);
+    if (st == TR_OK) st = fc ? fast_finalize(fc, w, &d) : tr_config_finalize(c, &w, &d);
+    bool finalized = st == TR_OK && d.n_errors == 0;
     if (st == TR_OK) st = tr_config_validate(c, &vo, &d);
     double t1 = now_s();
     s->validate_seconds += t1 - t0;
@@ -249,7 +294,7 @@ static void try_one(const tr_config *base, tr_config *scratch, tr_world w, const
             reject(s, &v, "memory");
         } else {
             s->fit++;
-            keep(s, k, top_k);
+            keep(s->best, &s->n_best, k, top_k);
         }
         tr_diags_free(&pd);
     } else {
@@ -263,9 +308,33 @@ static void try_one(const tr_config *base, tr_config *scratch, tr_world w, const
             if (!seen) reject(s, &v, d.items[i].id);
         }
         if (d.n_errors == 0) reject(s, &v, "config.set");
+        /* refused by the runtime's capability rules alone (runtime.*: not built yet) on a
+         * finalized config: planned as predicted only, ranked apart */
+        bool refused = finalized && d.n_errors > 0;
+        for (int i = 0; i < d.n && refused; i++)
+            refused =
+                d.items[i].severity != TR_SEV_ERROR || strncmp(d.items[i].id, "runtime.", 8) == 0;
+        if (refused) {
+            k->dp = (int)c->derived.data_parallel_size;
+            tr_diags pd;
+            tr_diags_init(&pd);
+            double t2 = now_s();
+            if (tr_plan_make_cached(c, gpu, so->plain ? NULL : cache, &k->plan, &pd) == TR_OK) {
+                k->plan.predicted_only = true;
+                memcpy(k->plan.refused_by, v.why, sizeof k->plan.refused_by - 1);
+                k->plan.refused_by[sizeof k->plan.refused_by - 1] = 0;
+                s->predicted++;
+                if (k->plan.fits) {
+                    s->predicted_fit++;
+                    keep(s->pred, &s->n_pred, k, top_k);
+                }
+            }
+            s->plan_seconds += now_s() - t2;
+            tr_diags_free(&pd);
+        }
     }
     if (so->each) so->each(so->ctx, &v);
-    if (!scratch) tr_config_free(c);
+    if (!fc) tr_config_free(c);
     tr_diags_free(&d);
 }
 
@@ -282,13 +351,19 @@ tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const t
     memset(s, 0, sizeof *s);
     if (top_k < 1) top_k = 1;
     s->best = calloc((size_t)top_k + 1, sizeof *s->best);
-    if (!s->best) return TR_ERR_NOMEM;
+    s->pred = calloc((size_t)top_k + 1, sizeof *s->pred);
+    if (!s->best || !s->pred) {
+        tr_plan_search_free(s);
+        return TR_ERR_NOMEM;
+    }
+    bool moe = base->model.num_moe_experts != TR_NULL_INT && base->model.num_moe_experts > 0;
     tr_plan_cache *cache = so->cache;
     if (!cache) TR_TRY(tr_plan_cache_create(&cache));
     double t0 = now_s();
     /* the candidates' scratch base: the values and origins, without the history and the recipe
      * snapshot that each copy (and finalize's copy of it) would otherwise duplicate */
-    tr_config lean, scratch;
+    tr_config lean;
+    fast_cfg *fc = NULL;
     const tr_config *from = base;
     if (!so->plain) {
         tr_status cs = tr_config_copy(&lean, base);
@@ -298,8 +373,13 @@ tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const t
         }
         tr_config_drop_history(&lean);
         from = &lean;
-        cs = tr_config_copy(&scratch, &lean);
+        fc = calloc(1, sizeof *fc);
+        if (!fc) cs = TR_ERR_NOMEM;
+        if (cs == TR_OK) cs = tr_config_copy(&fc->scratch, &lean);
+        if (cs == TR_OK) cs = tr_config_copy(&fc->before, &lean);
         if (cs != TR_OK) {
+            if (fc) tr_config_free(&fc->scratch), tr_config_free(&fc->before);
+            free(fc);
             tr_config_free(&lean);
             if (cache != so->cache) tr_plan_cache_free(cache);
             return cs;
@@ -311,29 +391,38 @@ tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const t
                 for (int v = 0; v < N(vpps); v++)
                     for (int m = 0; m < N(mbss); m++)
                         for (int r = 0; r < 3; r++)
-                            for (int o = 0; o < 2; o++) {
-                                int tp = tps[a], cp = cps[b], pp = pps[p];
-                                if ((int64_t)tp * cp * pp > w.world_size ||
-                                    w.world_size % (tp * cp * pp))
-                                    continue;
-                                if (pp == 1 && vpps[v] > 1) continue;
-                                /* one data-parallel rank: nothing to shard, the same layout */
-                                if (o == 0 && w.world_size / (tp * cp * pp) == 1) continue;
-                                tr_plan_candidate k = {.tp = tp,
-                                                       .pp = pp,
-                                                       .vpp = vpps[v],
-                                                       .cp = cp,
-                                                       .ep = 1,
-                                                       .etp = 1,
-                                                       .mbs = mbss[m],
-                                                       .recompute = r,
-                                                       .dist_opt = o == 0,
-                                                       .sp = tp > 1};
-                                try_one(from, so->plain ? NULL : &scratch, w, gpu, top_k, so, cache,
-                                        &k, s);
-                            }
+                            for (int o = 0; o < 2; o++)
+                                for (int e = 0; e < (moe ? N(eps) : 1); e++)
+                                    for (int t = 0; t < (moe ? 2 : 1); t++) {
+                                        int tp = tps[a], cp = cps[b], pp = pps[p], ep = eps[e];
+                                        /* ETP 1, or the dense layers' TP */
+                                        int etp = !moe ? 0 : t ? tp : 1;
+                                        if (t && tp == 1) continue;
+                                        if ((int64_t)tp * cp * pp > w.world_size ||
+                                            w.world_size % (tp * cp * pp))
+                                            continue;
+                                        if (moe && (ep > base->model.num_moe_experts ||
+                                                    w.world_size % ((int64_t)ep * etp * pp)))
+                                            continue;
+                                        if (pp == 1 && vpps[v] > 1) continue;
+                                        /* one data-parallel rank: nothing to shard */
+                                        if (o == 0 && w.world_size / (tp * cp * pp) == 1) continue;
+                                        tr_plan_candidate k = {.tp = tp,
+                                                               .pp = pp,
+                                                               .vpp = vpps[v],
+                                                               .cp = cp,
+                                                               .ep = ep,
+                                                               .etp = etp,
+                                                               .mbs = mbss[m],
+                                                               .recompute = r,
+                                                               .dist_opt = o == 0,
+                                                               .sp = tp > 1};
+                                        try_one(from, fc, w, gpu, top_k, so, cache, &k, s);
+                                    }
     if (!so->plain) {
-        tr_config_free(&scratch);
+        tr_config_free(&fc->before);
+        tr_config_free(&fc->scratch);
+        free(fc);
         tr_config_free(&lean);
     }
     s->seconds = now_s() - t0;
@@ -344,28 +433,57 @@ tr_status tr_plan_search_layouts_with(const tr_config *base, tr_world w, const t
 
 void tr_plan_search_free(tr_plan_search *s) {
     free(s->best);
+    free(s->pred);
     free(s->why);
     memset(s, 0, sizeof *s);
 }
 
-void tr_plan_search_print(FILE *out, const tr_plan_search *s, bool json) {
+static void print_json_list(FILE *out, const char *name, const tr_plan_candidate *l, int n) {
     char ov[1024];
+    fprintf(out, ",\"%s\":[", name);
+    for (int i = 0; i < n; i++) {
+        tr_plan_candidate_overrides(&l[i], ov, sizeof ov);
+        fprintf(out, "%s{\"rank\":%d,\"overrides\":\"%s\",\"plan\":", i ? "," : "", i + 1, ov);
+        tr_plan_print_json(out, &l[i].plan);
+        fprintf(out, "}");
+    }
+    fprintf(out, "]");
+}
+
+static void print_text_list(FILE *out, const tr_plan_candidate *l, int n) {
+    char ov[1024];
+    for (int i = 0; i < n; i++) {
+        const tr_plan_candidate *k = &l[i];
+        const tr_plan *p = &k->plan;
+        tr_plan_candidate_overrides(k, ov, sizeof ov);
+        char ex[48] = "";
+        if (k->etp > 0) snprintf(ex, sizeof ex, " EP %d ETP %d", k->ep, k->etp);
+        fprintf(out,
+                "#%d TP %d PP %d VPP %d CP %d DP %d%s mbs %d recompute %s dist-opt %s: step "
+                "%.3f s, MFU %.1f%%, largest rank %.1f GiB\n   %s\n",
+                i + 1, k->tp, k->pp, k->vpp, k->cp, k->dp, ex, k->mbs,
+                k->recompute == 2 ? "full"
+                : k->recompute    ? "selective"
+                                  : "none",
+                k->dist_opt ? "on" : "off", p->step_s, 100.0 * p->mfu,
+                (double)p->peak_total / (1024.0 * 1024.0 * 1024.0), ov);
+        if (p->predicted_only) fprintf(out, "   refused by: %s\n", p->refused_by);
+    }
+}
+
+void tr_plan_search_print(FILE *out, const tr_plan_search *s, bool json) {
     if (json) {
         fprintf(out,
-                "{\"tried\":%d,\"valid\":%d,\"fit\":%d,\"seconds\":%.6g,\"validate_seconds\":%.6g,"
-                "\"plan_seconds\":%.6g,\"rejected\":{",
-                s->tried, s->valid, s->fit, s->seconds, s->validate_seconds, s->plan_seconds);
+                "{\"tried\":%d,\"valid\":%d,\"fit\":%d,\"predicted\":%d,\"predicted_fit\":%d,"
+                "\"seconds\":%.6g,\"validate_seconds\":%.6g,\"plan_seconds\":%.6g,\"rejected\":{",
+                s->tried, s->valid, s->fit, s->predicted, s->predicted_fit, s->seconds,
+                s->validate_seconds, s->plan_seconds);
         for (int i = 0; i < s->n_why; i++)
             fprintf(out, "%s\"%s\":%d", i ? "," : "", s->why[i].id, s->why[i].count);
-        fprintf(out, "},\"top\":[");
-        for (int i = 0; i < s->n_best; i++) {
-            const tr_plan_candidate *k = &s->best[i];
-            tr_plan_candidate_overrides(k, ov, sizeof ov);
-            fprintf(out, "%s{\"rank\":%d,\"overrides\":\"%s\",\"plan\":", i ? "," : "", i + 1, ov);
-            tr_plan_print_json(out, &k->plan);
-            fprintf(out, "}");
-        }
-        fprintf(out, "]}\n");
+        fprintf(out, "}");
+        print_json_list(out, "top", s->best, s->n_best);
+        print_json_list(out, "predicted_top", s->pred, s->n_pred);
+        fprintf(out, "}\n");
         return;
     }
     fprintf(out,
@@ -375,18 +493,12 @@ void tr_plan_search_print(FILE *out, const tr_plan_search *s, bool json) {
             (long long)s->memo_hits, (long long)s->memo_misses);
     for (int i = 0; i < s->n_why; i++)
         fprintf(out, "  rejected %6d  %s\n", s->why[i].count, s->why[i].id);
-    for (int i = 0; i < s->n_best; i++) {
-        const tr_plan_candidate *k = &s->best[i];
-        const tr_plan *p = &k->plan;
-        tr_plan_candidate_overrides(k, ov, sizeof ov);
+    print_text_list(out, s->best, s->n_best);
+    if (s->predicted > 0) {
         fprintf(out,
-                "#%d TP %d PP %d VPP %d CP %d DP %d mbs %d recompute %s dist-opt %s: step %.3f s, "
-                "MFU %.1f%%, largest rank %.1f GiB\n   %s\n",
-                i + 1, k->tp, k->pp, k->vpp, k->cp, k->dp, k->mbs,
-                k->recompute == 2 ? "full"
-                : k->recompute    ? "selective"
-                                  : "none",
-                k->dist_opt ? "on" : "off", p->step_s, 100.0 * p->mfu,
-                (double)p->peak_total / (1024.0 * 1024.0 * 1024.0), ov);
+                "predicted only: %d layouts the runtime's capability rules alone refuse were "
+                "planned from Megatron's semantics, %d fit; the fastest:\n",
+                s->predicted, s->predicted_fit);
+        print_text_list(out, s->pred, s->n_pred);
     }
 }

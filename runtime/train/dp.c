@@ -95,12 +95,16 @@ static tr_status create_buf(tr_train_dp *t, int k, tr_model *m, const tr_ddp_opt
                               .beta2 = os->beta2,
                               .eps = os->eps,
                               .momentum = os->momentum,
+                              .exp_avg_lowp = os->exp_avg_lowp,
+                              .exp_avg_sq_lowp = os->exp_avg_sq_lowp,
+                              .main_params_lowp = os->main_params_lowp,
                               .group = b->group,
                               .overlap_param_gather = t->overlap_param_gather};
     TR_TRY(tr_dist_opt_create(&b->opt, &b->layout, m->params + b->base, m->grads + b->base, t->comm,
                               m->ops, &oo, d));
     b->have_opt = true;
-    if (!tr_device_host_visible(m->dev)) TR_TRY(tr_dist_opt_use_device(&b->opt, m->dev));
+    /* every device but the plain host keeps the state as device memory (cpu-count counts it) */
+    if (m->dev && m->dev != tr_device_host()) TR_TRY(tr_dist_opt_use_device(&b->opt, m->dev));
     b->counted = malloc((size_t)b->layout.n_params);
     if (!b->counted) return TR_ERR_NOMEM;
     /* A TP-replicated parameter enters the global norm once, from TP rank 0; a tied copy not at

@@ -2,6 +2,7 @@
 #include "runtime/train/precision.h"
 
 #include "runtime/device/device.h"
+#include "runtime/optimizer/optimizer.h"
 
 #include <math.h>
 #include <string.h>
@@ -13,13 +14,14 @@ tr_status tr_train_precision_from_config(const tr_config *c, tr_train_precision 
     /* Megatron's grad buffer then holds the parameters' dtype and is reduced in it; here the
      * reduction stays fp32 and its result is rounded, the precision the optimizer would see. */
     if (lowp && !c->ddp.grad_reduce_in_fp32) p->grad_lowp = lowp;
+    p->main_grad_lowp = tr_dtype_lowp(c->optimizer.main_grads_dtype);
     int bad = 0; /* autocast is refused by tr_runtime_check (core/rules/runtime.c) */
     bad |= tr_loss_scaler_from_config(c, &p->scaler, d) != TR_OK;
     return bad ? TR_ERR_CONFIG : TR_OK;
 }
 
 bool tr_train_precision_touches_grads(const tr_train_precision *p) {
-    return p->grad_lowp || p->scaler.enabled;
+    return p->grad_lowp || p->main_grad_lowp || p->scaler.enabled;
 }
 
 tr_status tr_train_precision_grads(const tr_train_precision *p, tr_device *dev, float *grads,
@@ -36,6 +38,8 @@ tr_status tr_train_precision_grads(const tr_train_precision *p, tr_device *dev, 
     for (int i = 0; i < n_ranges && st == TR_OK; i++) {
         float *g = grads + ranges[i].offset;
         if (p->grad_lowp) st = ops->round_lowp((tr_lowp)p->grad_lowp, g, ranges[i].numel);
+        if (st == TR_OK && p->main_grad_lowp)
+            st = ops->round_lowp((tr_lowp)p->main_grad_lowp, g, ranges[i].numel);
         if (st == TR_OK && p->scaler.enabled)
             st = ops->unscale_check(g, ranges[i].numel, inv_scale, flag);
     }

@@ -19,6 +19,10 @@ struct tr_device;
 typedef struct tr_train_precision {
     tr_loss_scaler scaler;
     int grad_lowp; /* 0, or the tr_lowp the reduced gradients are rounded to */
+    /* 0, or the tr_lowp of the precision-aware optimizer's main gradients
+     * (optimizer.main_grads_dtype): the reduced gradients rounded to it next, as Megatron copies
+     * the grad buffer into main_grad before unscaling */
+    int main_grad_lowp;
 } tr_train_precision;
 
 tr_status tr_train_precision_from_config(const tr_config *c, tr_train_precision *p, tr_diags *d);

@@ -18,7 +18,8 @@ ERROR = re.compile(r"error \[([a-z0-9_.]+)\]")
 MUST_TRAIN = ["llama_tiny_pretrain", "moe_tiny_pretrain", "mixtral_tiny_pretrain",
               "qwen3_moe_tiny_pretrain", "deepseek_tiny_pretrain", "mixtral_8x7b_pretrain",
               "mixtral_8x22b_pretrain", "qwen3_30b_a3b_pretrain", "qwen3_30b_a3b_sft",
-              "qwen3_235b_a22b_pretrain"]
+              "qwen3_235b_a22b_pretrain", "qwen3_30b_a3b_lora", "qwen3_235b_a22b_lora",
+              "deepseek_v3_pretrain", "kimi_k2_pretrain", "deepseek_v3_pretrain_32nodes"]
 
 
 def run(args, np=0):
@@ -219,8 +220,8 @@ def main():
           f"{sum(v.startswith('trains') for v in layouts)} train; the dry run and the launch agree")
     if len(rows) < 40:
         raise SystemExit("FAIL: the registry listed too few recipes")
-    # MoE layers train on one rank too: these MoE recipes must train there (shrunk), not merely
-    # agree on a refusal.
+    # MoE layers (and LoRA on them) train on one rank too: these MoE recipes must train there
+    # (shrunk), not merely agree on a refusal.
     verdicts = dict(table)
     for name in MUST_TRAIN:
         if verdicts.get(name, ("missing",))[0] != "trains":

@@ -6,22 +6,12 @@
 # it without the peft settings rather than write the base alone; export its adapters alone as a
 # PEFT adapter directory.
 . "$(dirname "$0")/lib.sh"
-CK="$(dirname "$RR")/trestle_ckpt"
 CMP="$SRC/tests/cli/st_compare.py"
 H="$SRC/tests/reference/fixtures/hf_llama"
 G="$SRC/tests/reference/fixtures/hf_gpt2"
 tok=(tokenizer.tokenizer_type=NullTokenizer tokenizer.vocab_size=64)
 small=("${tok[@]}" model.seq_length=12 dataset.seq_length=12 train.train_iters=2
        validation.eval_iters=0 logger.log_interval=1)
-ck() {
-    "$CK" "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
-mpi() {
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
-        "$MPIEXEC" --allow-run-as-root --oversubscribe "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
 cd "$TMP" || exit 1
 
 for src in "$H" "$G"; do

@@ -19,6 +19,19 @@ rr() {
     rc=$?
 }
 
+# ck ARGS...: run trestle_ckpt (built beside run_recipe), outputs and exit code as rr's.
+ck() {
+    "$(dirname "$RR")/trestle_ckpt" "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+}
+
+# mpi ARGS...: mpirun as root, oversubscribed, one thread a rank; outputs and exit code as rr's.
+mpi() {
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+        "$MPIEXEC" --allow-run-as-root --oversubscribe "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+}
+
 show() {
     echo "--- stdout"
     cat "$TMP/out"

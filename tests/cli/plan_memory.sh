@@ -1,8 +1,9 @@
 # The planner's bytes per rank against the runtime's: for tiny dense layouts (TP, SP, PP, VPP,
-# CP, DP, the distributed optimizer, recomputation, mixed precision, SFT packing, LoRA) `run_recipe --plan --gpu
+# CP, DP, the distributed optimizer, recomputation, mixed precision, SFT packing, LoRA) and MoE
+# ones (experts, shared experts, capacity, MLA and MTP, DP, PP, VPP) `run_recipe --plan --gpu
 # cpu --json` (the cpu-strict device's page-rounded allocations) is compared with the peaks per
-# memory kind the cpu-strict device measured on every rank of a one-iteration run of the same
-# layout; each kind must agree within 3% (docs/plan.md). The planner's numbers come from the
+# memory kind the cpu-strict (MoE: cpu-count) device measured on every rank of a one-iteration
+# run of the same layout; each kind must agree within 3% (docs/plan.md). The planner's numbers come from the
 # runtime's sizing calls, so a drift in either shows here.
 . "$(dirname "$0")/lib.sh"
 
@@ -18,7 +19,7 @@ layout() {
     "$RR" "$@" --plan --gpu cpu --world-size "$np" --json >"$TMP/plan.json" 2>"$TMP/err"
     rc=$?
     expect_rc 0 "plan $*"
-    TRESTLE_DEVICE=cpu-strict "$MPIEXEC" $flags -np "$np" -x TRESTLE_DEVICE "$RR" "$@" \
+    TRESTLE_DEVICE=${DEVICE:-cpu-strict} "$MPIEXEC" $flags -np "$np" -x TRESTLE_DEVICE "$RR" "$@" \
         train.train_iters=1 logger.log_interval=1 logger.output_dir="$TMP/o$n" \
         validation.eval_interval=null >"$TMP/out" 2>"$TMP/err"
     rc=$?
@@ -87,6 +88,24 @@ layout 4 $T -cp 2 -pp 2
 layout 4 $T -cp 2 ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
 layout 2 $T -cp 2 model.cp_comm_type=allgather
 layout 2 $T -cp 2 model.cp_comm_type=a2a mixed_precision.preset=bf16_mixed
+# Mixture of experts: the MoE layer runs on host-visible devices only, so these run on cpu-count
+# (the cpu device with cpu-strict's page accounting); the layers' states and scratch
+# (tr_moe_buffer_bytes, dropless: every token's top-k expert rows) are activations there.
+DEVICE=cpu-count
+M="--recipe moe_tiny_pretrain"
+layout 1 $M
+layout 1 --recipe mixtral_tiny_pretrain
+layout 1 --recipe qwen3_moe_tiny_pretrain
+layout 1 --recipe deepseek_tiny_pretrain
+layout 1 $M mixed_precision.preset=bf16_mixed
+layout 1 $M model.moe_expert_capacity_factor=1.0 model.moe_pad_expert_input_to_capacity=true
+layout 1 $M model.moe_shared_expert_intermediate_size=64
+layout 2 $M
+layout 2 $M -pp 2
+layout 2 --recipe deepseek_tiny_pretrain -pp 2 model.num_layers=4 model.moe_layer_freq=[0,1,1,1]
+layout 2 $M ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
+layout 4 $M -pp 2 model.num_layers=4 -vp 2 train.global_batch_size=8
+unset DEVICE
 # Fine-tuning: packed sequences (the position buffers) and LoRA's adapters over a frozen base
 # loaded from a checkpoint.
 rr --recipe llama_tiny_pretrain train.train_iters=1 checkpoint.save="$TMP/pt" \
@@ -99,5 +118,5 @@ layout 2 $S -pp 2
 layout 1 $L
 layout 2 $L -tp 2
 layout 2 $L ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
-[ "$n" -ge 28 ] || fail "only $n layouts"
+[ "$n" -ge 40 ] || fail "only $n layouts"
 echo "cli_plan_memory: $n layouts within 3%"

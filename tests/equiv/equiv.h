@@ -29,7 +29,7 @@ typedef struct run_out {
     int64_t grad_numel[2]; /* the dense and expert gradient buffers (tr_train_result) */
     float *params;         /* every logical parameter tensor, model order, concatenated */
     int64_t n;
-    char (*names)[80];
+    char (*names)[128];
     int64_t *starts; /* per tensor, into params; n_tensors + 1 entries */
     int n_tensors;
     /* Pipeline parallel with tied embeddings: the last stage's copy of the word embedding,

@@ -40,7 +40,7 @@
 
 #include "tests/equiv/equiv.h"
 
-static int index_of(char (*names)[80], int n, const char *name) {
+static int index_of(char (*names)[128], int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (strcmp(names[i], name) == 0) return i;
     return -1;
@@ -95,7 +95,9 @@ static tr_status capture(void *ctx, const tr_model *m) {
         if (!p->sp_partial) continue;
         if (strstr(p->name, "q_layernorm") || strstr(p->name, "k_layernorm"))
             o->head_grads += p->numel;
-        else
+        else if (strstr(p->name, "layernorm") || strstr(p->name, "position_embeddings") ||
+                 strstr(p->name, ".enorm.") || strstr(p->name, ".hnorm.") || /* MTP's norms */
+                 strstr(p->name, ".mlp."))                                   /* MoE under SP */
             o->sp_grads += p->numel;
     }
     o->buffer_numel = m->n_params;
@@ -290,10 +292,14 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  *   per iteration and layer the all-reduce that sums the key-value gradient copies, one slot
  *   per group of 2.D.(h + qkv bias) elements: G.2D.(h + b). Multi-latent attention replaces
  *   the QKV input gradient (r.h) by those of its up projections' inputs and of the shared rotary
- *   key: r.(q_lora_rank, or h for linear_q_proj, + kv_lora_rank + qk_pos_emb_head_dim).
+ *   key: r.(q_lora_rank, or h for linear_q_proj, + kv_lora_rank + qk_pos_emb_head_dim);
+ *   under SP it gathers its input as the QKV layer does, its input gradient needs no
+ *   reduce-scatter (it comes out whole on every rank) and those gradients stay all-reduces.
  *   Each MTP depth D on the last stage all-reduces its embedding, its layer's four exchanges,
  *   the output layer's input gradient and eh_proj's (two wide): 8.r.h, plus its cross entropy
- *   (3r), and all-gathers eh_proj's output: r.h/tp.
+ *   (3r), and all-gathers eh_proj's output: r.h/tp; under SP those eight are reduce-scatters
+ *   and nine all-gathers of r.h/tp go with them (eh_proj's two inputs, the layer's four, the
+ *   output layer's input, eh_proj's output gradient, the embedding's gradient).
  * On CP (> 1) the ring (runtime/context_parallel/cp.h): r counts this rank's rows of the
  * microbatch; per layer and microbatch K and V of them (2.r.g.D, g the query groups this TP rank
  * holds) sent and received cp-1 times forward, cp-1 times backward with the dK/dV of cp hops;
@@ -323,26 +329,29 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t BE = run->grad_numel[1], edp = tr_comm_group_size(comm, TR_GROUP_EXPERT_DP);
     int64_t sp_grads = sp ? run->sp_grads : 0;
     int64_t exchanges = r * h * (run->has_embedding + 4 * L + run->has_loss);
-    int64_t mla = 0;
+    int64_t depths = run->has_loss && m->mtp_num_layers != TR_NULL_INT ? m->mtp_num_layers : 0;
+    exchanges += depths * 8 * r * h;
+    int64_t mla_sp = 0, ag_extra = sp ? depths * r * h : 0; /* MTP under SP: en and hn gathered */
     if (m->multi_latent_attention) { /* the latents' input gradients replace the QKV one's */
         int64_t q = m->q_lora_rank != TR_NULL_INT ? m->q_lora_rank : h;
-        mla = r * (q + m->kv_lora_rank + m->qk_pos_emb_head_dim - h);
-        exchanges += L * mla;
+        int64_t mla = r * (q + m->kv_lora_rank + m->qk_pos_emb_head_dim - h);
+        /* SP: the input gradient comes out whole (no reduce-scatter), the latents' all-reduced */
+        if (sp) mla_sp = (L + depths) * (mla + r * h);
+        if (sp) ag_extra += (L + depths) * r * h;
+        exchanges += (L + depths) * (sp ? -r * h : mla);
     }
     /* An MoE layer (sequence parallel, whole experts) runs on the chunk: no fc1 input gather, no
      * fc2 output reduce-scatter, nor their gradients'. */
     if (sp) exchanges -= 2 * r * h * run->moe_layers;
-    int64_t depths = run->has_loss && m->mtp_num_layers != TR_NULL_INT ? m->mtp_num_layers : 0;
-    exchanges += depths * (8 * r * h + mla);
     int64_t ce = run->has_loss ? 3 * r * (1 + depths) : 0;
     int64_t heads = m->num_attention_heads, G = m->num_query_groups;
     int64_t D = m->kv_channels != TR_NULL_INT ? m->kv_channels : h / heads;
     int64_t qkv_bias = m->add_bias_linear || m->add_qkv_bias;
     int64_t kv_sums =
         tp > G && !m->multi_latent_attention ? (L + depths) * G * 2 * D * (h + qkv_bias) : 0;
-    int64_t tp_ar =
-        tp > 1 ? iters * (nmb * (ce + (sp ? 0 : exchanges)) + sp_grads + run->head_grads + kv_sums)
-               : 0;
+    int64_t tp_ar = tp > 1 ? iters * (nmb * (ce + (sp ? mla_sp : exchanges)) + sp_grads +
+                                      run->head_grads + kv_sums)
+                           : 0;
     /* MoE under SP or CP, on TP x CP: per layer and training microbatch the aux loss's counts
      * (a double per expert, per sequence for seq_aux_loss), and per iteration the balancing and
      * z losses (two doubles). */
@@ -356,7 +365,7 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
             iters * (16 + (aux ? nmb * run->moe_layers * 8 * nb * m->num_moe_experts : 0));
     }
     int64_t tp_rs = sp ? iters * nmb * exchanges : 0;
-    int64_t tp_ag = sp ? iters * nmb * exchanges / tp : 0;
+    int64_t tp_ag = sp ? iters * nmb * (exchanges + ag_extra) / tp : 0;
     if (tp > 1) tp_ag += iters * nmb * depths * r * h / tp; /* MTP's eh_proj output */
     const tr_validation_config *v = &c->validation;
     int64_t eval_gbs = v->eval_global_batch_size != TR_NULL_INT ? v->eval_global_batch_size

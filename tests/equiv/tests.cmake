@@ -544,6 +544,34 @@ tr_equiv_pp_test(deepseek_moe_pp2_dp2_distopt 4 deepseek_tiny_pretrain ${TR_EQUI
                  ${TR_DS4} -- ${TR_PP2} ${TR_DISTOPT})
 tr_equiv_pp_test(mixtral_moe_pp2_vpp2 2 mixtral_tiny_pretrain ${TR_PP_COMMON} -- ${TR_PP2}
                  ${TR_VPP2})
+# LoRA on MoE layers (runtime/moe/lora.c): each expert's and the shared expert's fc1 / fc2 adapted,
+# the base (router included) frozen, from a pretrained checkpoint a setup test writes. Dropout
+# masks keyed by the global microbatch and each row's (token, choice), so DP and PP draw the
+# single-rank run's; the distributed optimizer with overlap reports the MoE layers' frozen
+# tensors ready without gradients. A gated shared expert (Qwen2-MoE-like) has its adapters too.
+set(TR_MOE_LORA_SHARED model.moe_shared_expert_intermediate_size=32 model.moe_shared_expert_gate=true)
+set(TR_MOE_LORA_BASE ${CMAKE_BINARY_DIR}/equiv_moe_lora_base)
+add_test(NAME mpi_equiv_moe_lora_base
+         COMMAND $<TARGET_FILE:run_recipe> --recipe qwen3_moe_tiny_pretrain train.train_iters=3
+                 ${TR_MOE_LORA_SHARED} validation.eval_iters=0 checkpoint.save=${TR_MOE_LORA_BASE}
+                 checkpoint.save_interval=3 logger.output_dir=${TR_MOE_LORA_BASE}/log)
+set_tests_properties(mpi_equiv_moe_lora_base PROPERTIES LABELS "mpi" FIXTURES_SETUP moe_lora_base
+                     ENVIRONMENT "${TR_MPIRUN_ENV};OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+set(TR_MOE_LORA ${TR_EQUIV_COMMON} ${TR_MOE_LORA_SHARED} peft.scheme=lora peft.dim=4 peft.alpha=8
+                optimizer.lr=1e-2 checkpoint.pretrained_checkpoint=${TR_MOE_LORA_BASE})
+function(tr_equiv_moe_lora_test name np)
+  tr_mpirun_test(mpi_equiv_${name} ${np} equiv_check ${ARGN})
+  set_tests_properties(mpi_equiv_${name} PROPERTIES FIXTURES_REQUIRED moe_lora_base)
+endfunction()
+tr_equiv_moe_lora_test(qwen3_moe_lora_dp2 2 --check-volume qwen3_moe_tiny_pretrain ${TR_MOE_LORA} --)
+tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_dp2_distopt_overlap 2 --expect-overlap
+                       qwen3_moe_tiny_pretrain ${TR_MOE_LORA} peft.dropout=0.1 -- ${TR_DISTOPT}
+                       ${TR_OVERLAP})
+tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_pp2 2 qwen3_moe_tiny_pretrain ${TR_MOE_LORA}
+                       peft.dropout=0.1 -- ${TR_PP2})
+tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_pp2_dp2_distopt 4 qwen3_moe_tiny_pretrain
+                       ${TR_MOE_LORA} peft.dropout=0.1 optimizer.clip_grad=0.05 -- ${TR_PP2}
+                       ${TR_DISTOPT})
 
 # Expert parallelism (runtime/moe/dispatch.c): each EP rank holds experts/EP of every MoE layer,
 # tokens travel to them by the alltoall dispatcher, and their gradients live in a buffer of their
@@ -661,6 +689,18 @@ tr_equiv_test(mla_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} --
 tr_equiv_test(mla_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} -- ${TR_DISTOPT})
 tr_equiv_test(mla_direct_q_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
               model.q_lora_rank=null -- ${TR_TP2} model.pipeline_model_parallel_size=2)
+# Mixed precision: the projections' GEMMs round both operands as the linear layers do (the
+# bf16 tolerances above).
+tr_equiv_lowp_test(mla_tp2_bf16 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} ${TR_BF16} --
+                   ${TR_TP2})
+tr_equiv_lowp_test(mla_bf16_detects_fp32 2 --expect-differ llama_tiny_pretrain ${TR_EQUIV_COMMON}
+                   ${TR_MLA} mixed_precision.preset=fp32 -- ${TR_BF16} ${TR_TP2})
+# Sequence parallelism: the input norm's output gathered, the input gradient's rows kept (with
+# two sequences per microbatch, and queries straight from the hidden state in bf16).
+tr_equiv_test(mla_tp2_sp 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA} train.micro_batch_size=2
+              -- ${TR_TP2} ${TR_SP})
+tr_equiv_lowp_test(mla_direct_q_tp2_sp_bf16 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
+                   ${TR_BF16} model.q_lora_rank=null -- ${TR_TP2} ${TR_SP})
 # DeepSeek's pairing: MLA attention over the DeepSeek-like MoE layers (dense first layer,
 # sigmoid routing with expert bias, shared expert), with the distributed optimizer and under PP,
 # first without MTP; then deepseek_tiny whole, its MTP depth an MoE layer (the last decoder
@@ -684,6 +724,16 @@ tr_equiv_test(mtp_tp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR
 tr_equiv_test(mtp_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} --
               model.pipeline_model_parallel_size=2)
 tr_equiv_test(mtp_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR_DISTOPT})
+# Mixed precision with bf16 stage messages, against the single rank (the PP bf16 tolerances).
+tr_equiv_pp_bf16_test(mtp_pp2_bf16 2 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MTP} ${TR_BF16} --
+                      ${TR_PP2})
+# Sequence parallelism: the depths' row-wise pieces on this rank's chunk (their norms' gradients
+# summed over TP with the decoder's), eh_proj and the output layer on the gathered chunks; two
+# sequences per microbatch; then MLA depths under TP 2 x SP x PP 2 in bf16.
+tr_equiv_test(mtp_tp2_sp 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} train.micro_batch_size=2
+              model.hidden_dropout=0.1 -- ${TR_TP2} ${TR_SP})
+tr_equiv_pp_bf16_test(mla_mtp_tp2_sp_pp2_bf16 4 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MLA}
+                      model.mtp_num_layers=1 ${TR_BF16} -- ${TR_TP2} ${TR_SP} ${TR_PP2})
 tr_equiv_test(mla_mtp_tp2_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MLA}
               model.mtp_num_layers=1 -- ${TR_TP2} model.pipeline_model_parallel_size=2)
 # Per-token loss (each depth rescaled by the main token count) under PP 2 x DP 2 with the
@@ -695,3 +745,24 @@ tr_equiv_test(mtp_pp2_dp2_distopt_pertoken 4 llama_tiny_pretrain ${TR_EQUIV_COMM
 tr_equiv_test(mla_mtp_dp2_distopt_overlap 2 --expect-overlap llama_tiny_pretrain
               ${TR_EQUIV_COMMON} ${TR_MLA} model.mtp_num_layers=1 -- ${TR_DISTOPT} ${TR_OVERLAP}
               ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)
+
+# Recomputation of MLA and MTP (runtime/model/recompute.c), bitwise against the same layout
+# keeping everything, with hidden dropout: a whole MLA layer (TP 2), the selective modules with
+# mla_up_proj (q, k, v from the kept latents; PP 2, and without q_lora_rank, where the recomputed
+# input norm, gathered under SP, feeds linear_q_proj), in bf16; the MTP depths, each a run of its own under full
+# recomputation (their layers MLA under TP 2) and with the selective modules under PP 2 (the
+# last stage's layer and two depths share one set).
+set(TR_RC_MLA_MODS model.recompute_modules=[core_attn,mla_up_proj,layernorm,mlp])
+tr_equiv_recompute_test(mla_tp2_recompute_full 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MLA} --
+                        ${TR_TP2} -- ${TR_RC_FULL} model.recompute_method=uniform
+                        model.recompute_num_layers=1)
+tr_equiv_recompute_test(mla_pp2_recompute_selective 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MLA}
+                        model.num_layers=4 -- ${TR_PP2} -- ${TR_RC_SEL} ${TR_RC_MLA_MODS})
+tr_equiv_recompute_test(mla_direct_q_tp2_sp_bf16_recompute_selective 2 llama_tiny_pretrain
+                        ${TR_RC_COMMON} ${TR_MLA} ${TR_BF16} model.q_lora_rank=null -- ${TR_TP2}
+                        ${TR_SP} -- ${TR_RC_SEL} model.recompute_modules=[mla_up_proj,layernorm])
+tr_equiv_recompute_test(mla_mtp_tp2_recompute_full 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MLA}
+                        ${TR_MTP} -- ${TR_TP2} -- ${TR_RC_FULL} model.recompute_method=block
+                        model.recompute_num_layers=1)
+tr_equiv_recompute_test(mtp_pp2_recompute_selective 2 llama_tiny_pretrain ${TR_RC_COMMON} ${TR_MTP}
+                        -- ${TR_PP2} -- ${TR_RC_SEL} model.recompute_modules=[core_attn,mlp,layernorm])

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Loads a DeepseekV3ForCausalLM directory Trestle exported (trestle_ckpt export) with
-transformers and compares its logits with a fixture's (make_hf_deepseek_fixtures.py), run by hand
-(torch 2.15.0, transformers 5.24.0):
+"""Loads a directory Trestle exported (trestle_ckpt export) with transformers and compares its
+logits with a fixture's: written for DeepseekV3ForCausalLM (make_hf_deepseek_fixtures.py), it
+reads any architecture AutoModelForCausalLM knows (the MoE fixtures of make_hf_moe_fixtures.py
+too). Run by hand (torch 2.15.0, transformers 5.24.0):
 
     build/trestle_ckpt import --hf tests/reference/fixtures/hf_deepseek_v3 --out /tmp/ck
     build/trestle_ckpt export /tmp/ck --hf-out /tmp/out --hf-config tests/reference/fixtures/hf_deepseek_v3

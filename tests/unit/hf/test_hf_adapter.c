@@ -4,7 +4,8 @@
  * and loss peft computed; exported again it gives back every tensor of peft's file with the
  * same values and peft's config keys (so peft, which wrote those, reads ours); TP shards read
  * their slices; an adapter of another rank, scale or targets, a q/k/v whose lora_A differ, and
- * a missing or extra tensor are refused naming the key or the tensor. */
+ * a missing or extra tensor are refused naming the key or the tensor; so is a model with MoE
+ * expert adapters. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,4 +294,36 @@ static void test_refusals(void) {
     tr_diags_free(&d);
 }
 
-TR_TEST_MAIN(TR_TEST(test_parity_with_peft), TR_TEST(test_refusals))
+/* LoRA on MoE experts (runtime/moe/lora.c) has no PEFT names: export and import refuse the
+ * model, naming an expert adapter. */
+static void test_expert_adapters_refused(void) {
+    tr_diags d = {0};
+    tr_model_spec s;
+    CHECK(spec_from_dir(FIX "hf_llama", &s, &d));
+    s.lora_rank = 2;
+    s.lora_targets = (1u << TR_LORA_QKV) | (1u << TR_LORA_FC1);
+    s.lora_scale = 1.0f;
+    s.moe = (tr_moe_spec){.experts = 2, .topk = 1, .ffn = 8, .topk_scale = 1.0f, .ep_size = 1};
+    s.moe.layers[0] = 2u;
+    s.moe.lora_rank = 2;
+    s.moe.lora_fc1 = true;
+    s.moe.lora_scale = 1.0f;
+    tr_model m;
+    CHECK_INT_EQ(tr_model_create(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 2), TR_OK);
+    char out[] = "/tmp/trestle_moe_adapterXXXXXX";
+    CHECK(mkdtemp(out) != NULL);
+    for (int import = 0; import < 2; import++) {
+        tr_status st = import ? tr_hf_adapter_import(&m, FIX "peft_llama", &d)
+                              : tr_hf_adapter_export(&m, out, "hf_llama", TR_ST_F32, &d);
+        CHECK(st != TR_OK);
+        CHECK(d.n > 0 && strcmp(d.items[d.n - 1].id, "hf.adapter") == 0 &&
+              strstr(d.items[d.n - 1].message,
+                     "decoder.layers.1.mlp.experts.local_experts.0.linear_fc1.adapter") != NULL);
+    }
+    rmdir(out);
+    tr_model_free(&m);
+    tr_diags_free(&d);
+}
+
+TR_TEST_MAIN(TR_TEST(test_parity_with_peft), TR_TEST(test_refusals),
+             TR_TEST(test_expert_adapters_refused))

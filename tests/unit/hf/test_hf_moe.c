@@ -5,7 +5,9 @@
  * width, norm_topk_prob, Qwen3-MoE's dense first layer) and the tensor maps (router, per-expert
  * [gate; up] and down) against the reference implementation. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/validate.h"
 #include "runtime/hf/hf.h"
@@ -77,6 +79,53 @@ static void test_qwen3_moe_config(void) {
     tr_diags_free(&d);
 }
 
+/* A model section whose routing disagrees with config.json is refused naming the field. */
+static void test_routing_mismatch(void) {
+    tr_diags d = {0};
+    tr_config c;
+    tr_model_spec s;
+    CHECK(config_from_dir(MIXTRAL, &c, &s, &d));
+    CHECK(tr_hf_config_check(&c, MIXTRAL, &d) == TR_OK);
+    c.model.moe_router_topk = 1;
+    c.model.moe_router_pre_softmax = true;
+    CHECK(tr_hf_config_check(&c, MIXTRAL, &d) != TR_OK);
+    int found = 0;
+    for (int i = 0; i < d.n; i++)
+        found += strcmp(d.items[i].id, "hf.config_mismatch") == 0 &&
+                 (strstr(d.items[i].message, "model.moe_router_topk") ||
+                  strstr(d.items[i].message, "model.moe_router_pre_softmax"));
+    CHECK_INT_EQ(found, 2);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+}
+
+/* A Mixtral-shaped model whose routing config.json cannot express (sigmoid scores, an expert
+ * bias, dense layers) is refused by the export, naming it; the model as imported exports. */
+static void test_export_refusals(void) {
+    tr_diags d = {0};
+    tr_config c;
+    tr_model_spec s;
+    CHECK(config_from_dir(MIXTRAL, &c, &s, &d));
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/trestle_hf_moe_refused_%d", (int)getpid());
+    for (int k = 0; k < 3; k++) {
+        tr_model_spec b = s;
+        if (k == 0) b.moe.score = TR_MOE_SIGMOID;
+        if (k == 1) b.moe.expert_bias = true, b.moe.score = TR_MOE_SIGMOID, b.moe.topk_scale = 2;
+        if (k == 2) b.moe.layers[0] &= ~(uint64_t)1; /* layer 0 dense */
+        tr_model m;
+        CHECK(tr_model_create(&m, &b, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1) == TR_OK);
+        tr_diags e = {0};
+        CHECK(tr_hf_export(&m, dir, TR_ST_F32, &e) != TR_OK);
+        CHECK(tr_diags_find(&e, "hf.export") != NULL);
+        tr_diags_free(&e);
+        tr_model_free(&m);
+    }
+    rmdir(dir);
+    tr_config_free(&c);
+    tr_diags_free(&d);
+}
+
 static void test_mixtral_matches_transformers(void) {
     parity(MIXTRAL, "hf_mixtral/expected.bin");
 }
@@ -86,5 +135,6 @@ static void test_qwen3_moe_matches_transformers(void) {
 }
 
 TR_TEST_MAIN(TR_TEST(test_mixtral_config), TR_TEST(test_qwen3_moe_config),
+             TR_TEST(test_routing_mismatch), TR_TEST(test_export_refusals),
              TR_TEST(test_mixtral_matches_transformers),
              TR_TEST(test_qwen3_moe_matches_transformers))

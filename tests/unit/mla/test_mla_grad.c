@@ -162,7 +162,7 @@ static void test_mla_layout(void) {
     CHECK(tr_model_find_param(&m, "decoder.layers.0.self_attention.linear_qkv.weight") == NULL);
     tr_model_free(&m);
     /* What the runtime refuses (runtime.mla_*) does not build. */
-    s.sequence_parallel = 1;
+    s.lora_rank = 4;
     CHECK_INT_EQ(tr_model_create(&m, &s, (tr_tp_shard){0, 2}, tr_ops_cpu(), 1), TR_ERR_INVALID);
 }
 

@@ -6,7 +6,8 @@
  *  - the merged weights W + (alpha/r) B A give the adapter model's forward (relative 1e-5);
  *  - adapter dropout: one mask per microbatch, the same in backward, none in evaluation;
  *  - target selection and the runtime's refusals;
- *  - DoRA: starts as the base model, trains adapters and magnitudes only, merges exactly. */
+ *  - DoRA: starts as the base model, trains adapters and magnitudes only, merges exactly;
+ *  - an MoE layer's expert adapters train with the base frozen and merge likewise. */
 #include <stdlib.h>
 
 #include "tests/unit/harness.h"
@@ -211,7 +212,7 @@ static void test_adapter_dropout(void) {
 }
 
 /* A few AdamW steps with weight decay; then the merged model against the adapter model. */
-static void train_and_merge(tr_model_spec spec) {
+static void train_and_merge_into(tr_model_spec spec, tr_model_spec base) {
     tr_model m, merged;
     make(&m, spec);
     float *before = malloc((size_t)m.n_params * sizeof(float));
@@ -237,7 +238,7 @@ static void train_and_merge(tr_model_spec spec) {
         /* base bitwise unchanged; every adapter moved (B away from zero, A by its gradient) */
         CHECK(same == p->frozen);
     }
-    make(&merged, base_spec());
+    make(&merged, base);
     CHECK_INT_EQ(tr_lora_merge(&m, &merged), TR_OK);
     float la = loss_of(&m, ids, tg), lm = loss_of(&merged, ids, tg);
     CHECK_CLOSE(la, lm, 1e-5, 0.0);
@@ -250,7 +251,7 @@ static void train_and_merge(tr_model_spec spec) {
     CHECK(worst <= 1e-5 * scale);
     /* The merge matters: the base weights alone give another loss. */
     tr_model plain;
-    make(&plain, base_spec());
+    make(&plain, base);
     CHECK(fabs(loss_of(&plain, ids, tg) - la) > 1e-4);
     tr_model_free(&plain);
     tr_model_free(&merged);
@@ -259,8 +260,50 @@ static void train_and_merge(tr_model_spec spec) {
     tr_model_free(&m);
 }
 
+static void train_and_merge(tr_model_spec spec) {
+    train_and_merge_into(spec, base_spec());
+}
+
 static void test_training_and_merge(void) {
     train_and_merge(lora_spec(all_targets));
+}
+
+/* An MoE layer (layer 1: 4 experts top-2 and a gated shared expert) whose experts' fc1 / fc2
+ * carry adapters (runtime/moe/lora.c): the router and the experts stay frozen, every adapter
+ * trains, and the merge folds each expert's adapter into its weight. */
+static tr_model_spec moe_base_spec(void) {
+    tr_model_spec s = base_spec();
+    s.moe = (tr_moe_spec){.experts = 4,
+                          .topk = 2,
+                          .ffn = 12,
+                          .shared_ffn = 8,
+                          .shared_gate = true,
+                          .topk_scale = 1.0f,
+                          .ep_size = 1};
+    s.moe.layers[0] = 2u;
+    return s;
+}
+
+static void test_moe_training_and_merge(void) {
+    tr_model_spec s = moe_base_spec();
+    tr_model_spec l = lora_spec(all_targets);
+    l.moe = s.moe;
+    l.moe.lora_rank = l.lora_rank;
+    l.moe.lora_fc1 = l.moe.lora_fc2 = true;
+    l.moe.lora_scale = l.lora_scale;
+    tr_model m;
+    make(&m, l);
+    const char *names[] = {
+        "decoder.layers.1.mlp.experts.local_experts.3.linear_fc2.adapter.linear_out.weight",
+        "decoder.layers.1.mlp.shared_experts.linear_fc1.adapter.linear_in.weight",
+        "decoder.layers.0.mlp.linear_fc1.adapter.linear_in.weight"};
+    for (int i = 0; i < 3; i++) {
+        const tr_param_info *p = tr_model_find_param(&m, names[i]);
+        CHECK(p && !p->frozen);
+    }
+    CHECK(tr_model_find_param(&m, "decoder.layers.1.mlp.router.weight")->frozen);
+    tr_model_free(&m);
+    train_and_merge_into(l, s);
 }
 
 static tr_model_spec dora_spec(void) {
@@ -299,4 +342,5 @@ static void test_dora(void) {
 
 TR_TEST_MAIN(TR_TEST(test_layout_and_init), TR_TEST(test_zero_b_is_base_model),
              TR_TEST(test_adapter_gradients), TR_TEST(test_adapter_dropout),
-             TR_TEST(test_training_and_merge), TR_TEST(test_dora))
+             TR_TEST(test_training_and_merge), TR_TEST(test_moe_training_and_merge),
+             TR_TEST(test_dora))

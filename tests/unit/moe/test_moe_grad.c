@@ -5,7 +5,8 @@
  * losses entering with the scale the backward is given. A perturbation that changes the routing
  * (a top-k decision or a capacity drop) is not differentiable there: such elements are skipped
  * and counted, and must stay rare. Also the losses' values against closed forms, the capacity
- * rule and the expert-bias update. */
+ * rule and the expert-bias update. LoRA on the experts (runtime/moe/lora.c): the adapters'
+ * gradients and the input's, with and without dropout, while the frozen base gets none. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,10 +372,91 @@ static void test_param_names(void) {
     CHECK_STR_EQ(p[10].name, "decoder.layers.5.mlp.shared_experts.gate_weight");
 }
 
+/* LoRA: every base tensor frozen (no gradient at all), the adapters of each expert's and the
+ * shared expert's fc1 / fc2 against finite differences. B starts random here (not zero), so the
+ * adapters' path reaches the output and A's gradient is not trivially zero. */
+static void lora_check(tr_moe_spec s, bool swiglu, uint64_t seed) {
+    fixture f;
+    setup(&f, s, swiglu, seed);
+    int adapters = 0;
+    for (int i = 0; i < f.n_info; i++) {
+        CHECK(f.info[i].adapter != f.info[i].frozen);
+        adapters += f.info[i].adapter;
+    }
+    CHECK_INT_EQ(adapters, tr_moe_lora_param_count(&s));
+    gradcheck(&f);
+    for (int i = 0; i < f.n_info; i++) {
+        if (!f.info[i].frozen) continue;
+        double sq = 0.0;
+        for (int64_t e = 0; e < (int64_t)f.info[i].rows * f.info[i].cols; e++)
+            sq += (double)f.g[f.off[i] + e] * f.g[f.off[i] + e];
+        CHECK(sq == 0.0);
+    }
+    teardown(&f);
+}
+
+static tr_moe_spec lora_spec(int experts, int topk, int ffn) {
+    tr_moe_spec s = base_spec(experts, topk, ffn);
+    s.lora_rank = 2;
+    s.lora_fc1 = s.lora_fc2 = true;
+    s.lora_scale = 1.5f;
+    return s;
+}
+
+static void test_lora_experts_shared_gate(void) {
+    tr_moe_spec s = lora_spec(4, 2, 6);
+    s.shared_ffn = 5;
+    s.shared_gate = true;
+    s.balance = TR_MOE_LB_AUX;
+    s.aux_coeff = 0.2f;
+    lora_check(s, true, 11);
+}
+
+/* Dropout on the adapters' input (the masks are recomputed in backward), GELU experts, only
+ * fc2 adapted, padded capacity (rows without an assignment). */
+static void test_lora_dropout_fc2_padded(void) {
+    tr_moe_spec s = lora_spec(4, 2, 6);
+    s.lora_fc1 = false;
+    s.lora_dropout = 0.3f;
+    s.capacity = 1.0f;
+    s.pad_capacity = true;
+    s.shared_ffn = 4;
+    lora_check(s, false, 12);
+    s = lora_spec(4, 2, 6);
+    s.lora_dropout = 0.5f;
+    lora_check(s, true, 13);
+}
+
+static void test_lora_param_names(void) {
+    tr_moe_spec s = lora_spec(2, 1, 6);
+    s.shared_ffn = 10;
+    s.lora_rank = 3;
+    s.lora_fc2 = false;
+    tr_moe_param p[16];
+    CHECK_INT_EQ(tr_moe_param_count(&s), 7 + 6);
+    CHECK_INT_EQ(tr_moe_params(&s, 1, H, true, p), TR_OK);
+    CHECK(p[0].frozen && !p[0].adapter);
+    CHECK_STR_EQ(
+        p[7].name,
+        "decoder.layers.1.mlp.experts.local_experts.0.linear_fc1.adapter.linear_in.weight");
+    CHECK(p[7].adapter && !p[7].frozen);
+    CHECK_INT_EQ(p[7].rows, 3);
+    CHECK_INT_EQ(p[7].cols, H);
+    CHECK_STR_EQ(
+        p[8].name,
+        "decoder.layers.1.mlp.experts.local_experts.0.linear_fc1.adapter.linear_out.weight");
+    CHECK_INT_EQ(p[8].rows, 12);
+    CHECK_INT_EQ(p[8].init, TR_MOE_INIT_LORA_B);
+    CHECK_STR_EQ(p[12].name,
+                 "decoder.layers.1.mlp.shared_experts.linear_fc1.adapter.linear_out.weight");
+    CHECK_INT_EQ(p[12].rows, 20);
+}
+
 TR_TEST_MAIN(TR_TEST(test_router_softmax_aux_z), TR_TEST(test_router_pre_softmax_seq_aux),
              TR_TEST(test_router_top1_pre_softmax_gelu),
              TR_TEST(test_router_sigmoid_bias_groups_shared),
              TR_TEST(test_router_sqrtsoftplus_global_aux), TR_TEST(test_aux_and_z_losses_alone),
              TR_TEST(test_capacity_gradients), TR_TEST(test_loss_values),
              TR_TEST(test_capacity_rule), TR_TEST(test_expert_bias_update),
-             TR_TEST(test_param_names))
+             TR_TEST(test_param_names), TR_TEST(test_lora_experts_shared_gate),
+             TR_TEST(test_lora_dropout_fc2_padded), TR_TEST(test_lora_param_names))

@@ -72,7 +72,7 @@ static void one_expert_is_dense(int lowp) {
     CHECK_INT_EQ(tr_model_backward(&moe, 0.5f), TR_OK);
     for (int i = 0; i < dense.n_info; i++) {
         const tr_param_info *d = &dense.info[i];
-        char name[96];
+        char name[sizeof d->name];
         snprintf(name, sizeof name, "%s", d->name);
         if (!strcmp(d->name, "decoder.layers.1.mlp.linear_fc1.weight"))
             snprintf(name, sizeof name, "%s",

@@ -30,6 +30,7 @@ static void test_parse_and_diagnostics(void) {
     CHECK(tr_device_kind_parse("", &k) == TR_OK && k == TR_DEVICE_CPU);
     CHECK(tr_device_kind_parse("cuda", &k) == TR_OK && k == TR_DEVICE_CUDA);
     CHECK(tr_device_kind_parse("cpu-strict", &k) == TR_OK && k == TR_DEVICE_CPU_STRICT);
+    CHECK(tr_device_kind_parse("cpu-count", &k) == TR_OK && k == TR_DEVICE_CPU_COUNT);
     CHECK(tr_device_kind_parse("CUDA", &k) == TR_ERR_INVALID);
 
     tr_diags d;
@@ -128,5 +129,31 @@ static void test_strict_guards_buffers(void) {
     tr_diags_free(&d);
 }
 
+/* cpu-count: host memory the host may touch, each allocation counted in whole pages per kind
+ * (the planner's --gpu cpu rounding), the peak kept after a free. */
+static void test_count_counts_pages(void) {
+    tr_diags d;
+    tr_diags_init(&d);
+    tr_device *dev = NULL;
+    CHECK(tr_device_open(TR_DEVICE_CPU_COUNT, 0, 1, &d, &dev) == TR_OK);
+    if (!dev) return;
+    CHECK(tr_device_host_visible(dev) && tr_device_ops(dev) == tr_ops_cpu());
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    /* opening takes the device scratch (one page) */
+    CHECK(tr_device_peak(dev, TR_MEM_WORKSPACE) == page);
+    float *x = NULL, *y = NULL;
+    CHECK(tr_device_alloc(dev, TR_MEM_ACTIVATIONS, page + 1, (void **)&x) == TR_OK);
+    CHECK(x && x[0] == 0.0f && x[page / sizeof(float)] == 0.0f); /* zeroed, host-visible */
+    x[3] = 1.0f;
+    CHECK(tr_device_peak(dev, TR_MEM_ACTIVATIONS) == 2 * page);
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, x);
+    CHECK(tr_device_alloc(dev, TR_MEM_ACTIVATIONS, 0, (void **)&y) == TR_OK);
+    CHECK(tr_device_peak(dev, TR_MEM_ACTIVATIONS) == 2 * page); /* 1 page in use, peak 2 */
+    tr_device_free(dev, TR_MEM_ACTIVATIONS, y);
+    CHECK(tr_device_peak(dev, TR_MEM_PARAMS) == 0);
+    tr_device_close(dev);
+    tr_diags_free(&d);
+}
+
 TR_TEST_MAIN(TR_TEST(test_parse_and_diagnostics), TR_TEST(test_host_backend),
-             TR_TEST(test_strict_guards_buffers))
+             TR_TEST(test_strict_guards_buffers), TR_TEST(test_count_counts_pages))

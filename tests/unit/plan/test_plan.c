@@ -79,7 +79,7 @@ static void test_memo_changes_nothing(void) {
     tr_plan_cache_free(cache);
 }
 
-static void test_cp_planned_moe_refused(void) {
+static void test_cp_and_moe_planned(void) {
     static const char *const cp[] = {"model.context_parallel_size=2"};
     tr_diags d;
     tr_diags_init(&d);
@@ -103,12 +103,30 @@ static void test_cp_planned_moe_refused(void) {
     tr_config_free(&c);
     tr_diags_free(&d);
     tr_diags_init(&d);
-    w = (tr_world){1, 1};
-    CHECK(resolve("moe_tiny_pretrain", NULL, 0, 1, false, &c, &d) == TR_OK);
-    CHECK(tr_config_finalize(&c, &w, &d) == TR_OK);
-    CHECK(tr_plan_make(&c, tr_plan_gpu_find("h100-80gb"), &p, &d) == TR_ERR_CONFIG);
-    CHECK(tr_diags_find(&d, "plan.unsupported") != NULL);
-    tr_config_free(&c);
+    /* MoE: the layers' token buffers hold every token's top-k expert rows (dropless), so twice
+     * the top-k adds the rows' input, fc1, activation and fc2 output (and their gradients'
+     * scratch) once more per microbatch in flight; cli_plan_memory measures them */
+    int64_t moe[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        const char *ov[] = {i ? "model.moe_router_topk=4" : "model.moe_router_topk=2"};
+        w = (tr_world){1, 1};
+        CHECK(resolve("moe_tiny_pretrain", ov, 1, 1, false, &c, &d) == TR_OK);
+        CHECK(tr_config_finalize(&c, &w, &d) == TR_OK);
+        CHECK(tr_plan_make(&c, tr_plan_gpu_find("cpu"), &p, &d) == TR_OK);
+        CHECK(p.n_ranks == 1 && p.ranks[0].moe_buffers > 0);
+        moe[i] = p.ranks[0].moe_buffers;
+        if (i == 0) {
+            /* 2 layers x (states + scratch): x, logits ... and the 2 T expert rows of h, fc1
+             * (swiglu: 2 ffn), act (ffn), ye (h) floats at the least */
+            int64_t T = c.train.micro_batch_size * c.model.seq_length;
+            int64_t h = c.model.hidden_size, f = c.model.moe_ffn_hidden_size;
+            CHECK(moe[0] >= 2 * 4 * (2 * T) * (h + 2 * f + f + h));
+        }
+        tr_config_free(&c);
+        tr_diags_free(&d);
+        tr_diags_init(&d);
+    }
+    CHECK(moe[1] > moe[0]);
     tr_diags_free(&d);
     CHECK(tr_plan_gpu_find("h100-80gb") && tr_plan_gpu_find("cpu") && !tr_plan_gpu_find("tpu"));
 }
@@ -219,6 +237,6 @@ static void test_search_fast_path_matches_plain(void) {
     search_paths_agree("llama_tiny_pretrain", 8, "cpu");
 }
 
-TR_TEST_MAIN(TR_TEST(test_memo_changes_nothing), TR_TEST(test_cp_planned_moe_refused),
+TR_TEST_MAIN(TR_TEST(test_memo_changes_nothing), TR_TEST(test_cp_and_moe_planned),
              TR_TEST(test_search_overrides_select_the_layout),
              TR_TEST(test_search_fast_path_matches_plain))

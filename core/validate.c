@@ -240,11 +240,11 @@
     X(tr_check_runtime_cp_packed, "runtime.cp_packed", E, false,                                   \
       "Context parallelism pads each unpacked fine-tuning document to a multiple of 2 x CP.")      \
     X(tr_check_runtime_expert_parallel, "runtime.expert_parallel", E, false,                       \
-      "Expert parallelism (EP > 1) waits for the runtime to implement it.")                        \
+      "Expert parallelism (EP > 1) trains dropless.")                                              \
     X(tr_check_runtime_moe_layers, "runtime.moe_layers", E, false,                                 \
       "An MoE model has at most 1024 experts and 256 layers.")                                     \
     X(tr_check_runtime_moe_tp, "runtime.moe_tp", E, false,                                         \
-      "MoE layers run without tensor parallelism (not built yet).")                                \
+      "MoE layers: expert TP 1; under TP or CP no input jitter, dropless.")                        \
     X(tr_check_runtime_moe_recompute, "runtime.moe_recompute", E, false,                           \
       "MoE models train without activation recomputation (not built yet).")                        \
     X(tr_check_runtime_moe_peft, "runtime.moe_peft", E, false,                                     \

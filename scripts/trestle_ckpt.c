@@ -146,10 +146,10 @@ static int cmd_can_load(tr_ckpt_reader *r, const tr_ckpt_layout *target, tr_diag
     }
     free(items);
     const tr_ckpt_layout *l = &m->layout;
-    printf("saved as tp=%d pp=%d vpp=%d dp=%d dist_opt=%d; target tp=%d pp=%d vpp=%d dp=%d "
-           "dist_opt=%d\n",
-           l->tp, l->pp, l->vpp, l->dp, l->dist_opt, target->tp, target->pp, target->vpp,
-           target->dp, target->dist_opt);
+    printf("saved as tp=%d pp=%d vpp=%d dp=%d ep=%d dist_opt=%d; target tp=%d pp=%d vpp=%d "
+           "dp=%d ep=%d dist_opt=%d\n",
+           l->tp, l->pp, l->vpp, l->dp, l->ep, l->dist_opt, target->tp, target->pp, target->vpp,
+           target->dp, target->ep, target->dist_opt);
     printf("%s: %d identical, %d resharded, %d impossible\n",
            counts[2] ? "cannot load" : "can load", counts[0], counts[1], counts[2]);
     return counts[2] ? 2 : 0;

@@ -17,16 +17,6 @@ static bool half_dtype_ok(const tr_model_config *m) {
     return m->params_dtype == TR_DTYPE_FP32 || m->params_dtype == half;
 }
 
-/* The parallel dimensions the runtime does not execute yet: groups are built, no maths. */
-static void refuse_dim(const tr_rule *self, const tr_config *c, const tr_validate_opts *opts,
-                       tr_diags *d, const char *key, int64_t size, const char *what) {
-    if (size <= 1) return;
-    TR_FAIL(key,
-            "set it to 1: the CPU training runtime implements data, tensor and pipeline "
-            "parallelism only",
-            NOT_YET " (size %lld)", what, (long long)size);
-}
-
 /* Context parallelism runs the p2p ring on pretraining sequences; what it does not run yet is
  * named here, each with its own key. */
 TR_RULE_FN(tr_check_runtime_context_parallel) {
@@ -100,9 +90,20 @@ TR_RULE_FN(tr_check_runtime_cp_packed) {
             tr_ll(ds->pad_seq_to_mult), tr_ll(2 * cp));
 }
 
+/* Expert parallelism trains (runtime/moe/dispatch.c, the expert gradient buffer of
+ * runtime/train/dp.c) dropless; what it does not run is named here. */
 TR_RULE_FN(tr_check_runtime_expert_parallel) {
-    refuse_dim(self, c, opts, d, "model.expert_model_parallel_size",
-               c->model.expert_model_parallel_size, "expert parallelism");
+    const tr_model_config *m = &c->model;
+    int64_t ep = m->expert_model_parallel_size;
+    if (ep <= 1) return;
+    char what[128];
+    if (!tr_is_null_float(m->moe_expert_capacity_factor))
+        TR_FAIL("model.moe_expert_capacity_factor,model.expert_model_parallel_size",
+                "set model.moe_expert_capacity_factor=null (dropless)", NOT_YET,
+                TR_FMT(what,
+                       "token dropping with expert parallelism (EP %lld; Megatron drops per "
+                       "EP rank)",
+                       tr_ll(ep)));
 }
 
 /* The MoE layer runs on one expert rank (runtime/moe/): what it does not build yet is refused
@@ -118,11 +119,33 @@ TR_RULE_FN(tr_check_runtime_moe_layers) {
             NOT_YET, "MoE models with more than 1024 experts or 256 layers");
 }
 
+/* MoE layers under TP run with sequence parallelism (Megatron's rule, moe.tp_needs_sp) and whole
+ * experts (expert TP 1: each TP rank routes its sequence chunk, EP may fold onto TP); expert TP
+ * and what would draw or drop differently on a part of a sequence (TP or CP) than on the whole
+ * are refused. */
 TR_RULE_FN(tr_check_runtime_moe_tp) {
-    if (!moe(c) || c->model.tensor_model_parallel_size <= 1) return;
-    TR_FAIL("model.tensor_model_parallel_size,model.num_moe_experts",
-            "set model.tensor_model_parallel_size=1 (use data or pipeline parallelism)", NOT_YET,
-            "MoE layers with tensor parallelism");
+    const tr_model_config *m = &c->model;
+    if (!moe(c)) return;
+    int64_t tp = m->tensor_model_parallel_size;
+    int64_t etp = tr_or(m->expert_tensor_parallel_size, tp);
+    bool split = tp > 1 || m->context_parallel_size > 1; /* each rank routes part of a sequence */
+    char what[96];
+    if (etp > 1)
+        TR_FAIL("model.expert_tensor_parallel_size,model.num_moe_experts",
+                "set model.expert_tensor_parallel_size=1 (whole experts; TP still splits the "
+                "dense layers)",
+                NOT_YET, TR_FMT(what, "expert tensor parallelism (ETP %lld)", tr_ll(etp)));
+    else if (split && !tr_is_null_float(m->moe_input_jitter_eps))
+        TR_FAIL("model.moe_input_jitter_eps,model.tensor_model_parallel_size,"
+                "model.context_parallel_size",
+                "set model.moe_input_jitter_eps=null with tensor or context parallelism", NOT_YET,
+                "the router's input jitter on a part of each sequence (TP or CP)");
+    else if (split && !tr_is_null_float(m->moe_expert_capacity_factor))
+        TR_FAIL("model.moe_expert_capacity_factor,model.tensor_model_parallel_size,"
+                "model.context_parallel_size",
+                "set model.moe_expert_capacity_factor=null (dropless) with tensor or context "
+                "parallelism",
+                NOT_YET, "token dropping on a part of each sequence (TP or CP)");
 }
 
 TR_RULE_FN(tr_check_runtime_moe_recompute) {

@@ -58,26 +58,52 @@ tr_status tr_grad_local_sum_squares(const tr_grad_layout *layout, const tr_grad_
     return local_sum_squares(NULL, layout, owned, grads, counted, ops, sum_sq);
 }
 
-static tr_status clip(tr_device *dev, tr_comm *comm, int group, const tr_grad_layout *layout,
-                      const tr_grad_owned *owned, float *grads, const uint8_t *counted,
-                      const tr_ops *ops, double max_norm, double *norm, bool *clipped) {
+static tr_status norm_sq(tr_device *dev, tr_comm *comm, int group, const tr_grad_layout *layout,
+                         const tr_grad_owned *owned, const float *grads, const uint8_t *counted,
+                         const tr_ops *ops, double *sum_sq) {
     double sq = 0.0;
-    if (clipped) *clipped = false;
     TR_TRY(local_sum_squares(dev, layout, owned, grads, counted, ops, &sq));
     if (dev)
         TR_TRY(tr_device_all_reduce_host(dev, comm, group, &sq, 1, TR_COMM_F64, TR_COMM_SUM));
     else
         TR_TRY(tr_comm_all_reduce_inplace(comm, group, &sq, 1, TR_COMM_F64, TR_COMM_SUM));
+    *sum_sq += sq;
+    return TR_OK;
+}
+
+static tr_status scale_owned(const tr_ops *ops, const tr_grad_owned *owned, float *grads,
+                             float coeff) {
+    for (int i = 0; i < owned->n_ranges; i++) {
+        const tr_grad_range *r = &owned->ranges[i];
+        TR_TRY(ops->scale(grads + r->offset, r->numel, coeff));
+    }
+    return TR_OK;
+}
+
+static tr_status clip(tr_device *dev, tr_comm *comm, int group, const tr_grad_layout *layout,
+                      const tr_grad_owned *owned, float *grads, const uint8_t *counted,
+                      const tr_ops *ops, double max_norm, double *norm, bool *clipped) {
+    double sq = 0.0;
+    if (clipped) *clipped = false;
+    TR_TRY(norm_sq(dev, comm, group, layout, owned, grads, counted, ops, &sq));
     *norm = sqrt(sq);
     if (!(max_norm > 0.0) || !isfinite(*norm)) return TR_OK;
     double coeff = max_norm / (*norm + 1e-6);
     if (coeff >= 1.0) return TR_OK;
-    for (int i = 0; i < owned->n_ranges; i++) {
-        const tr_grad_range *r = &owned->ranges[i];
-        TR_TRY(ops->scale(grads + r->offset, r->numel, (float)coeff));
-    }
+    TR_TRY(scale_owned(ops, owned, grads, (float)coeff));
     if (clipped) *clipped = true;
     return TR_OK;
+}
+
+tr_status tr_grad_norm_sq_on(tr_device *dev, tr_comm *comm, int group, const tr_grad_layout *layout,
+                             const tr_grad_owned *owned, const float *grads, const uint8_t *counted,
+                             double *sum_sq) {
+    return norm_sq(dev, comm, group, layout, owned, grads, counted, tr_device_ops(dev), sum_sq);
+}
+
+tr_status tr_grad_scale_owned_on(tr_device *dev, const tr_grad_owned *owned, float *grads,
+                                 float coeff) {
+    return scale_owned(tr_device_ops(dev), owned, grads, coeff);
 }
 
 tr_status tr_grad_clip(tr_comm *comm, int group, const tr_grad_layout *layout,

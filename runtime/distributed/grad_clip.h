@@ -47,4 +47,13 @@ tr_status tr_grad_clip_on(struct tr_device *dev, tr_comm *comm, int group,
                           const tr_grad_layout *layout, const tr_grad_owned *owned, float *grads,
                           const uint8_t *counted, double max_norm, double *norm, bool *clipped);
 
+/* The pieces of tr_grad_clip_on for several buffers (Megatron's ChainedOptimizer: dense and
+ * expert gradients, each reduced over its own group): this buffer's squared norm, reduced over
+ * `group`, added to *sum_sq; and the owned gradients times coeff. */
+tr_status tr_grad_norm_sq_on(struct tr_device *dev, tr_comm *comm, int group,
+                             const tr_grad_layout *layout, const tr_grad_owned *owned,
+                             const float *grads, const uint8_t *counted, double *sum_sq);
+tr_status tr_grad_scale_owned_on(struct tr_device *dev, const tr_grad_owned *owned, float *grads,
+                                 float coeff);
+
 #endif

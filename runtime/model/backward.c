@@ -30,10 +30,13 @@ static tr_status linear_input_bwd(const tr_model *m, const tr_linear *l, const f
 
 /* An MoE layer's MLP branch: dL/d(pre-MLP norm output) into the scratch dtmp. The balancing
  * losses' gradients take the main loss's scale (Megatron's MoEAuxLossAutoScaler): per token, the
- * microbatch's tokens, since the gradients are divided by the global token count later. */
+ * microbatch's tokens (the whole sequences' under CP), since the gradients are divided by the
+ * global token count later; else times CP, as the reduction over DP x CP divides by it while
+ * the CP ranks' balancing losses only add up to the whole. */
 static tr_status moe_bwd(const tr_model *m, int i, const float *dy) {
-    int rows = m->batch * m->spec.seq;
-    float scale = m->spec.moe.per_token ? (float)rows : m->moe_loss_scale;
+    int cp = m->spec.cp > 1 ? m->spec.cp : 1;
+    int rows = m->batch * m->spec.seq * cp;
+    float scale = m->spec.moe.per_token ? (float)rows : m->moe_loss_scale * (float)cp;
     if (m->grad_loss_scale != 0.0f) scale *= m->grad_loss_scale;
     return tr_moe_backward(m->moe[i], m->moe_slot, dy, m->dtmp, scale);
 }

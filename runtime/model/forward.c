@@ -217,11 +217,12 @@ tr_status tr_model_mlp_act_fwd(const tr_model *m, const tr_layer_acts *a) {
     return m->ops->cast_lowp((tr_lowp)s->lowp, a->act_h, act, (int64_t)rows * s->ffn);
 }
 
-/* An MoE layer's MLP branch (runtime/moe/moe.h) on the pre-MLP norm's output, in fp32. */
+/* An MoE layer's MLP branch (runtime/moe/moe.h) on the pre-MLP norm's output, in fp32; under
+ * sequence parallelism on this rank's chunk, nothing gathered (expert TP 1). */
 static tr_status moe_fwd(tr_model *m, int i, float *x_out) {
     const tr_layer_views *p = &m->p.layers[i];
     tr_layer_acts *a = &m->acts[i];
-    int rows = m->batch * m->spec.seq;
+    int rows = tr_tp_local_rows(m);
     int64_t n = (int64_t)rows * m->spec.hidden;
     if (!x_out) return TR_ERR_INVALID; /* no recomputation of MoE layers (runtime.moe_layers) */
     TR_TRY(tr_model_norm_fwd(m, m->dtmp, a->ln2_mean, a->ln2_rstd, a->x_mid, p->ln2_w, p->ln2_b,

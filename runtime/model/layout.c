@@ -200,7 +200,10 @@ static tr_status add_word_embedding(layout *l, const tr_model_spec *s, int tp, b
     return TR_OK;
 }
 
-/* An MoE layer's router, experts and shared expert in place of the MLP (runtime/moe/moe.h). */
+/* An MoE layer's router, experts and shared expert in place of the MLP (runtime/moe/moe.h). Under
+ * TP (sequence parallel, expert TP 1) each rank holds them whole and runs them on its sequence
+ * chunk, so their gradients are partial per rank (sp_partial), except an expert-parallel rank's
+ * own experts, which no other TP rank holds (their buffer's expert-DP reduction covers them). */
 static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
     const int init[] = {TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_ZERO, s->lora_a_init,
                         s->lora_b_init};
@@ -210,7 +213,11 @@ static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
     tr_status st = tr_moe_params_at(&s->moe, base, s->hidden, s->swiglu, p);
     for (int k = 0; k < n && st == TR_OK; k++) {
         st = add_param(l, p[k].name, p[k].rows, p[k].cols, p[k].no_decay, init[p[k].init]);
-        if (st == TR_OK) l->info[l->n - 1].frozen |= p[k].frozen;
+        if (st != TR_OK) break;
+        tr_param_info *q = &l->info[l->n - 1];
+        q->frozen |= p[k].frozen;
+        q->expert = p[k].expert && s->moe.ep_size > 1;
+        q->sp_partial = s->sequence_parallel && !q->expert && !q->frozen;
     }
     /* LoRA on the experts (runtime/moe/lora.c): the adapters train, the rest is frozen */
     for (int k = 0; k < n && st == TR_OK; k++)
@@ -458,10 +465,17 @@ static tr_status moe_create(tr_model *m) {
                          .swiglu = s->swiglu,
                          .gelu_tanh = s->gelu_tanh,
                          .lowp = s->lowp,
-                         .dev = m->dev};
+                         .dev = m->dev,
+                         .sp = (s->sequence_parallel ? m->tp.size : 1) * (s->cp > 1 ? s->cp : 1)};
+        d.seq = s->sequence_parallel ? s->seq / m->tp.size : s->seq; /* s->seq: CP's share */
         TR_TRY(tr_moe_create(&m->moe[i], &s->moe, &d, m->ops));
     }
     return tr_model_moe_bind(m);
+}
+
+void tr_model_moe_set_comm(tr_model *m, struct tr_comm *comm) {
+    for (int i = 0; m->moe && i < m->spec.num_layers + m->spec.mtp_layers; i++)
+        if (m->moe[i]) tr_moe_set_comm(m->moe[i], comm);
 }
 
 static void moe_free(tr_model *m) {
@@ -533,7 +547,8 @@ static tr_status check_spec(const tr_model_spec *s, tr_tp_shard tp, int batch) {
         s->groups % tp.size == 0 || (tp.size % s->groups == 0 && s->heads % tp.size == 0);
     if (!kv_split || s->ffn % tp.size || s->vocab % tp.size) return TR_ERR_INVALID;
     if (s->sequence_parallel && s->seq % tp.size) return TR_ERR_INVALID;
-    if (run && s->moe.experts > 0 && tp.size > 1) return TR_ERR_INVALID; /* runtime.moe_tp */
+    /* MoE under TP runs on sequence-parallel chunks (runtime.moe_tp, moe.tp_needs_sp) */
+    if (run && s->moe.experts > 0 && tp.size > 1 && !s->sequence_parallel) return TR_ERR_INVALID;
     return TR_OK;
 }
 
@@ -602,6 +617,9 @@ tr_status tr_model_shape(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, in
     m->full = *s;
     m->spec = local_spec(s, tp);
     m->full.sequence_parallel = m->spec.sequence_parallel;
+    /* The logical model holds every expert; this rank's spec keeps its EP place. */
+    m->full.moe.ep_size = 1;
+    m->full.moe.ep_rank = 0;
     m->tp = tp;
     m->tp_group = TR_GROUP_TP;
     m->batch = batch;

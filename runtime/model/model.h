@@ -169,6 +169,9 @@ typedef struct tr_param_info {
      * partial per rank (tr_model_reduce_kv_grad sums them); kv_rep 1: nothing replicated. */
     int kv_rep, kv_q, kv_len;
     int full_rows, full_cols; /* the logical tensor */
+    /* A routed expert's weight held by this EP rank only (spec.moe.ep_size > 1): its gradient
+     * goes to the expert buffer, reduced over the expert-data-parallel group. */
+    bool expert;
 } tr_param_info;
 
 enum {
@@ -472,6 +475,8 @@ tr_status tr_model_moe_step_end(tr_model *m, tr_status (*reduce)(void *ctx, doub
 void tr_model_moe_tokens(tr_model *m, double *out);
 /* Points the MoE layers at their tensors (after the flat buffers moved). */
 tr_status tr_model_moe_bind(tr_model *m);
+/* Gives the MoE layers the comm whose EP group carries their tokens (spec.moe.ep_size > 1). */
+void tr_model_moe_set_comm(tr_model *m, struct tr_comm *comm);
 
 /* Layer `layer` (an MTP depth's past the decoder's) has an MoE MLP. */
 bool tr_model_is_moe_layer(const tr_model_spec *s, int layer);

@@ -58,9 +58,11 @@ tr_status tr_moe_params_at(const tr_moe_spec *s, const char *base, int hidden, b
     if (s->experts % ep || s->ep_rank < 0 || s->ep_rank >= ep) return TR_ERR_INVALID;
     for (int e = s->ep_rank * local; e < (s->ep_rank + 1) * local; e++) {
         NAME("%s.mlp.experts.local_experts.%d.linear_fc1.weight", base, e);
-        out[at++] = param(n, fc1, hidden, TR_MOE_INIT_NORMAL, false);
+        out[at] = param(n, fc1, hidden, TR_MOE_INIT_NORMAL, false);
+        out[at++].expert = true;
         NAME("%s.mlp.experts.local_experts.%d.linear_fc2.weight", base, e);
-        out[at++] = param(n, hidden, s->ffn, TR_MOE_INIT_SCALED, false);
+        out[at] = param(n, hidden, s->ffn, TR_MOE_INIT_SCALED, false);
+        out[at++].expert = true;
     }
     if (s->shared_ffn > 0) {
         NAME("%s.mlp.shared_experts.linear_fc1.weight", base);
@@ -243,8 +245,8 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     if (d->dev && !tr_device_host_visible(d->dev)) return TR_ERR_INVALID;
     tr_moe_layer *L = calloc(1, sizeof *L);
     if (!L) return TR_ERR_NOMEM;
+    /* (the EP group's comm may come later, tr_moe_set_comm: the forward checks it) */
     tr_status ds = layer_dims(L, s, d);
-    if (ds == TR_OK && L->ep > 1 && !d->comm) ds = TR_ERR_INVALID;
     if (ds != TR_OK) {
         free(L);
         return ds;
@@ -292,6 +294,10 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     return TR_OK;
 }
 
+void tr_moe_set_comm(tr_moe_layer *L, struct tr_comm *comm) {
+    L->d.comm = comm;
+}
+
 void tr_moe_free(tr_moe_layer *L) {
     if (!L) return;
     tr_moe_buf_free(L, L->buf);
@@ -308,7 +314,9 @@ void tr_moe_free(tr_moe_layer *L) {
 
 tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bool training,
                          uint64_t seed, uint64_t round) {
-    if (slot < 0 || slot >= L->d.slots || !L->p.router) return TR_ERR_INVALID;
+    if (slot < 0 || slot >= L->d.slots || !L->p.router ||
+        ((L->ep > 1 || L->d.sp > 1) && !L->d.comm))
+        return TR_ERR_INVALID;
     tr_moe_state *st = &L->st[slot];
     int T = L->T, h = L->d.hidden, k = L->k;
     double t0 = now();

@@ -66,8 +66,15 @@ typedef struct tr_moe_dims {
     bool swiglu, gelu_tanh;
     int lowp; /* 0 or the tr_lowp of the expert GEMMs' operands */
     /* The EP group's transfers when the spec's ep_size > 1 (TR_GROUP_EP; host memory). Every
-     * rank of the group must call forward and backward the same number of times. */
+     * rank of the group must call forward and backward the same number of times. May be given
+     * later (tr_moe_set_comm), before the first forward. */
     struct tr_comm *comm;
+    /* Sequence and context parallelism: the layer's batch x seq tokens are this rank's part of
+     * each sequence, the sp ranks of comm's TR_GROUP_TP_CP (Megatron's tp-cp group) holding the
+     * others; the aux loss's counts are summed over them and its token count and the z-loss's
+     * mean cover every part, so the parts' losses add up to the whole sequences'. 0 or 1: none.
+     */
+    int sp;
     /* Where the states and scratch live: a host-visible device's activations (its peaks count
      * them), or NULL for the heap. */
     struct tr_device *dev;
@@ -94,6 +101,9 @@ typedef struct tr_moe_param {
     int rows, cols;
     int init; /* TR_MOE_INIT_* */
     bool no_decay, frozen;
+    /* A routed expert's weight: it lives on one EP rank, so its gradient is reduced over the
+     * expert-data-parallel group (Megatron's expert buffers), not the dense DP group. */
+    bool expert;
 } tr_moe_param;
 
 typedef struct tr_moe_layer tr_moe_layer;
@@ -115,6 +125,8 @@ tr_status tr_moe_params_at(const tr_moe_spec *s, const char *base, int hidden, b
 tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_dims *d,
                         const tr_ops *ops);
 void tr_moe_free(tr_moe_layer *L);
+/* The comm whose TR_GROUP_EP carries the dispatcher's transfers (EP > 1). */
+void tr_moe_set_comm(tr_moe_layer *L, struct tr_comm *comm);
 /* The tensors of tr_moe_params at params + offsets[i] and their gradients at grads + the same. */
 void tr_moe_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *offsets);
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/common/philox.h"
+#include "runtime/comm/comm.h"
 #include "runtime/moe/internal.h"
 
 static float sigmoidf_(float x) {
@@ -172,7 +173,7 @@ static bool aux_on(const tr_moe_layer *L) {
 /* The switch load-balancing loss E / (k T^2) sum_e P_e N_e (per sequence for seq_aux_loss,
  * averaged over the batch; N averaged over the step's microbatches for global_aux_loss), divided
  * by its coefficient. st->aux_n keeps d loss / d score = coeff * the weight of each count. */
-static double aux_loss(tr_moe_layer *L, tr_moe_state *st) {
+static tr_status aux_loss(tr_moe_layer *L, tr_moe_state *st, double *out) {
     int T = L->T, E = L->E, k = L->k, B = L->d.batch, S = L->d.seq;
     bool seq = L->s.balance == TR_MOE_LB_SEQ_AUX;
     int nb = seq ? B : 1, per = seq ? S : T;
@@ -188,6 +189,11 @@ static double aux_loss(tr_moe_layer *L, tr_moe_state *st) {
         for (int j = 0; j < k; j++) N[b * E + sel[j]] += 1.0;
         for (int e = 0; e < E; e++) P[b * E + e] += sc[e];
     }
+    int sp = L->d.sp > 1 ? L->d.sp : 1;
+    if (sp > 1)
+        TR_TRY(tr_comm_all_reduce_inplace(L->d.comm, TR_GROUP_TP_CP, N, (size_t)nb * E, TR_COMM_F64,
+                                          TR_COMM_SUM));
+    per *= sp;
     if (L->s.balance == TR_MOE_LB_GLOBAL_AUX) {
         for (int e = 0; e < E; e++) L->ga_counts[e] += N[e];
         L->ga_steps++;
@@ -198,7 +204,8 @@ static double aux_loss(tr_moe_layer *L, tr_moe_state *st) {
         loss += f * P[i] * N[i];
         st->aux_n[i] = (float)(L->s.aux_coeff * f * N[i]);
     }
-    return loss;
+    *out = loss;
+    return TR_OK;
 }
 
 static float jitter_noise(const tr_moe_layer *L, uint64_t seed, uint64_t round, int64_t i) {
@@ -232,7 +239,7 @@ tr_status tr_moe_route(tr_moe_layer *L, tr_moe_state *st, bool training, uint64_
         L->seen[e] += n;
         if (L->s.expert_bias) L->counts[e] += n;
     }
-    if (aux_on(L)) *lb = aux_loss(L, st);
+    if (aux_on(L)) TR_TRY(aux_loss(L, st, lb));
     if (L->s.z_coeff > 0.0f) {
         double sum = 0.0;
         float p[TR_MOE_MAX_EXPERTS];
@@ -241,7 +248,7 @@ tr_status tr_moe_route(tr_moe_layer *L, tr_moe_state *st, bool training, uint64_
             softmax(st->logits + (int64_t)t * E, E, p, &lse);
             sum += lse * lse;
         }
-        *z = sum / T;
+        *z = sum / T / (L->d.sp > 1 ? L->d.sp : 1);
     }
     return TR_OK;
 }
@@ -321,7 +328,7 @@ tr_status tr_moe_route_bwd(tr_moe_layer *L, const tr_moe_state *st, float aux_sc
             float p[TR_MOE_MAX_EXPERTS];
             double lse;
             softmax(l, E, p, &lse);
-            float c = (float)(aux_scale * s->z_coeff * 2.0 * lse / T);
+            float c = (float)(aux_scale * s->z_coeff * 2.0 * lse / T / (L->d.sp > 1 ? L->d.sp : 1));
             for (int e = 0; e < E; e++) dl[e] += c * p[e];
         }
     }

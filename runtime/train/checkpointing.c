@@ -46,11 +46,17 @@ static void scaler_unpack(tr_loss_scaler *s, const double *v) {
 }
 
 static bool sgd(const tr_train_ckpt *k) {
-    return k->env.opt ? k->env.opt->spec.sgd : k->env.dp->opt.opt.kind == TR_DIST_OPT_SGD;
+    return k->env.opt ? k->env.opt->spec.sgd : k->env.dp->bufs[0].opt.opt.kind == TR_DIST_OPT_SGD;
 }
 
 static int64_t *opt_step(tr_train_ckpt *k) {
-    return k->env.opt ? &k->env.opt->step : &k->env.dp->opt.step;
+    return k->env.opt ? &k->env.opt->step : &k->env.dp->bufs[0].opt.step;
+}
+
+/* Every gradient buffer's optimizer has taken the same steps (Adam's bias correction). */
+static void set_opt_step(tr_train_ckpt *k, int64_t step) {
+    *opt_step(k) = step;
+    for (int b = 1; !k->env.opt && b < k->env.dp->n_bufs; b++) k->env.dp->bufs[b].opt.step = step;
 }
 
 static tr_device *dev_of(const tr_train_ckpt *k) {
@@ -158,23 +164,43 @@ static tr_status opt_state_views(tr_train_ckpt *k, opt_state *o, bool fetch) {
     return host_view_open(k, &o->hv, o->dv, n, fetch);
 }
 
+/* Each gradient buffer's owned ranges between the optimizer's state and model space (its
+ * elements start at the buffer's base there). */
+static tr_status copy_owned(tr_train_ckpt *k, opt_state *o, bool to_model) {
+    tr_device *dev = dev_of(k);
+    for (int b = 0; b < k->env.dp->n_bufs; b++) {
+        const tr_train_dp_buf *buf = &k->env.dp->bufs[b];
+        const tr_dist_opt *d = &buf->opt;
+        for (int r = 0; r < d->owned.n_ranges; r++) {
+            const tr_grad_range *g = &d->owned.ranges[r];
+            size_t bytes = (size_t)g->numel * sizeof(float);
+            float *m = o->dm + buf->base + g->offset, *v = o->dv + buf->base + g->offset;
+            if (to_model) {
+                TR_TRY(tr_device_copy(dev, m, d->m + g->state_offset, bytes));
+                if (o->dv) TR_TRY(tr_device_copy(dev, v, d->v + g->state_offset, bytes));
+            } else {
+                TR_TRY(tr_device_copy(dev, d->m + g->state_offset, m, bytes));
+                if (o->dv) TR_TRY(tr_device_copy(dev, d->v + g->state_offset, v, bytes));
+            }
+        }
+    }
+    return TR_OK;
+}
+
 static tr_status opt_state_gather(tr_train_ckpt *k, opt_state *o) {
     if (k->env.opt) return TR_OK;
-    tr_device *dev = dev_of(k);
-    const tr_dist_opt *d = &k->env.dp->opt;
-    for (int r = 0; r < d->owned.n_ranges; r++) {
-        const tr_grad_range *g = &d->owned.ranges[r];
-        size_t bytes = (size_t)g->numel * sizeof(float);
-        TR_TRY(tr_device_copy(dev, o->dm + g->offset, d->m + g->state_offset, bytes));
-        if (o->dv) TR_TRY(tr_device_copy(dev, o->dv + g->offset, d->v + g->state_offset, bytes));
-    }
+    TR_TRY(copy_owned(k, o, true));
     if (!k->env.dp->sharded) return TR_OK;
-    size_t n = (size_t)k->env.model->n_params;
-    TR_TRY(tr_comm_all_reduce_inplace(k->env.comm, k->env.dp->group, o->dm, n, TR_COMM_F32,
-                                      TR_COMM_SUM));
-    if (o->dv)
-        TR_TRY(tr_comm_all_reduce_inplace(k->env.comm, k->env.dp->group, o->dv, n, TR_COMM_F32,
-                                          TR_COMM_SUM));
+    /* Each buffer's shards meet over its own group (the experts' over expert DP). */
+    for (int b = 0; b < k->env.dp->n_bufs; b++) {
+        const tr_train_dp_buf *buf = &k->env.dp->bufs[b];
+        size_t n = (size_t)buf->layout.numel;
+        TR_TRY(tr_comm_all_reduce_inplace(k->env.comm, buf->group, o->dm + buf->base, n,
+                                          TR_COMM_F32, TR_COMM_SUM));
+        if (o->dv)
+            TR_TRY(tr_comm_all_reduce_inplace(k->env.comm, buf->group, o->dv + buf->base, n,
+                                              TR_COMM_F32, TR_COMM_SUM));
+    }
     return TR_OK;
 }
 
@@ -183,15 +209,7 @@ static tr_status opt_state_scatter(tr_train_ckpt *k, opt_state *o) {
     TR_TRY(host_view_store(k, &o->hm));
     TR_TRY(host_view_store(k, &o->hv));
     if (k->env.opt) return TR_OK;
-    tr_device *dev = dev_of(k);
-    tr_dist_opt *d = &k->env.dp->opt;
-    for (int r = 0; r < d->owned.n_ranges; r++) {
-        const tr_grad_range *g = &d->owned.ranges[r];
-        size_t bytes = (size_t)g->numel * sizeof(float);
-        TR_TRY(tr_device_copy(dev, d->m + g->state_offset, o->dm + g->offset, bytes));
-        if (o->dv) TR_TRY(tr_device_copy(dev, d->v + g->state_offset, o->dv + g->offset, bytes));
-    }
-    return TR_OK;
+    return copy_owned(k, o, false);
 }
 
 static tr_status add_opt_tensors(tr_ckpt_list *l, tr_train_ckpt *k, opt_state *o, bool for_save) {
@@ -210,6 +228,7 @@ static tr_ckpt_layout layout_of(const tr_train_ckpt *k) {
     l.tp = k->tp;
     l.pp = k->pp;
     l.dp = k->dp;
+    l.ep = k->ep;
     l.vpp = k->env.pp ? k->env.pp->vpp : 1;
     l.dist_opt = k->env.dp && k->env.dp->sharded;
     return l;
@@ -515,7 +534,7 @@ tr_status tr_train_ckpt_setup(tr_train_ckpt *k, const tr_train_ckpt_env *env, tr
     k->env = *env;
     k->d = d;
     k->last_saved = -1;
-    k->world = k->tp = k->dp = k->pp = 1;
+    k->world = k->tp = k->dp = k->pp = k->ep = k->edp = 1;
     if (env->comm) {
         k->world = tr_comm_group_size(env->comm, TR_COMM_WORLD);
         k->rank = tr_comm_group_rank(env->comm, TR_COMM_WORLD);
@@ -525,6 +544,11 @@ tr_status tr_train_ckpt_setup(tr_train_ckpt *k, const tr_train_ckpt_env *env, tr
         k->dp_rank = tr_comm_group_rank(env->comm, TR_GROUP_DP_CP);
         k->pp = tr_comm_group_size(env->comm, TR_GROUP_PP);
         k->pp_rank = tr_comm_group_rank(env->comm, TR_GROUP_PP);
+        if (env->model->spec.moe.ep_size > 1) {
+            k->ep = env->model->spec.moe.ep_size;
+            k->edp = tr_comm_group_size(env->comm, TR_GROUP_EXPERT_DP);
+            k->edp_rank = tr_comm_group_rank(env->comm, TR_GROUP_EXPERT_DP);
+        }
     }
     TR_TRY(agree(k, check_format(k)));
     char *dir = NULL;
@@ -558,7 +582,7 @@ tr_status tr_train_ckpt_setup(tr_train_ckpt *k, const tr_train_ckpt_env *env, tr
                                         .scheduler_samples = scalars[S_SCHED],
                                         .skipped_iterations = scalars[S_SKIPPED]};
         k->last_saved = k->resume.iteration;
-        if (with_opt) *opt_step(k) = scalars[S_OPT_STEP];
+        if (with_opt) set_opt_step(k, scalars[S_OPT_STEP]);
         /* Dropout masks are drawn from this key and the (global) iteration and microbatch, so
          * the key is the whole RNG state. */
         if (with_rng) {

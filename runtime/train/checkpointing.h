@@ -46,6 +46,9 @@ typedef struct tr_train_ckpt {
     tr_train_ckpt_env env;
     tr_diags *d;
     int world, rank, tp, tp_rank, dp, dp_rank, pp, pp_rank;
+    /* Expert parallelism: the EP size and the expert-DP group holding copies of this rank's
+     * experts (1, 0 without). */
+    int ep, edp, edp_rank;
     tr_train_ckpt_pos resume; /* the position the loop starts from (zero when fresh) */
     int64_t last_saved;       /* iteration of the last save started, -1 for none */
     /* An async save in flight: its writer, and the iteration it belongs to. */

@@ -80,6 +80,13 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
                            "the %s device yet",
                            tr_device_name(t->dev));
     TR_TRY(tr_train_data_open(c, &t->data, d));
+    /* Expert parallelism: this rank holds its EP group's share of every MoE layer's experts
+     * (parallel state's expert grid) and sends tokens to the others' (runtime/moe/dispatch.c). */
+    if (t->distributed && ms.moe.experts > 0 && c->model.expert_model_parallel_size > 1) {
+        ms.moe.ep_size = tr_comm_group_size(t->o->comm, TR_GROUP_EP);
+        ms.moe.ep_rank = tr_comm_group_rank(t->o->comm, TR_GROUP_EP);
+        if (ms.moe.ep_size != c->model.expert_model_parallel_size) return TR_ERR_INVALID;
+    }
     tr_tp_shard tp = {0, 1};
     if (t->distributed)
         tp = (tr_tp_shard){tr_comm_group_rank(t->o->comm, TR_GROUP_TP),
@@ -99,6 +106,7 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
         TR_TRY(tr_model_create_parts_on(&t->model, t->dev, &ms, tp, t->mbs, &whole, 1));
     }
     t->model.comm = t->o->comm;
+    tr_model_moe_set_comm(&t->model, t->o->comm);
     if (t->cp_size > 1) {
         TR_TRY(tr_cp_create(&t->cp, t->dev, t->o->comm, TR_GROUP_CP, t->mbs, ms.seq,
                             t->model.spec.heads, t->model.spec.groups, ms.head_dim));

@@ -44,7 +44,8 @@ typedef struct block {
     const char *kind; /* the name without the layer prefix */
     int layer;        /* -1: not a layer parameter */
     int64_t full_rows, full_cols, row0, col0, rows, cols;
-    int tp_dim; /* the dimension TP splits (-1: none) */
+    int tp_dim;  /* the dimension TP splits (-1: none) */
+    bool expert; /* tr_param_info.expert */
     /* TP larger than the query groups: the key-value block that this many consecutive TP ranks
      * hold copies of (0: a block of this TP rank's own). */
     int kv_rep;
@@ -52,9 +53,14 @@ typedef struct block {
 } block;
 
 /* Which holders share a slice: TP-split tensors are replicated over DP only (a key-value block
- * over its group's TP ranks too); the rest over TP and DP. Sets *index (this rank among them)
- * and returns their number. */
-static int replica_group(const tr_train_ckpt *k, int split_dim, int kv_rep, int *index) {
+ * over its group's TP ranks too); an expert-parallel rank's experts over expert DP; the rest over
+ * TP and DP. Sets *index (this rank among them) and returns their number. */
+static int replica_group(const tr_train_ckpt *k, int split_dim, int kv_rep, bool expert,
+                         int *index) {
+    if (expert) { /* an EP rank's own expert: copies on its expert-DP group only */
+        *index = k->edp_rank;
+        return k->edp;
+    }
     if (kv_rep > 1) {
         *index = k->tp_rank % kv_rep + kv_rep * k->dp_rank;
         return kv_rep * k->dp;
@@ -95,7 +101,7 @@ static tr_status add_block(tr_ckpt_list *l, const tr_train_ckpt *k, const char *
     t.slice.shape[d + 1] = b->cols;
     t.ndim = t.slice.ndim = d + 2;
     if (b->tp_dim >= 0) t.tp_axis = d + b->tp_dim;
-    int index = 0, group = replica_group(k, split_dim, b->kv_rep, &index);
+    int index = 0, group = replica_group(k, split_dim, b->kv_rep, b->expert, &index);
     if (role == TR_CKPT_PARAM_LOADS) {
         t.replica_id = 1 + index;
     } else if (for_save && k->env.c->checkpoint.fully_parallel_save && group > 1) {
@@ -160,6 +166,7 @@ tr_status tr_ckpt_list_add_params(tr_ckpt_list *l, const tr_train_ckpt *k, const
                    .rows = p->rows,
                    .cols = p->cols,
                    .tp_dim = p->split_dim,
+                   .expert = p->expert,
                    .data = base + p->offset};
         int consumed = 0;
         /* An MoE model's MLP tensors (routers, experts, the dense layers' MLPs) exist in some

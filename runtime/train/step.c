@@ -130,7 +130,7 @@ static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, dou
     tr_status st = TR_OK;
     tr_loss_buffer_begin(&t->losses, t->per_token_loss);
     for (int mb = 0; mb < t->nmb && st == TR_OK; mb++) {
-        if (t->distributed) tr_ddp_set_last_microbatch(&t->dp.ddp, mb == t->nmb - 1);
+        if (t->distributed) tr_train_dp_set_last_microbatch(&t->dp, mb == t->nmb - 1);
         st = microbatch_index(t, consumed, mb, idx);
         if (st == TR_OK) st = tr_trainer_load_microbatch(t, TR_SPLIT_TRAIN, 0, idx);
         /* The dropout masks follow the global microbatch, so every layout draws the masks of
@@ -159,13 +159,14 @@ static tr_status accumulate(trainer *t, int64_t iteration, int64_t consumed, dou
 
 static tr_status moe_dp_sum(void *ctx, double *v, int n) {
     trainer *t = ctx;
-    return tr_train_dp_sum(&t->dp, v, n);
+    return tr_train_dp_sum_tokens(&t->dp, v, n);
 }
 
 /* MoE, after the step's last backward: the balancing losses' values averaged over MoE layers and
- * microbatches (summed over the pipeline's stages, averaged over data-parallel ranks), and the
- * expert-bias update from the step's token counts (summed over data-parallel ranks), which
- * Megatron makes in finalize_model_grads, skipped steps included. */
+ * microbatches (summed over the pipeline's stages and the sequence-parallel chunks, averaged over
+ * data-parallel ranks), and the
+ * expert-bias update from the step's token counts (summed over TP x DP x CP), which Megatron
+ * makes in finalize_model_grads, skipped steps included. */
 static tr_status moe_step(trainer *t, step_out *out) {
     tr_model *m = &t->model;
     const tr_moe_spec *s = &m->spec.moe;
@@ -175,6 +176,12 @@ static tr_status moe_step(trainer *t, step_out *out) {
     int n;
     tr_model_moe_stats(m, &g[0], &g[1], &n);
     g[2] = n;
+    /* Sequence and context parallel: each rank's losses cover its part of the sequences
+     * (Megatron's tracker sums them over tp-cp); the DP x CP sum below then counts each CP
+     * group's total and its microbatches cp times alike. */
+    if (m->spec.sequence_parallel || t->cp_size > 1)
+        TR_TRY(tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_TP_CP, g, 2, TR_COMM_F64,
+                                         TR_COMM_SUM));
     if (t->distributed) TR_TRY(tr_train_dp_sum(&t->dp, g, 3));
     if (t->have_pp)
         TR_TRY(tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, g, 3, TR_COMM_F64,
@@ -239,7 +246,7 @@ static void pp_after_forward(void *ctx, int mb) {
 
 static tr_status pp_before_backward(void *ctx, bool last) {
     trainer *t = ctx;
-    tr_ddp_set_last_microbatch(&t->dp.ddp, last);
+    tr_train_dp_set_last_microbatch(&t->dp, last);
     return TR_OK;
 }
 
@@ -275,7 +282,7 @@ static tr_status accumulate_pp(trainer *t, int64_t iteration, int64_t consumed, 
 static tr_status train_step_dp(trainer *t, int64_t iteration, int64_t consumed,
                                int64_t sched_samples, step_out *out) {
     float grad_scale = t->per_token_loss ? 1.0f : 1.0f / (float)t->dp_size;
-    TR_TRY(tr_ddp_start_iteration(&t->dp.ddp, grad_scale));
+    TR_TRY(tr_train_dp_start_iteration(&t->dp, grad_scale));
     double sum = 0.0;
     int64_t tokens = 0;
     if (t->have_pp) {
@@ -284,12 +291,12 @@ static tr_status train_step_dp(trainer *t, int64_t iteration, int64_t consumed,
         TR_TRY(accumulate(t, iteration, consumed, &sum, &tokens));
         TR_TRY(tr_train_dp_finish_grads(&t->dp));
     }
-    t->buckets_started_early += t->dp.ddp.started_early;
+    t->buckets_started_early += tr_train_dp_started_early(&t->dp);
     TR_TRY(moe_step(t, out));
     double g[2] = {sum, (double)tokens};
     TR_TRY(tr_train_dp_sum(&t->dp, g, 2));
     if (t->per_token_loss) {
-        if (g[1] > 0) TR_TRY(tr_ddp_scale_grads(&t->dp.ddp, 1.0f / (float)g[1]));
+        if (g[1] > 0) TR_TRY(tr_train_dp_scale_grads(&t->dp, 1.0f / (float)g[1]));
         out->loss = g[1] > 0 ? g[0] / g[1] : 0.0;
     } else {
         out->loss = g[0] / ((double)t->nmb * t->dp_size);

@@ -93,7 +93,7 @@ static tr_status log_moe_tokens(trainer *t, bool due) {
     if (!v) return TR_ERR_NOMEM;
     tr_model_moe_tokens(m, v);
     tr_status st = TR_OK;
-    if (t->distributed) st = tr_train_dp_sum(&t->dp, v, L * E);
+    if (t->distributed) st = tr_train_dp_sum_tokens(&t->dp, v, L * E);
     if (st == TR_OK && t->have_pp)
         st = tr_device_all_reduce_host(t->dev, t->o->comm, TR_GROUP_PP, v, (size_t)L * E,
                                        TR_COMM_F64, TR_COMM_SUM);
@@ -200,6 +200,8 @@ static tr_status loop(trainer *t, tr_train_result *r) {
         TR_TRY(tr_trainer_test_eval(t, r->iterations));
     r->seconds = now_s() - t_start;
     r->buckets_started_early = t->buckets_started_early;
+    for (int k = 0; t->distributed && k < t->dp.n_bufs; k++)
+        r->grad_numel[k] = t->dp.bufs[k].layout.numel;
     tr_train_log_end(&t->log, r->iterations, r->stop, r->signal, r->seconds);
     return TR_OK;
 }

@@ -59,6 +59,9 @@ typedef struct tr_train_result {
     /* Data parallel: gradient buckets whose reduction started during backward (overlap), summed
      * over iterations. */
     int64_t buckets_started_early;
+    /* Data parallel: elements of the dense and the expert gradient buffers (padding included;
+     * the second 0 without expert parallelism), what each DP collective moves. */
+    int64_t grad_numel[2];
     tr_stop_reason stop;
     int signal; /* the signal that stopped the run, when stop == TR_STOP_SIGNAL */
     double seconds;

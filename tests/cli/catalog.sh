@@ -10,15 +10,15 @@ grep -q "^catalog: [1-9][0-9]* recipes, [1-9][0-9]* (recipe, world size) checks"
 expect_in "$TMP/out" " 0 failures" "a clean catalog"
 # What this runtime cannot train is listed under the capability rule's id, not failed; the dry
 # run of that recipe fails with the same id, as its launch does.
-expect_in "$TMP/out" "mixtral_8x7b_pretrain @ world 32: not trained by this runtime: runtime.expert_parallel" \
+expect_in "$TMP/out" "qwen3_30b_a3b_8gpu_pretrain @ world 8: not trained by this runtime: runtime.moe_recompute" \
     "a capability refusal"
 grep -q "refusals by the runtime" "$TMP/out" || { show; fail "no refusal count"; }
 if grep -q "^llama_tiny_pretrain @ .*not trained" "$TMP/out"; then show; fail "llama_tiny refused"; fi
 if grep -q "^moe_tiny_pretrain @ .*not trained" "$TMP/out"; then show; fail "moe_tiny refused"; fi
-rr --recipe moe_tiny_pretrain model.expert_model_parallel_size=2 --world-size 2 --dry-run
+rr --recipe moe_tiny_pretrain model.expert_model_parallel_size=2 model.moe_expert_capacity_factor=1.0 --world-size 2 --dry-run
 expect_rc 2 "the dry run of a recipe the runtime cannot train"
 expect_in "$TMP/err" "error [runtime.expert_parallel]" "the dry run names the rule"
-rr --recipe moe_tiny_pretrain model.expert_model_parallel_size=2 --world-size 2 --dry-run --config-only
+rr --recipe moe_tiny_pretrain model.expert_model_parallel_size=2 model.moe_expert_capacity_factor=1.0 --world-size 2 --dry-run --config-only
 expect_rc 0 "the same recipe under Megatron's rules alone"
 
 # 32 heads and 8 query groups cannot be split over TP 3.

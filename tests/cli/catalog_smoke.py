@@ -220,7 +220,7 @@ def main():
           f"{sum(v.startswith('trains') for v in layouts)} train; the dry run and the launch agree")
     if len(rows) < 40:
         raise SystemExit("FAIL: the registry listed too few recipes")
-    # MoE layers (and LoRA on them) run on one expert rank: these MoE recipes must train there
+    # MoE layers (and LoRA on them) train on one rank too: these MoE recipes must train there
     # (shrunk), not merely agree on a refusal.
     verdicts = dict(table)
     for name in MUST_TRAIN:

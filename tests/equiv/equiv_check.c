@@ -38,39 +38,7 @@
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/train/train.h"
 
-enum { MAX_KEYS = 64, MAX_ITERS = 64 };
-
-typedef struct run_out {
-    const tr_config *c;
-    /* The run's model-parallel (tp-pp) and pipeline groups (MPI_COMM_NULL: one rank). */
-    MPI_Comm mp, pp;
-    float losses[MAX_ITERS];
-    int64_t iters, early;
-    int64_t overflows;    /* steps skipped for inf/NaN gradients (loss scaling) */
-    double loss_scale;    /* at the end (NaN without a scaler) */
-    double eval_loss;     /* the last validation loss (NaN without evaluation) */
-    int64_t buffer_numel; /* the flat parameter buffer (the DP layout, padding included) */
-    float *params;        /* every logical parameter tensor, model order, concatenated */
-    int64_t n;
-    char (*names)[128];
-    int64_t *starts; /* per tensor, into params; n_tensors + 1 entries */
-    int n_tensors;
-    /* Pipeline parallel with tied embeddings: the last stage's copy of the word embedding,
-     * assembled like params (NULL without a copy anywhere). */
-    float *tied_copy;
-    /* What this rank computes, for the comm volume: its layers, embedding, loss, and the
-     * elements of its sequence-parallel partial gradients, and of the q/k norms' (partial over
-     * the heads: summed over TP with or without sequence parallelism). */
-    int64_t local_layers, sp_grads, head_grads;
-    /* MoE: the expert-bias elements this rank holds (their token counts are summed over DP) */
-    int64_t expert_bias;
-    bool has_embedding, has_loss;
-    /* TP larger than the query groups: elements of this rank's key-value copies that differ
-     * from the group's first rank's (they must stay equal bit for bit). */
-    int64_t kv_drift;
-    int memory_bad;    /* the memory check failed on this rank */
-    int64_t act_numel; /* the model's activation floats on this rank */
-} run_out;
+#include "tests/equiv/equiv.h"
 
 static int index_of(char (*names)[128], int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -80,71 +48,6 @@ static int index_of(char (*names)[128], int n, const char *name) {
 
 /* The most microbatches of each chunk in flight in the pp rank's action list, counted here
  * independently of the executor. */
-static void in_flight(const tr_pp_schedule *s, int *max, int vpp) {
-    int live[64] = {0};
-    for (int c = 0; c < vpp; c++) max[c] = 0;
-    for (int i = 0; i < s->n; i++) {
-        const tr_pp_action *a = &s->actions[i];
-        if (a->op == TR_PP_FWD && ++live[a->chunk] > max[a->chunk]) max[a->chunk] = live[a->chunk];
-        if (a->op == TR_PP_BWD) live[a->chunk]--;
-    }
-}
-
-/* The memory saving is real: the stages partition the model (the sum of their parameters over
- * the pipeline group, tied copy left out, is the whole TP shard's), and a rank keeps activations
- * only for its own layers, one set per microbatch in flight in its schedule. */
-static int check_memory(const run_out *o, const tr_model *m) {
-    const tr_config *c = o->c;
-    int pp = (int)c->model.pipeline_model_parallel_size, rank, bad = 0, pp_rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (o->pp != MPI_COMM_NULL) MPI_Comm_rank(o->pp, &pp_rank);
-    tr_model_part whole = {0, m->full.num_layers, true, true, 1};
-    tr_param_info *info = NULL;
-    int n_info = 0;
-    int64_t whole_numel = 0, whole_shard = 0, mine = 0, copy = 0, sum = 0;
-    if (tr_model_param_list(&m->full, m->tp, &whole, 1, &info, &n_info, &whole_numel) != TR_OK)
-        return 1;
-    for (int i = 0; i < n_info; i++) whole_shard += info[i].numel;
-    free(info);
-    for (int i = 0; i < m->n_info; i++) *(m->info[i].tied_copy ? &copy : &mine) += m->info[i].numel;
-    sum = mine;
-    if (o->pp != MPI_COMM_NULL) MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_INT64_T, MPI_SUM, o->pp);
-    if (sum != whole_shard) bad++;
-    printf("memory: rank %d (pp rank %d of %d): %lld parameters (+%lld tied copy) of the whole "
-           "TP shard's %lld (%.2f); stages together %lld%s; buffer %lld floats, activations "
-           "%lld floats; activation sets per layer:",
-           rank, pp_rank, pp, (long long)mine, (long long)copy, (long long)whole_shard,
-           (double)mine / (double)whole_shard, (long long)sum,
-           sum == whole_shard ? "" : " MISMATCH", (long long)m->n_params, (long long)m->act_numel);
-    int want[512] = {0};
-    if (pp > 1 && m->full.num_layers <= 512) {
-        tr_diags d;
-        tr_diags_init(&d);
-        tr_pp_layout lay;
-        tr_pp_schedule s;
-        int max[64];
-        if (tr_pp_layout_build(c, &lay, &d) != TR_OK) return 1;
-        if (tr_pp_schedule_build(c, pp_rank, &s, &d) != TR_OK) return 1;
-        in_flight(&s, max, lay.vpp);
-        for (int ch = 0; ch < lay.vpp; ch++) {
-            const tr_pp_stage *st = tr_pp_layout_stage(&lay, pp_rank, ch);
-            for (int l = 0; l < st->num_layers; l++) want[st->first_layer + l] = max[ch];
-        }
-        tr_pp_schedule_free(&s);
-        tr_pp_layout_free(&lay);
-        tr_diags_free(&d);
-    } else {
-        for (int l = 0; l < m->full.num_layers && l < 512; l++) want[l] = 1;
-    }
-    for (int l = 0; l < m->full.num_layers && l < 512; l++) {
-        int got = tr_model_layer_slots(m, l);
-        printf(" %d%s", got, got == want[l] ? "" : "(MISMATCH)");
-        bad += got != want[l];
-    }
-    printf("\n");
-    return bad;
-}
-
 /* The logical tensors: each rank scatters the shards it holds (its stages' tensors, its TP
  * slice) to the logical positions, TP rank 0 also the parameters every TP rank holds whole; a
  * sum over the model-parallel group (adding zeros, exact) assembles them on every rank. The tied
@@ -182,20 +85,24 @@ static tr_status capture(void *ctx, const tr_model *m) {
         /* A key-value copy (TP larger than the query groups) from its group's first rank. */
         int64_t kv_off = 0, kv_n = 0;
         if (p->kv_rep > 1 && m->tp.rank % p->kv_rep != 0) tr_param_kv_range(p, &kv_off, &kv_n);
-        if (p->split_dim >= 0 || m->tp.rank == 0)
+        if (!p->expert && (p->split_dim >= 0 || m->tp.rank == 0))
             for (int64_t e = 0; e < p->numel; e++)
                 if (e < kv_off || e >= kv_off + kv_n)
                     dst[tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
         if (strstr(p->name, "mlp.router.expert_bias")) o->expert_bias += p->numel;
-        /* (MLA's latent norms are whole on each rank, their gradients the same: not summed.) */
+        /* (MLA's latent norms are whole on each rank, their gradients the same: not summed.)
+         * The MoE layers' whole tensors under SP are partial per chunk, like the norms. */
         if (!p->sp_partial) continue;
         if (strstr(p->name, "q_layernorm") || strstr(p->name, "k_layernorm"))
             o->head_grads += p->numel;
         else if (strstr(p->name, "layernorm") || strstr(p->name, "position_embeddings") ||
-                 strstr(p->name, ".enorm.") || strstr(p->name, ".hnorm.")) /* MTP's norms */
+                 strstr(p->name, ".enorm.") || strstr(p->name, ".hnorm.") || /* MTP's norms */
+                 strstr(p->name, ".mlp."))                                   /* MoE under SP */
             o->sp_grads += p->numel;
     }
     o->buffer_numel = m->n_params;
+    for (int i = 0; m->moe && i < m->full.num_layers + m->full.mtp_layers; i++)
+        o->moe_layers += m->moe[i] != NULL;
     for (int k = 0; k < m->n_parts; k++) {
         o->local_layers += m->parts[k].num_layers;
         o->has_embedding |= m->parts[k].has_embedding;
@@ -206,6 +113,7 @@ static tr_status capture(void *ctx, const tr_model *m) {
         if (o->tied_copy)
             MPI_Allreduce(MPI_IN_PLACE, o->tied_copy, (int)emb_n, MPI_FLOAT, MPI_SUM, o->mp);
     }
+    TR_TRY(equiv_gather_experts(o, m));
     for (int i = 0; i < m->n_info; i++) {
         const tr_param_info *p = &m->info[i];
         int64_t kv_off = 0, kv_n = 0;
@@ -216,7 +124,7 @@ static tr_status capture(void *ctx, const tr_model *m) {
             o->kv_drift += memcmp(&a, &b, sizeof a) != 0 && !(a == 0.0f && b == 0.0f);
         }
     }
-    o->memory_bad = check_memory(o, m);
+    o->memory_bad = equiv_check_memory(o, m);
     o->act_numel = m->act_numel;
     return TR_OK;
 }
@@ -235,6 +143,15 @@ static int64_t tied_copy_drift(const run_out *run) {
            "%lld elements\n",
            (long long)differ, (long long)n);
     return differ;
+}
+
+/* A run of config c, on one rank until its groups are given. */
+static run_out run_out_new(const tr_config *c) {
+    return (run_out){.c = c,
+                     .mp = MPI_COMM_NULL,
+                     .pp = MPI_COMM_NULL,
+                     .emp = MPI_COMM_NULL,
+                     .ep = MPI_COMM_NULL};
 }
 
 static void run_out_free(run_out *o) {
@@ -265,6 +182,8 @@ static tr_status train(const tr_config *c, tr_comm *comm, run_out *out, tr_diags
     out->iters = r.iterations;
     out->eval_loss = r.last_eval_loss;
     out->early = r.buckets_started_early;
+    out->grad_numel[0] = r.grad_numel[0];
+    out->grad_numel[1] = r.grad_numel[1];
     out->overflows = r.overflow_iterations;
     out->loss_scale = r.loss_scale;
     return s;
@@ -389,9 +308,9 @@ static double compare(const run_out *run, const run_out *ref, const qkv_shape *q
  * On DP per iteration: this rank's gradient buffer of B elements all-reduced (DDP) or
  * reduce-scattered with B/dp all-gathered (distributed optimizer), and the loss and token count
  * (two doubles); per evaluation split over DP (the batch's microbatches divide by dp), the loss
- * sum (one double); with MoE layers, the step's balancing-loss statistics (three doubles) and,
- * with the expert bias, the token count per expert of the rank's MoE layers (a double each), and
- * per logged iteration the tokens per expert of every layer. On
+ * sum (one double); with MoE layers, the step's balancing-loss statistics (three doubles); on
+ * TP x DP x CP with the expert bias, the token count per expert of the rank's MoE layers (a double
+ * each), and per logged iteration the tokens per expert of every layer. On
  * PP (> 1) the point-to-point messages of r/tp (SP) or r rows of width h,
  * 4 bytes an element with pipeline_dtype fp32, 2 with bf16/fp16 (Megatron's pipeline_dtype): per
  * microbatch and virtual stage s this rank holds, the output sent on unless s is the last and its
@@ -406,7 +325,9 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t tp = m->tensor_model_parallel_size;
     bool sp = tp > 1 && m->sequence_parallel;
     bool sharded = c->ddp.use_distributed_optimizer || c->optimizer.use_distributed_optimizer;
-    int64_t B = run->buffer_numel, sp_grads = sp ? run->sp_grads : 0;
+    int64_t B = run->grad_numel[0] ? run->grad_numel[0] : run->buffer_numel;
+    int64_t BE = run->grad_numel[1], edp = tr_comm_group_size(comm, TR_GROUP_EXPERT_DP);
+    int64_t sp_grads = sp ? run->sp_grads : 0;
     int64_t exchanges = r * h * (run->has_embedding + 4 * L + run->has_loss);
     int64_t depths = run->has_loss && m->mtp_num_layers != TR_NULL_INT ? m->mtp_num_layers : 0;
     exchanges += depths * 8 * r * h;
@@ -419,6 +340,9 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         if (sp) ag_extra += (L + depths) * r * h;
         exchanges += (L + depths) * (sp ? -r * h : mla);
     }
+    /* An MoE layer (sequence parallel, whole experts) runs on the chunk: no fc1 input gather, no
+     * fc2 output reduce-scatter, nor their gradients'. */
+    if (sp) exchanges -= 2 * r * h * run->moe_layers;
     int64_t ce = run->has_loss ? 3 * r * (1 + depths) : 0;
     int64_t heads = m->num_attention_heads, G = m->num_query_groups;
     int64_t D = m->kv_channels != TR_NULL_INT ? m->kv_channels : h / heads;
@@ -428,6 +352,18 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t tp_ar = tp > 1 ? iters * (nmb * (ce + (sp ? mla_sp : exchanges)) + sp_grads +
                                       run->head_grads + kv_sums)
                            : 0;
+    /* MoE under SP or CP, on TP x CP: per layer and training microbatch the aux loss's counts
+     * (a double per expert, per sequence for seq_aux_loss), and per iteration the balancing and
+     * z losses (two doubles). */
+    int64_t tp_cp_bytes = 0;
+    if ((sp || cp > 1) && m->num_moe_experts != TR_NULL_INT) {
+        bool aux = m->moe_router_load_balancing_type != TR_MOELB_NONE && m->moe_aux_loss_coeff > 0;
+        int64_t nb = m->moe_router_load_balancing_type == TR_MOELB_SEQ_AUX_LOSS
+                         ? c->train.micro_batch_size
+                         : 1;
+        tp_cp_bytes =
+            iters * (16 + (aux ? nmb * run->moe_layers * 8 * nb * m->num_moe_experts : 0));
+    }
     int64_t tp_rs = sp ? iters * nmb * exchanges : 0;
     int64_t tp_ag = sp ? iters * nmb * (exchanges + ag_extra) / tp : 0;
     if (tp > 1) tp_ag += iters * nmb * depths * r * h / tp; /* MTP's eh_proj output */
@@ -457,10 +393,10 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
     int64_t li = c->logger.log_interval > 0 ? c->logger.log_interval : 1;
     int64_t logged = iters / li + (iters % li != 0);
     int64_t moe_layers = m->num_layers + (m->mtp_num_layers != TR_NULL_INT ? m->mtp_num_layers : 0);
-    int64_t moe_bytes =
-        m->num_moe_experts != TR_NULL_INT
-            ? iters * (24 + 8 * run->expert_bias) + logged * 8 * moe_layers * m->num_moe_experts
-            : 0;
+    bool moe = m->num_moe_experts != TR_NULL_INT;
+    int64_t moe_bytes = moe ? iters * 24 : 0;
+    int64_t moe_tokens =
+        moe ? iters * 8 * run->expert_bias + logged * 8 * moe_layers * m->num_moe_experts : 0;
     int64_t msg = r / (sp ? tp : 1) * h * (m->pipeline_dtype == TR_DTYPE_FP32 ? 4 : 2);
     int64_t eval_mbs = evals * v->eval_iters * (eval_split ? eval_nmb / dp : eval_nmb);
     /* Gradients travel against the activations: a stage sends one per activation received. */
@@ -498,8 +434,16 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"DP all-reduce", TR_GROUP_DP_CP, TR_COMM_ALL_REDUCE,
          iters * (sharded ? 16 : 4 * B + 16) + eval_bytes + moe_bytes},
         {"DP reduce-scatter", TR_GROUP_DP_CP, TR_COMM_REDUCE_SCATTER, sharded ? iters * 4 * B : 0},
+        {"TP x DP x CP all-reduce", TR_GROUP_TP_DP_CP, TR_COMM_ALL_REDUCE, moe_tokens},
+        {"TP x CP all-reduce", TR_GROUP_TP_CP, TR_COMM_ALL_REDUCE, tp_cp_bytes},
         {"DP all-gather", TR_GROUP_DP_CP, TR_COMM_ALL_GATHER,
          sharded ? iters * 4 * B / dp / cp : 0},
+        {"expert DP all-reduce", TR_GROUP_EXPERT_DP, TR_COMM_ALL_REDUCE,
+         sharded ? 0 : iters * 4 * BE},
+        {"expert DP reduce-scatter", TR_GROUP_EXPERT_DP, TR_COMM_REDUCE_SCATTER,
+         sharded ? iters * 4 * BE : 0},
+        {"expert DP all-gather", TR_GROUP_EXPERT_DP, TR_COMM_ALL_GATHER,
+         sharded ? iters * 4 * BE / edp : 0},
         {"CP send", TR_GROUP_CP, TR_COMM_SEND, cp_bytes},
         {"CP receive", TR_GROUP_CP, TR_COMM_RECV, cp_bytes},
         {"CP all-gather", TR_GROUP_CP, TR_COMM_ALL_GATHER, cp_gather},
@@ -507,7 +451,7 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"CP all-to-all", TR_GROUP_CP, TR_COMM_ALL_TO_ALL, cp_a2a_bytes},
         {"PP send", TR_GROUP_PP, TR_COMM_SEND, pp_send},
         {"PP receive", TR_GROUP_PP, TR_COMM_RECV, pp_recv}};
-    int bad = 0, rank;
+    int bad = equiv_check_ep_volume(c, comm, run, eval_mbs), rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         uint64_t got = comm->counters.bytes[want[i].group][want[i].kind];
@@ -590,8 +534,7 @@ static int same_layout_main(const char *recipe, const char **keys, int n_ref, in
     tr_config ref_c, c;
     memset(&ref_c, 0, sizeof ref_c);
     memset(&c, 0, sizeof c);
-    run_out ref = {.c = &ref_c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL},
-            run = {.c = &c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL};
+    run_out ref = run_out_new(&ref_c), run = run_out_new(&c);
     tr_parallel_dims dims;
     tr_parallel_state ps;
     memset(&ps, 0, sizeof ps);
@@ -607,6 +550,8 @@ static int same_layout_main(const char *recipe, const char **keys, int n_ref, in
         run.mp = ref.mp = ps.groups[TR_GROUP_TP_PP].comm;
     if (s == TR_OK && ps.groups[TR_GROUP_PP].size > 1)
         run.pp = ref.pp = ps.groups[TR_GROUP_PP].comm;
+    if (s == TR_OK && ps.groups[TR_GROUP_TP_EP_PP].size > 1)
+        run.emp = ref.emp = ps.groups[TR_GROUP_TP_EP_PP].comm;
     if (s == TR_OK) s = train(&ref_c, comm, &ref, &d);
     if (s == TR_OK) s = train(&c, comm, &run, &d);
     int ok = s == TR_OK, all_ok, code = 1;
@@ -690,8 +635,7 @@ int main(int argc, char **argv) {
     tr_config ref_c, c;
     memset(&ref_c, 0, sizeof ref_c);
     memset(&c, 0, sizeof c);
-    run_out ref = {.c = &ref_c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL},
-            run = {.c = &c, .mp = MPI_COMM_NULL, .pp = MPI_COMM_NULL};
+    run_out ref = run_out_new(&ref_c), run = run_out_new(&c);
     tr_status s = TR_OK;
     if (rank == 0) {
         s = resolve(recipe, keys, n_common, 1, &ref_c, &d);
@@ -715,6 +659,10 @@ int main(int argc, char **argv) {
         run.mp = ps.groups[TR_GROUP_TP_PP].comm;
     if (all_ok && s == TR_OK && ps.groups[TR_GROUP_PP].size > 1)
         run.pp = ps.groups[TR_GROUP_PP].comm;
+    if (all_ok && s == TR_OK && ps.groups[TR_GROUP_TP_EP_PP].size > 1)
+        run.emp = ps.groups[TR_GROUP_TP_EP_PP].comm;
+    if (all_ok && s == TR_OK && ps.groups[TR_GROUP_EP].size > 1)
+        run.ep = ps.groups[TR_GROUP_EP].comm;
     if (all_ok && s == TR_OK) s = train(&c, comm, &run, &d);
     ok = all_ok && s == TR_OK;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

@@ -66,20 +66,17 @@ static void test_every_recipe_validates_at_min_world(void) {
 
 /* Which recipes this runtime trains, from what each architecture uses (docs/runtime.md): the
  * dense Llama, Qwen3 (QK layernorm), GPT (with Megatron's attention dropout) and tiny recipes
- * train, and the tiny MoE recipes; the large MoE recipes are refused, each by its capability
- * rule (expert parallelism first). */
+ * train, and the tiny MoE recipes and Mixtral (PP, EP, TP with SP); DeepSeek-V3 is refused by
+ * its capability rule (MTP under PP with an untied embedding). */
 static void test_capability_refusals_name_their_rule(void) {
     const struct {
         const char *recipe, *refused_by; /* NULL: trains */
-    } want[] = {{"llama_tiny_pretrain", NULL},
-                {"gpt_tiny_pretrain", NULL},
-                {"llama32_1b_pretrain", NULL},
-                {"moe_tiny_pretrain", NULL},
-                {"qwen3_600m_pretrain", NULL},
-                {"qwen3_8b_pretrain", NULL},
-                {"mixtral_8x7b_pretrain", "runtime.expert_parallel"},
-                {"gpt2_124m_pretrain", NULL},
-                {"deepseek_v3_pretrain", "runtime.expert_parallel"}};
+    } want[] = {
+        {"llama_tiny_pretrain", NULL},   {"gpt_tiny_pretrain", NULL},
+        {"llama32_1b_pretrain", NULL},   {"moe_tiny_pretrain", NULL},
+        {"qwen3_600m_pretrain", NULL},   {"qwen3_8b_pretrain", NULL},
+        {"mixtral_8x7b_pretrain", NULL}, {"mixtral_8x22b_pretrain", NULL},
+        {"gpt2_124m_pretrain", NULL},    {"deepseek_v3_pretrain", "runtime.mtp_pipeline_untied"}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const tr_recipe *r = tr_recipe_find(want[i].recipe);
         CHECK(r != NULL);

@@ -287,7 +287,7 @@ static tr_status cp_buffers(const tr_config *c, const tr_model_spec *ms, const t
 static tr_status moe_buffers(const tr_model_spec *ms, int tp, int mbs, const tr_model_part *parts,
                              int n_parts, const tr_plan_gpu *g, int64_t *bytes, int64_t *rounded) {
     if (ms->moe.experts <= 0) return TR_OK;
-    /* predicted (the runtime refuses MoE with TP): a sequence-parallel rank routes its rows */
+    /* a sequence-parallel rank routes its own rows */
     int seq = ms->sequence_parallel && tp > 1 ? ms->seq / tp : ms->seq;
     for (int k = 0; k < n_parts; k++) {
         const tr_model_part *p = &parts[k];
@@ -306,10 +306,6 @@ static tr_status moe_buffers(const tr_model_spec *ms, int tp, int mbs, const tr_
             int64_t b[TR_MOE_MAX_BUFFERS];
             int nb = tr_moe_buffer_bytes(&ms->moe, &dm, b);
             if (nb == 0) return TR_ERR_INVALID;
-            /* predicted (EP > 1): the exchange's rows at balanced routing, T x top-k received
-             * per rank, as Megatron sizes them by the counts it receives; the runtime's EP code
-             * (not on main) reserves the worst case, EP times that */
-            if (nb > 2 && ms->moe.ep_size > 1) b[2] /= ms->moe.ep_size;
             for (int j = 0; j < nb; j++) *bytes += b[j], *rounded += tr_plan_round(g, b[j]);
         }
     }

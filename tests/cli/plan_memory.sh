@@ -105,6 +105,11 @@ layout 2 $M -pp 2
 layout 2 --recipe deepseek_tiny_pretrain -pp 2 model.num_layers=4 model.moe_layer_freq=[0,1,1,1]
 layout 2 $M ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
 layout 4 $M -pp 2 model.num_layers=4 -vp 2 train.global_batch_size=8
+# Expert parallelism: each rank's experts, and the exchange's buffers at the dropless worst case
+# (every rank's rows could come to one: EP x T x top-k); MoE under TP with SP.
+layout 2 $M model.expert_model_parallel_size=2
+layout 4 --recipe mixtral_tiny_pretrain model.expert_model_parallel_size=2 ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
+layout 2 $M -tp 2 model.sequence_parallel=true model.expert_tensor_parallel_size=1
 unset DEVICE
 # Fine-tuning: packed sequences (the position buffers) and LoRA's adapters over a frozen base
 # loaded from a checkpoint.

@@ -82,8 +82,8 @@ static tr_status grad_layout(const tr_config *c, const tr_model_spec *s, tr_tp_s
 }
 
 /* What the schedule of pp_rank gives: its chunks' microbatches in flight and its transfer
- * buffers. Keyed by what tr_pp_schedule_build reads (the schedule parameters, the message
- * dtype, the rank) and which chunks hold the embedding and the loss. */
+ * buffers. Keyed by what tr_pp_schedule_build reads (the schedule parameters but the message
+ * size, the message dtype, the rank) and which chunks hold the embedding and the loss. */
 typedef struct sched_key {
     tr_pp_plan plan;
     int32_t dtype;
@@ -102,6 +102,9 @@ static tr_status rank_parts(const tr_config *c, const tr_pp_layout *lay, int pp_
     sched_key k;
     memset(&k, 0, sizeof k);
     TR_TRY(tr_pp_plan_from_config(c, &k.plan, d));
+    /* the counts below read the list's shape, never an action's bytes: layouts that differ
+     * only in the message size (TP with SP, CP, micro batch) share one entry */
+    k.plan.message_bytes = 0;
     k.dtype = tr_pp_message_dtype(c);
     k.pp_rank = pp_rank;
     k.vpp = lay->vpp;
@@ -316,12 +319,13 @@ static tr_status moe_buffers(const tr_model_spec *ms, int tp, int mbs, const tr_
     return TR_OK;
 }
 
-tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms,
-                                     const tr_plan_gpu *g, const tr_pp_layout *lay, int pp_rank,
-                                     tr_plan_cache *cache, tr_plan_rank *r, tr_diags *d) {
+/* Phase one of a rank role: its parts (without their slots, which only the activations read),
+ * its parameters, gradients and optimizer state and their peaks. */
+tr_status tr_plan_rank_state(const tr_config *c, const tr_model_spec *ms, const tr_plan_gpu *g,
+                             const tr_pp_layout *lay, int pp_rank, tr_plan_cache *cache,
+                             tr_plan_rank *r, tr_diags *d) {
     int tp = (int)c->model.tensor_model_parallel_size, dp = (int)c->derived.data_parallel_size;
-    int pp = (int)c->model.pipeline_model_parallel_size, mbs = (int)c->train.micro_batch_size;
-    int nmb = (int)c->derived.num_microbatches, cp = ms->cp > 1 ? ms->cp : 1;
+    int pp = (int)c->model.pipeline_model_parallel_size, cp = ms->cp > 1 ? ms->cp : 1;
     bool distributed = dp > 1 || tp > 1 || pp > 1 || cp > 1;
     tr_tp_shard shard = {0, tp};
     tr_model_part parts[64];
@@ -331,10 +335,13 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
     if (pp > 1) {
         r->vpp = lay->vpp;
         if (r->vpp < 1 || r->vpp > 64) return TR_ERR_INVALID;
-        TR_TRY(rank_parts(c, lay, pp_rank, cache, parts, r, d));
+        for (int ch = 0; ch < lay->vpp; ch++) {
+            const tr_pp_stage *sg = tr_pp_layout_stage(lay, pp_rank, ch);
+            parts[ch] = (tr_model_part){sg->first_layer, sg->num_layers, sg->has_embedding,
+                                        sg->has_loss, 0};
+        }
     } else {
         parts[0] = (tr_model_part){0, ms->num_layers, true, true, 1};
-        r->slots[0] = 1;
     }
     for (int k = 0; k < r->vpp; k++) {
         r->first |= parts[k].has_embedding;
@@ -359,6 +366,35 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
     TR_TRY(tr_optimizer_spec_from_config(c, &os, d));
     int states = distributed || !os.sgd ? 2 : 1;
     r->optimizer = states * state * 4;
+    /* peaks per kind in allocation order, rounded */
+    int64_t rA = tr_plan_round(g, A), rW = W ? tr_plan_round(g, W) : 0, rL = tr_plan_round(g, L);
+    /* model: params A, copy W; the DDP path stages the params on the host, frees W, the grads
+     * and the params (newest first, so an arena takes each back), then makes L-sized params
+     * and grads and W again */
+    int64_t pk = rA + rW;
+    if (distributed && rL + rW > pk) pk = rL + rW;
+    r->peak[TR_MEM_PARAMS] = pk;
+    r->peak[TR_MEM_GRADS] = distributed && rL > rA ? rL : rA;
+    r->peak[TR_MEM_OPTIMIZER] = states * tr_plan_round(g, state * 4);
+    return TR_OK;
+}
+
+/* Phase two, after tr_plan_rank_state: the schedule's slots and transfers, the activations,
+ * the exchange and MoE buffers, the workspace and the totals. */
+tr_status tr_plan_rank_rest(const tr_config *c, const tr_model_spec *ms, const tr_plan_gpu *g,
+                            const tr_pp_layout *lay, int pp_rank, tr_plan_cache *cache,
+                            tr_plan_rank *r, tr_diags *d) {
+    int tp = (int)c->model.tensor_model_parallel_size;
+    int pp = (int)c->model.pipeline_model_parallel_size, mbs = (int)c->train.micro_batch_size;
+    int nmb = (int)c->derived.num_microbatches, cp = ms->cp > 1 ? ms->cp : 1;
+    tr_tp_shard shard = {0, tp};
+    tr_model_part parts[64];
+    if (pp > 1) {
+        TR_TRY(rank_parts(c, lay, pp_rank, cache, parts, r, d));
+    } else {
+        parts[0] = (tr_model_part){0, ms->num_layers, true, true, 1};
+        r->slots[0] = 1;
+    }
     act_val av;
     TR_TRY(act_sizes(ms, shard, mbs, parts, r->vpp, cache, &av));
     tr_model_act_size as = av.all;
@@ -374,16 +410,6 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
         slots > r->vpp ? (as.act_bytes - av.one.act_bytes) / (slots - r->vpp) : av.one.act_bytes;
     tr_model shape;
     TR_TRY(tr_model_shape(&shape, ms, shard, mbs, parts, r->vpp));
-    /* peaks per kind in allocation order, rounded */
-    int64_t rA = tr_plan_round(g, A), rW = W ? tr_plan_round(g, W) : 0, rL = tr_plan_round(g, L);
-    /* model: params A, copy W; the DDP path stages the params on the host, frees W, the grads
-     * and the params (newest first, so an arena takes each back), then makes L-sized params
-     * and grads and W again */
-    int64_t pk = rA + rW;
-    if (distributed && rL + rW > pk) pk = rL + rW;
-    r->peak[TR_MEM_PARAMS] = pk;
-    r->peak[TR_MEM_GRADS] = distributed && rL > rA ? rL : rA;
-    r->peak[TR_MEM_OPTIMIZER] = states * tr_plan_round(g, state * 4);
     /* fine-tuning data brings document starts and position ids, and a CP rank's rows carry
      * their global positions (runtime/train/step.c): the model gathers positions */
     int64_t pos_local = 0, pos_table = 0;

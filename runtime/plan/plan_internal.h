@@ -18,10 +18,21 @@ bool tr_plan_cache_get(tr_plan_cache *c, int kind, const void *key, size_t n, vo
                        size_t val_len);
 void tr_plan_cache_put(tr_plan_cache *c, int kind, const void *key, size_t n, const void *val,
                        size_t val_len);
-/* One rank role: pp_rank's chunks (lay is read only with PP > 1), through the memo. */
-tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms,
-                                     const tr_plan_gpu *g, const tr_pp_layout *lay, int pp_rank,
-                                     tr_plan_cache *cache, tr_plan_rank *r, tr_diags *d);
+/* One rank role: pp_rank's chunks (lay is read only with PP > 1), through the memo, in two
+ * phases: its parameters, gradients and optimizer state (their peaks), then the rest (the
+ * schedule's slots, activations, buffers, workspace, totals). */
+tr_status tr_plan_rank_state(const tr_config *c, const tr_model_spec *ms, const tr_plan_gpu *g,
+                             const tr_pp_layout *lay, int pp_rank, tr_plan_cache *cache,
+                             tr_plan_rank *r, tr_diags *d);
+tr_status tr_plan_rank_rest(const tr_config *c, const tr_model_spec *ms, const tr_plan_gpu *g,
+                            const tr_pp_layout *lay, int pp_rank, tr_plan_cache *cache,
+                            tr_plan_rank *r, tr_diags *d);
+/* tr_plan_make_cached that stops after the first phase when a role's parameters, gradients and
+ * optimizer state alone (with the device's reserved bytes) exceed the device: every peak is a
+ * sum of non-negative parts, so the full plan could not fit either. Such a plan has `bounded`
+ * set, fits false and peak_total that lower bound; the rest is not planned. */
+tr_status tr_plan_make_bounded(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache,
+                               tr_plan *out, tr_diags *d);
 
 /* The efficiency constants of the time model (device_model.c, docs/plan.md). */
 extern const double TR_PLAN_EFF_GEMM, TR_PLAN_EFF_HBM, TR_PLAN_EFF_NVLINK, TR_PLAN_EFF_NET;

@@ -134,8 +134,8 @@ tr_status tr_plan_make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan *p, t
     return tr_plan_make_cached(c, gpu, NULL, p, d);
 }
 
-static tr_status make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache,
-                      bool bound, tr_plan *p, tr_diags *d) {
+static tr_status make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache, bool bound,
+                      tr_plan *p, tr_diags *d) {
     memset(p, 0, sizeof *p);
     const tr_model_config *m = &c->model;
     p->gpu = gpu;

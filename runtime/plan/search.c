@@ -278,9 +278,8 @@ static tr_status fast_finalize(fast_cfg *f, tr_world w, tr_diags *d) {
 
 /* The plain path plans every candidate in full without the memo; the fast path through the
  * memo, and stops at a lower bound that proves a candidate does not fit (tr_plan_make_bounded). */
-static tr_status plan_one(const tr_config *c, const tr_plan_gpu *gpu,
-                          const tr_plan_search_opts *so, tr_plan_cache *cache, tr_plan *p,
-                          tr_diags *d) {
+static tr_status plan_one(const tr_config *c, const tr_plan_gpu *gpu, const tr_plan_search_opts *so,
+                          tr_plan_cache *cache, tr_plan *p, tr_diags *d) {
     return so->plain ? tr_plan_make_cached(c, gpu, NULL, p, d)
                      : tr_plan_make_bounded(c, gpu, cache, p, d);
 }

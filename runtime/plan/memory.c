@@ -226,7 +226,9 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
     return TR_OK;
 }
 
-/* The activation arena of the parts (slots included) and of one slot per chunk. */
+/* The activation arena of the parts (slots included) and of one slot per chunk. The latter is
+ * keyed without the slots (a kind of its own): it is the same for every schedule, and it is
+ * the floor tr_plan_rank_floor bounds a role's activations with. */
 typedef struct act_key {
     tr_model_spec ms;
     int tp, mbs, n_parts;
@@ -237,9 +239,9 @@ typedef struct act_val {
     tr_model_act_size all, one;
 } act_val;
 
-static tr_status act_sizes(const tr_model_spec *ms, tr_tp_shard shard, int mbs,
-                           const tr_model_part *parts, int n_parts, tr_plan_cache *cache,
-                           act_val *v) {
+static tr_status act_size(const tr_model_spec *ms, tr_tp_shard shard, int mbs,
+                          const tr_model_part *parts, int n_parts, bool one, tr_plan_cache *cache,
+                          tr_model_act_size *v) {
     act_key k;
     memset(&k, 0, sizeof k);
     memcpy(&k.ms, ms, sizeof *ms);
@@ -251,19 +253,23 @@ static tr_status act_sizes(const tr_model_spec *ms, tr_tp_shard shard, int mbs,
         k.parts[i].num_layers = parts[i].num_layers;
         k.parts[i].has_embedding = parts[i].has_embedding;
         k.parts[i].has_loss = parts[i].has_loss;
-        k.parts[i].slots = parts[i].slots;
+        k.parts[i].slots = one ? 1 : parts[i].slots;
     }
+    int kind = one ? TR_PLAN_MEMO_ACTS_ONE : TR_PLAN_MEMO_ACTS;
     size_t klen = offsetof(act_key, parts) + (size_t)n_parts * sizeof k.parts[0];
-    if (tr_plan_cache_get(cache, TR_PLAN_MEMO_ACTS, &k, klen, v, sizeof *v)) return TR_OK;
+    if (tr_plan_cache_get(cache, kind, &k, klen, v, sizeof *v)) return TR_OK;
     tr_model shape;
-    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, parts, n_parts));
-    TR_TRY(tr_model_act_sizes(&shape, &v->all));
-    tr_model_part one[64];
-    for (int i = 0; i < n_parts; i++) one[i] = parts[i], one[i].slots = 1;
-    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, one, n_parts));
-    TR_TRY(tr_model_act_sizes(&shape, &v->one));
-    tr_plan_cache_put(cache, TR_PLAN_MEMO_ACTS, &k, klen, v, sizeof *v);
+    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, k.parts, n_parts));
+    TR_TRY(tr_model_act_sizes(&shape, v));
+    tr_plan_cache_put(cache, kind, &k, klen, v, sizeof *v);
     return TR_OK;
+}
+
+static tr_status act_sizes(const tr_model_spec *ms, tr_tp_shard shard, int mbs,
+                           const tr_model_part *parts, int n_parts, tr_plan_cache *cache,
+                           act_val *v) {
+    TR_TRY(act_size(ms, shard, mbs, parts, n_parts, false, cache, &v->all));
+    return act_size(ms, shard, mbs, parts, n_parts, true, cache, &v->one);
 }
 
 /* The exchange's buffers as runtime/train/setup.c makes them: the ring's always, the
@@ -376,6 +382,31 @@ tr_status tr_plan_rank_state(const tr_config *c, const tr_model_spec *ms, const 
     r->peak[TR_MEM_PARAMS] = pk;
     r->peak[TR_MEM_GRADS] = distributed && rL > rA ? rL : rA;
     r->peak[TR_MEM_OPTIMIZER] = states * tr_plan_round(g, state * 4);
+    return TR_OK;
+}
+
+/* A floor under a role's activation peak (after tr_plan_rank_state): the arena and token
+ * buffers of one slot per chunk. The arena is a fixed part plus each part's per-slot floats
+ * times its slots, and a part holds at least one slot (tr_model_act_sizes), so the schedule's
+ * slots can only add to it; the other activation buffers only add too. */
+tr_status tr_plan_rank_floor(const tr_config *c, const tr_model_spec *ms, const tr_plan_gpu *g,
+                             const tr_pp_layout *lay, int pp_rank, tr_plan_cache *cache,
+                             const tr_plan_rank *r, int64_t *act_floor) {
+    tr_model_part parts[64];
+    int n = r->vpp;
+    if (c->model.pipeline_model_parallel_size > 1) {
+        for (int ch = 0; ch < n; ch++) {
+            const tr_pp_stage *sg = tr_pp_layout_stage(lay, pp_rank, ch);
+            parts[ch] = (tr_model_part){sg->first_layer, sg->num_layers, sg->has_embedding,
+                                        sg->has_loss, 1};
+        }
+    } else {
+        parts[0] = (tr_model_part){0, ms->num_layers, true, true, 1};
+    }
+    tr_model_act_size one;
+    TR_TRY(act_size(ms, (tr_tp_shard){0, (int)c->model.tensor_model_parallel_size},
+                    (int)c->train.micro_batch_size, parts, n, true, cache, &one));
+    *act_floor = tr_plan_round(g, one.tok_bytes) + tr_plan_round(g, one.act_bytes);
     return TR_OK;
 }
 

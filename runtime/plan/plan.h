@@ -96,9 +96,10 @@ typedef struct tr_plan {
     tr_plan_rank ranks[3]; /* first stage, a middle stage, the last stage (distinct roles) */
     int64_t peak_total;    /* the largest role's device total */
     bool fits;
-    /* The search's fast path stopped at a lower bound that already exceeds the device (its
-     * parameters, gradients and optimizer state): fits is false, peak_total that bound, and
-     * neither the other roles' numbers nor the time are planned. Never set by tr_plan_make. */
+    /* The search's fast path stopped at a lower bound that already exceeds the device (a
+     * role's parameters, gradients, optimizer state and activation floor, or one role's full
+     * total): fits is false, peak_total that bound, and the roles' numbers and the time are
+     * not all planned. Never set by tr_plan_make. */
     bool bounded;
     double model_flops; /* per step, forward + backward (6 N T + attention) */
     double hw_flops;    /* per step including recomputation */

@@ -19,7 +19,19 @@ struct tr_plan_cache {
     entry *e;
     size_t cap, n;
     int64_t hits, misses;
+    void *aux;
+    void (*aux_free)(void *);
 };
+
+void *tr_plan_cache_aux(tr_plan_cache *c) {
+    return c ? c->aux : NULL;
+}
+
+void tr_plan_cache_set_aux(tr_plan_cache *c, void *aux, void (*aux_free)(void *)) {
+    if (c->aux && c->aux_free) c->aux_free(c->aux);
+    c->aux = aux;
+    c->aux_free = aux_free;
+}
 
 tr_status tr_plan_cache_create(tr_plan_cache **out) {
     tr_plan_cache *c = calloc(1, sizeof *c);
@@ -36,6 +48,7 @@ tr_status tr_plan_cache_create(tr_plan_cache **out) {
 
 void tr_plan_cache_free(tr_plan_cache *c) {
     if (!c) return;
+    if (c->aux && c->aux_free) c->aux_free(c->aux);
     for (size_t i = 0; i < c->cap; i++) free(c->e[i].key);
     free(c->e);
     free(c);

@@ -160,6 +160,78 @@ typedef struct param_val {
     int64_t real, numel, wc, L, state, n_buckets;
 } param_val;
 
+/* The parameter list itself reads the spec, the TP size and the parts alone: the last ones
+ * made (one per rank role of a plan) are kept (the memo's aux) for the layouts that differ
+ * only in what the data-parallel layout reads (the search tries each with and without the
+ * distributed optimizer in turn), with what is summed from them. */
+typedef struct param_list {
+    param_key key; /* the data-parallel fields zeroed */
+    size_t klen;
+    tr_param_info *info;
+    int n_info;
+    int64_t numel, real, wc;
+} param_list;
+
+static void free_list(void *p) {
+    param_list *pl = p;
+    if (pl) free(pl->info);
+    free(pl);
+}
+
+enum { KEPT_LISTS = 4 };
+typedef struct kept_lists {
+    param_list *l[KEPT_LISTS];
+    int next; /* the one replaced next */
+} kept_lists;
+
+static void free_kept(void *p) {
+    kept_lists *k = p;
+    if (k)
+        for (int i = 0; i < KEPT_LISTS; i++) free_list(k->l[i]);
+    free(k);
+}
+
+static tr_status the_list(const param_key *k, size_t klen, const tr_model_spec *ms,
+                          tr_tp_shard shard, const tr_model_part *parts, int n_parts,
+                          tr_plan_cache *cache, const param_list **out) {
+    param_key ka;
+    memcpy(&ka, k, sizeof ka); /* the padding too: the key is compared as bytes */
+    ka.dp = ka.edp = 0;
+    ka.distributed = ka.sharded = ka.overlap = ka.pad = false;
+    ka.num_buckets = ka.bucket_size = 0;
+    kept_lists *kept = tr_plan_cache_aux(cache);
+    if (cache && !kept) {
+        kept = calloc(1, sizeof *kept);
+        if (kept) tr_plan_cache_set_aux(cache, kept, free_kept);
+    }
+    for (int i = 0; kept && i < KEPT_LISTS; i++) {
+        const param_list *l = kept->l[i];
+        if (l && l->klen == klen && !memcmp(&l->key, &ka, klen)) {
+            *out = l;
+            return TR_OK;
+        }
+    }
+    param_list *pl = calloc(1, sizeof *pl);
+    if (!pl) return TR_ERR_NOMEM;
+    tr_status st =
+        tr_model_param_list(ms, shard, parts, n_parts, &pl->info, &pl->n_info, &pl->numel);
+    if (st != TR_OK) {
+        free_list(pl);
+        return st;
+    }
+    memcpy(&pl->key, &ka, klen);
+    pl->klen = klen;
+    for (int i = 0; i < pl->n_info; i++) pl->real += pl->info[i].numel;
+    pl->wc = weight_copy_elems(ms, pl->info, pl->n_info);
+    if (kept) {
+        free_list(kept->l[kept->next]);
+        kept->l[kept->next] = pl;
+        kept->next = (kept->next + 1) % KEPT_LISTS;
+    }
+    *out = pl;
+    return TR_OK;
+}
+
 static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_shard shard,
                              const tr_model_part *parts, int n_parts, bool distributed, int dp,
                              int edp, tr_plan_cache *cache, param_val *v, tr_diags *d) {
@@ -189,14 +261,15 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
     }
     size_t klen = offsetof(param_key, parts) + (size_t)n_parts * sizeof k.parts[0];
     if (tr_plan_cache_get(cache, TR_PLAN_MEMO_PARAMS, &k, klen, v, sizeof *v)) return TR_OK;
-    tr_param_info *info = NULL;
-    int n_info = 0;
-    int64_t numel = 0;
-    TR_TRY(tr_model_param_list(ms, shard, parts, n_parts, &info, &n_info, &numel));
+    const param_list *pl = NULL;
+    TR_TRY(the_list(&k, klen, ms, shard, parts, n_parts, cache, &pl));
+    const tr_param_info *info = pl->info;
+    int n_info = pl->n_info;
+    int64_t numel = pl->numel;
     memset(v, 0, sizeof *v);
-    for (int i = 0; i < n_info; i++) v->real += info[i].numel;
+    v->real = pl->real;
     v->numel = numel;
-    v->wc = weight_copy_elems(ms, info, n_info);
+    v->wc = pl->wc;
     v->L = numel;
     v->state = numel;
     tr_status st = TR_OK;
@@ -220,7 +293,7 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
         tr_grad_owned_free(&own);
         tr_grad_layout_free(&lay_g);
     }
-    free(info);
+    if (!tr_plan_cache_aux(cache)) free_list((param_list *)pl); /* kept by none */
     TR_TRY(st);
     tr_plan_cache_put(cache, TR_PLAN_MEMO_PARAMS, &k, klen, v, sizeof *v);
     return TR_OK;

@@ -18,6 +18,10 @@ bool tr_plan_cache_get(tr_plan_cache *c, int kind, const void *key, size_t n, vo
                        size_t val_len);
 void tr_plan_cache_put(tr_plan_cache *c, int kind, const void *key, size_t n, const void *val,
                        size_t val_len);
+/* One value of the caller's the memo keeps (NULL at first) and frees with aux_free, with the
+ * memo or when replaced; a NULL cache keeps nothing. */
+void *tr_plan_cache_aux(tr_plan_cache *c);
+void tr_plan_cache_set_aux(tr_plan_cache *c, void *aux, void (*aux_free)(void *));
 /* One rank role: pp_rank's chunks (lay is read only with PP > 1), through the memo, in two
  * phases: its parameters, gradients and optimizer state (their peaks), then the rest (the
  * schedule's slots, activations, buffers, workspace, totals). */

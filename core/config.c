@@ -730,6 +730,12 @@ tr_status tr_config_mark_changes_listed(tr_config *c, const tr_config *before, c
         case TR_T_OENUM:
             same = !memcmp(x, y, 4);
             break;
+        case TR_T_BOOL:
+            same = *(const bool *)x == *(const bool *)y;
+            break;
+        case TR_T_OBOOL:
+            same = *x == *y;
+            break;
         default:
             same = tr_config_field_equal(c, before, f);
         }

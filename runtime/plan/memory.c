@@ -54,14 +54,12 @@ static int64_t weight_copy_elems(const tr_model_spec *s, const tr_param_info *in
     return total ? total : 1;
 }
 
-/* The data-parallel layout of runtime/train/dp.c for these parameters. */
-static tr_status grad_layout(const tr_config *c, const tr_model_spec *s, tr_tp_shard tp,
-                             const tr_param_info *info, int n, int dp, tr_grad_layout *L,
-                             tr_grad_owned *own, tr_diags *d) {
+/* The data-parallel layout's view of the parameters (runtime/train/dp.c). */
+static tr_grad_param *grad_params(const tr_config *c, const tr_model_spec *s, tr_tp_shard tp,
+                                  const tr_param_info *info, int n) {
     bool pipelined = c->model.pipeline_model_parallel_size > 1;
-    tr_grad_param *gp = calloc((size_t)n, sizeof *gp);
-    if (!gp) return TR_ERR_NOMEM;
-    int64_t total = 0;
+    tr_grad_param *gp = calloc((size_t)(n ? n : 1), sizeof *gp);
+    if (!gp) return NULL;
     for (int i = 0; i < n; i++) {
         memcpy(gp[i].name, info[i].name, sizeof info[i].name);
         gp[i].numel = info[i].numel;
@@ -70,13 +68,17 @@ static tr_status grad_layout(const tr_config *c, const tr_model_spec *s, tr_tp_s
         gp[i].tp_replicated = tp.size > 1 && info[i].split_dim < 0;
         gp[i].own_bucket =
             pipelined && s->tied && strcmp(info[i].name, "embedding.word_embeddings.weight") == 0;
-        total += info[i].numel;
     }
+    return gp;
+}
+
+/* The data-parallel layout of runtime/train/dp.c for these parameters (total: their numel). */
+static tr_status grad_layout(const tr_config *c, const tr_grad_param *gp, int n, int64_t total,
+                             int dp, tr_grad_layout *L, tr_grad_owned *own, tr_diags *d) {
     tr_grad_layout_options lo;
     tr_ddp_options ddp;
     tr_status st = tr_ddp_options_from_config(c, dp, total, &lo, &ddp, d);
     if (st == TR_OK) st = tr_grad_layout_build(L, gp, n, &lo, d);
-    free(gp);
     if (st == TR_OK) st = tr_grad_owned_build(own, L, 0);
     return st;
 }
@@ -170,11 +172,12 @@ typedef struct param_list {
     tr_param_info *info;
     int n_info;
     int64_t numel, real, wc;
+    tr_grad_param *gp; /* made when a layout first needs it (grad_params) */
 } param_list;
 
 static void free_list(void *p) {
     param_list *pl = p;
-    if (pl) free(pl->info);
+    if (pl) free(pl->info), free(pl->gp);
     free(pl);
 }
 
@@ -193,7 +196,7 @@ static void free_kept(void *p) {
 
 static tr_status the_list(const param_key *k, size_t klen, const tr_model_spec *ms,
                           tr_tp_shard shard, const tr_model_part *parts, int n_parts,
-                          tr_plan_cache *cache, const param_list **out) {
+                          tr_plan_cache *cache, param_list **out) {
     param_key ka;
     memcpy(&ka, k, sizeof ka); /* the padding too: the key is compared as bytes */
     ka.dp = ka.edp = 0;
@@ -205,7 +208,7 @@ static tr_status the_list(const param_key *k, size_t klen, const tr_model_spec *
         if (kept) tr_plan_cache_set_aux(cache, kept, free_kept);
     }
     for (int i = 0; kept && i < KEPT_LISTS; i++) {
-        const param_list *l = kept->l[i];
+        param_list *l = kept->l[i];
         if (l && l->klen == klen && !memcmp(&l->key, &ka, klen)) {
             *out = l;
             return TR_OK;
@@ -261,7 +264,7 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
     }
     size_t klen = offsetof(param_key, parts) + (size_t)n_parts * sizeof k.parts[0];
     if (tr_plan_cache_get(cache, TR_PLAN_MEMO_PARAMS, &k, klen, v, sizeof *v)) return TR_OK;
-    const param_list *pl = NULL;
+    param_list *pl = NULL;
     TR_TRY(the_list(&k, klen, ms, shard, parts, n_parts, cache, &pl));
     const tr_param_info *info = pl->info;
     int n_info = pl->n_info;
@@ -276,7 +279,8 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
     if (distributed) {
         tr_grad_layout lay_g = {0};
         tr_grad_owned own = {0};
-        st = grad_layout(c, ms, shard, info, n_info, dp, &lay_g, &own, d);
+        if (!pl->gp) pl->gp = grad_params(c, ms, shard, info, n_info);
+        st = pl->gp ? grad_layout(c, pl->gp, n_info, pl->real, dp, &lay_g, &own, d) : TR_ERR_NOMEM;
         if (st == TR_OK) {
             v->L = lay_g.numel;
             v->state = own.state_numel > 0 ? own.state_numel : 1;
@@ -293,7 +297,7 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
         tr_grad_owned_free(&own);
         tr_grad_layout_free(&lay_g);
     }
-    if (!tr_plan_cache_aux(cache)) free_list((param_list *)pl); /* kept by none */
+    if (!tr_plan_cache_aux(cache)) free_list(pl); /* kept by none */
     TR_TRY(st);
     tr_plan_cache_put(cache, TR_PLAN_MEMO_PARAMS, &k, klen, v, sizeof *v);
     return TR_OK;

@@ -72,14 +72,42 @@ static tr_grad_param *grad_params(const tr_config *c, const tr_model_spec *s, tr
     return gp;
 }
 
-/* The data-parallel layout of runtime/train/dp.c for these parameters (total: their numel). */
+/* The data-parallel layout of runtime/train/dp.c for these parameters (total: their numel):
+ * its elements, buckets and rank 0's optimizer-state share. Memoized by what the layout reads,
+ * its options and each parameter's size and own-bucket flag (their names only name an error),
+ * so lists that differ elsewhere (a CP rank's spec) share it. */
+typedef struct grad_val {
+    int64_t numel, n_buckets, state;
+} grad_val;
+
 static tr_status grad_layout(const tr_config *c, const tr_grad_param *gp, int n, int64_t total,
-                             int dp, tr_grad_layout *L, tr_grad_owned *own, tr_diags *d) {
+                             int dp, tr_plan_cache *cache, grad_val *v, tr_diags *d) {
     tr_grad_layout_options lo;
     tr_ddp_options ddp;
-    tr_status st = tr_ddp_options_from_config(c, dp, total, &lo, &ddp, d);
-    if (st == TR_OK) st = tr_grad_layout_build(L, gp, n, &lo, d);
-    if (st == TR_OK) st = tr_grad_owned_build(own, L, 0);
+    TR_TRY(tr_ddp_options_from_config(c, dp, total, &lo, &ddp, d));
+    size_t head = 5 * sizeof(int64_t), klen = head + (size_t)n * sizeof(int64_t);
+    int64_t *key = cache ? malloc(klen) : NULL;
+    if (key) {
+        key[0] = lo.dp_size, key[1] = lo.bucket_size, key[2] = lo.sharded;
+        key[3] = lo.param_align, key[4] = lo.bucket_align;
+        for (int i = 0; i < n; i++)
+            key[5 + i] = (int64_t)((uint64_t)gp[i].numel | (uint64_t)gp[i].own_bucket << 63);
+        if (tr_plan_cache_get(cache, TR_PLAN_MEMO_GRADS, key, klen, v, sizeof *v)) {
+            free(key);
+            return TR_OK;
+        }
+    }
+    tr_grad_layout L = {0};
+    tr_grad_owned own = {0};
+    tr_status st = tr_grad_layout_build(&L, gp, n, &lo, d);
+    if (st == TR_OK) st = tr_grad_owned_build(&own, &L, 0);
+    if (st == TR_OK) {
+        *v = (grad_val){L.numel, L.n_buckets, own.state_numel};
+        if (key) tr_plan_cache_put(cache, TR_PLAN_MEMO_GRADS, key, klen, v, sizeof *v);
+    }
+    free(key);
+    tr_grad_owned_free(&own);
+    tr_grad_layout_free(&L);
     return st;
 }
 
@@ -277,14 +305,13 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
     v->state = numel;
     tr_status st = TR_OK;
     if (distributed) {
-        tr_grad_layout lay_g = {0};
-        tr_grad_owned own = {0};
+        grad_val gv;
         if (!pl->gp) pl->gp = grad_params(c, ms, shard, info, n_info);
-        st = pl->gp ? grad_layout(c, pl->gp, n_info, pl->real, dp, &lay_g, &own, d) : TR_ERR_NOMEM;
+        st = pl->gp ? grad_layout(c, pl->gp, n_info, pl->real, dp, cache, &gv, d) : TR_ERR_NOMEM;
         if (st == TR_OK) {
-            v->L = lay_g.numel;
-            v->state = own.state_numel > 0 ? own.state_numel : 1;
-            v->n_buckets = lay_g.n_buckets;
+            v->L = gv.numel;
+            v->state = gv.state > 0 ? gv.state : 1;
+            v->n_buckets = gv.n_buckets;
             /* predicted (EP or expert TP > 1): Megatron shards the experts' optimizer state over
              * the expert data-parallel group (world / (PP x EP x ETP)), not DP x CP */
             if (k.sharded && edp != dp && edp > 0) {
@@ -294,8 +321,6 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
                 v->state += (experts + edp - 1) / edp - (experts + dp - 1) / dp;
             }
         }
-        tr_grad_owned_free(&own);
-        tr_grad_layout_free(&lay_g);
     }
     if (!tr_plan_cache_aux(cache)) free_list(pl); /* kept by none */
     TR_TRY(st);

@@ -13,7 +13,13 @@ tr_status tr_plan_model_spec(const tr_config *c, tr_model_spec *ms, tr_diags *d)
 /* The memo (cache.c): values up to TR_PLAN_CACHE_VAL bytes under a key of any length; kinds keep
  * the callers' keys apart. A NULL cache stores nothing and finds nothing. */
 enum { TR_PLAN_CACHE_VAL = 320 };
-enum { TR_PLAN_MEMO_SCHEDULE = 1, TR_PLAN_MEMO_PARAMS, TR_PLAN_MEMO_ACTS, TR_PLAN_MEMO_ACTS_ONE };
+enum {
+    TR_PLAN_MEMO_SCHEDULE = 1,
+    TR_PLAN_MEMO_PARAMS,
+    TR_PLAN_MEMO_ACTS,
+    TR_PLAN_MEMO_ACTS_ONE,
+    TR_PLAN_MEMO_GRADS
+};
 bool tr_plan_cache_get(tr_plan_cache *c, int kind, const void *key, size_t n, void *val,
                        size_t val_len);
 void tr_plan_cache_put(tr_plan_cache *c, int kind, const void *key, size_t n, const void *val,

@@ -181,8 +181,9 @@ typedef struct tr_plan_search_opts {
     /* The reference path: a deep copy of the base per candidate (history and snapshot
      * included), every override through the text parser, every rule (warnings and notes too).
      * The default, fast path stores the same values through the field table's types on a copy
-     * without history and runs the error rules alone: the same verdicts and plans (test_plan).
-     * The plain path plans without the memo. */
+     * without history and runs the error rules alone: the same verdicts and plans (test_plan),
+     * but that it stops a plan that provably does not fit at its lower bound (plan.bounded).
+     * The plain path plans every candidate in full without the memo. */
     bool plain;
     /* The memo the fast path plans through: NULL for a fresh one (a cold search); a caller's
      * memo carries over from search to search (its counts are cumulative). */

@@ -715,7 +715,31 @@ tr_status tr_config_mark_changes_listed(tr_config *c, const tr_config *before, c
     int k = 0;
     for (int i = 0; i < tr_field_count; i++) {
         const tr_field *f = &tr_fields[i];
-        if (tr_config_field_equal(c, before, f)) continue;
+        /* the scalar types compared in place: the layout search compares every field of
+         * thousands of candidates (tr_config_finalize_against) */
+        const char *x = (const char *)c + f->offset, *y = (const char *)before + f->offset;
+        bool same;
+        switch (f->type) {
+        case TR_T_INT:
+        case TR_T_OINT:
+        case TR_T_FLOAT:
+        case TR_T_OFLOAT:
+            same = !memcmp(x, y, 8);
+            break;
+        case TR_T_ENUM:
+        case TR_T_OENUM:
+            same = !memcmp(x, y, 4);
+            break;
+        case TR_T_BOOL:
+            same = *(const bool *)x == *(const bool *)y;
+            break;
+        case TR_T_OBOOL:
+            same = *x == *y;
+            break;
+        default:
+            same = tr_config_field_equal(c, before, f);
+        }
+        if (same) continue;
         if (changed && k < cap) changed[k] = i;
         k++;
         c->origin[i] = *o;

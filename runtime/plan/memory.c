@@ -54,14 +54,12 @@ static int64_t weight_copy_elems(const tr_model_spec *s, const tr_param_info *in
     return total ? total : 1;
 }
 
-/* The data-parallel layout of runtime/train/dp.c for these parameters. */
-static tr_status grad_layout(const tr_config *c, const tr_model_spec *s, tr_tp_shard tp,
-                             const tr_param_info *info, int n, int dp, tr_grad_layout *L,
-                             tr_grad_owned *own, tr_diags *d) {
+/* The data-parallel layout's view of the parameters (runtime/train/dp.c). */
+static tr_grad_param *grad_params(const tr_config *c, const tr_model_spec *s, tr_tp_shard tp,
+                                  const tr_param_info *info, int n) {
     bool pipelined = c->model.pipeline_model_parallel_size > 1;
-    tr_grad_param *gp = calloc((size_t)n, sizeof *gp);
-    if (!gp) return TR_ERR_NOMEM;
-    int64_t total = 0;
+    tr_grad_param *gp = calloc((size_t)(n ? n : 1), sizeof *gp);
+    if (!gp) return NULL;
     for (int i = 0; i < n; i++) {
         memcpy(gp[i].name, info[i].name, sizeof info[i].name);
         gp[i].numel = info[i].numel;
@@ -70,20 +68,52 @@ static tr_status grad_layout(const tr_config *c, const tr_model_spec *s, tr_tp_s
         gp[i].tp_replicated = tp.size > 1 && info[i].split_dim < 0;
         gp[i].own_bucket =
             pipelined && s->tied && strcmp(info[i].name, "embedding.word_embeddings.weight") == 0;
-        total += info[i].numel;
     }
+    return gp;
+}
+
+/* The data-parallel layout of runtime/train/dp.c for these parameters (total: their numel):
+ * its elements, buckets and rank 0's optimizer-state share. Memoized by what the layout reads,
+ * its options and each parameter's size and own-bucket flag (their names only name an error),
+ * so lists that differ elsewhere (a CP rank's spec) share it. */
+typedef struct grad_val {
+    int64_t numel, n_buckets, state;
+} grad_val;
+
+static tr_status grad_layout(const tr_config *c, const tr_grad_param *gp, int n, int64_t total,
+                             int dp, tr_plan_cache *cache, grad_val *v, tr_diags *d) {
     tr_grad_layout_options lo;
     tr_ddp_options ddp;
-    tr_status st = tr_ddp_options_from_config(c, dp, total, &lo, &ddp, d);
-    if (st == TR_OK) st = tr_grad_layout_build(L, gp, n, &lo, d);
-    free(gp);
-    if (st == TR_OK) st = tr_grad_owned_build(own, L, 0);
+    TR_TRY(tr_ddp_options_from_config(c, dp, total, &lo, &ddp, d));
+    size_t head = 5 * sizeof(int64_t), klen = head + (size_t)n * sizeof(int64_t);
+    int64_t *key = cache ? malloc(klen) : NULL;
+    if (key) {
+        key[0] = lo.dp_size, key[1] = lo.bucket_size, key[2] = lo.sharded;
+        key[3] = lo.param_align, key[4] = lo.bucket_align;
+        for (int i = 0; i < n; i++)
+            key[5 + i] = (int64_t)((uint64_t)gp[i].numel | (uint64_t)gp[i].own_bucket << 63);
+        if (tr_plan_cache_get(cache, TR_PLAN_MEMO_GRADS, key, klen, v, sizeof *v)) {
+            free(key);
+            return TR_OK;
+        }
+    }
+    tr_grad_layout L = {0};
+    tr_grad_owned own = {0};
+    tr_status st = tr_grad_layout_build(&L, gp, n, &lo, d);
+    if (st == TR_OK) st = tr_grad_owned_build(&own, &L, 0);
+    if (st == TR_OK) {
+        *v = (grad_val){L.numel, L.n_buckets, own.state_numel};
+        if (key) tr_plan_cache_put(cache, TR_PLAN_MEMO_GRADS, key, klen, v, sizeof *v);
+    }
+    free(key);
+    tr_grad_owned_free(&own);
+    tr_grad_layout_free(&L);
     return st;
 }
 
 /* What the schedule of pp_rank gives: its chunks' microbatches in flight and its transfer
- * buffers. Keyed by what tr_pp_schedule_build reads (the schedule parameters, the message
- * dtype, the rank) and which chunks hold the embedding and the loss. */
+ * buffers. Keyed by what tr_pp_schedule_build reads (the schedule parameters but the message
+ * size, the message dtype, the rank) and which chunks hold the embedding and the loss. */
 typedef struct sched_key {
     tr_pp_plan plan;
     int32_t dtype;
@@ -102,6 +132,9 @@ static tr_status rank_parts(const tr_config *c, const tr_pp_layout *lay, int pp_
     sched_key k;
     memset(&k, 0, sizeof k);
     TR_TRY(tr_pp_plan_from_config(c, &k.plan, d));
+    /* the counts below read the list's shape, never an action's bytes: layouts that differ
+     * only in the message size (TP with SP, CP, micro batch) share one entry */
+    k.plan.message_bytes = 0;
     k.dtype = tr_pp_message_dtype(c);
     k.pp_rank = pp_rank;
     k.vpp = lay->vpp;
@@ -157,6 +190,79 @@ typedef struct param_val {
     int64_t real, numel, wc, L, state, n_buckets;
 } param_val;
 
+/* The parameter list itself reads the spec, the TP size and the parts alone: the last ones
+ * made (one per rank role of a plan) are kept (the memo's aux) for the layouts that differ
+ * only in what the data-parallel layout reads (the search tries each with and without the
+ * distributed optimizer in turn), with what is summed from them. */
+typedef struct param_list {
+    param_key key; /* the data-parallel fields zeroed */
+    size_t klen;
+    tr_param_info *info;
+    int n_info;
+    int64_t numel, real, wc;
+    tr_grad_param *gp; /* made when a layout first needs it (grad_params) */
+} param_list;
+
+static void free_list(void *p) {
+    param_list *pl = p;
+    if (pl) free(pl->info), free(pl->gp);
+    free(pl);
+}
+
+enum { KEPT_LISTS = 4 };
+typedef struct kept_lists {
+    param_list *l[KEPT_LISTS];
+    int next; /* the one replaced next */
+} kept_lists;
+
+static void free_kept(void *p) {
+    kept_lists *k = p;
+    if (k)
+        for (int i = 0; i < KEPT_LISTS; i++) free_list(k->l[i]);
+    free(k);
+}
+
+static tr_status the_list(const param_key *k, size_t klen, const tr_model_spec *ms,
+                          tr_tp_shard shard, const tr_model_part *parts, int n_parts,
+                          tr_plan_cache *cache, param_list **out) {
+    param_key ka;
+    memcpy(&ka, k, sizeof ka); /* the padding too: the key is compared as bytes */
+    ka.dp = ka.edp = 0;
+    ka.distributed = ka.sharded = ka.overlap = ka.pad = false;
+    ka.num_buckets = ka.bucket_size = 0;
+    kept_lists *kept = tr_plan_cache_aux(cache);
+    if (cache && !kept) {
+        kept = calloc(1, sizeof *kept);
+        if (kept) tr_plan_cache_set_aux(cache, kept, free_kept);
+    }
+    for (int i = 0; kept && i < KEPT_LISTS; i++) {
+        param_list *l = kept->l[i];
+        if (l && l->klen == klen && !memcmp(&l->key, &ka, klen)) {
+            *out = l;
+            return TR_OK;
+        }
+    }
+    param_list *pl = calloc(1, sizeof *pl);
+    if (!pl) return TR_ERR_NOMEM;
+    tr_status st =
+        tr_model_param_list(ms, shard, parts, n_parts, &pl->info, &pl->n_info, &pl->numel);
+    if (st != TR_OK) {
+        free_list(pl);
+        return st;
+    }
+    memcpy(&pl->key, &ka, klen);
+    pl->klen = klen;
+    for (int i = 0; i < pl->n_info; i++) pl->real += pl->info[i].numel;
+    pl->wc = weight_copy_elems(ms, pl->info, pl->n_info);
+    if (kept) {
+        free_list(kept->l[kept->next]);
+        kept->l[kept->next] = pl;
+        kept->next = (kept->next + 1) % KEPT_LISTS;
+    }
+    *out = pl;
+    return TR_OK;
+}
+
 static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_shard shard,
                              const tr_model_part *parts, int n_parts, bool distributed, int dp,
                              int edp, tr_plan_cache *cache, param_val *v, tr_diags *d) {
@@ -186,25 +292,26 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
     }
     size_t klen = offsetof(param_key, parts) + (size_t)n_parts * sizeof k.parts[0];
     if (tr_plan_cache_get(cache, TR_PLAN_MEMO_PARAMS, &k, klen, v, sizeof *v)) return TR_OK;
-    tr_param_info *info = NULL;
-    int n_info = 0;
-    int64_t numel = 0;
-    TR_TRY(tr_model_param_list(ms, shard, parts, n_parts, &info, &n_info, &numel));
+    param_list *pl = NULL;
+    TR_TRY(the_list(&k, klen, ms, shard, parts, n_parts, cache, &pl));
+    const tr_param_info *info = pl->info;
+    int n_info = pl->n_info;
+    int64_t numel = pl->numel;
     memset(v, 0, sizeof *v);
-    for (int i = 0; i < n_info; i++) v->real += info[i].numel;
+    v->real = pl->real;
     v->numel = numel;
-    v->wc = weight_copy_elems(ms, info, n_info);
+    v->wc = pl->wc;
     v->L = numel;
     v->state = numel;
     tr_status st = TR_OK;
     if (distributed) {
-        tr_grad_layout lay_g = {0};
-        tr_grad_owned own = {0};
-        st = grad_layout(c, ms, shard, info, n_info, dp, &lay_g, &own, d);
+        grad_val gv;
+        if (!pl->gp) pl->gp = grad_params(c, ms, shard, info, n_info);
+        st = pl->gp ? grad_layout(c, pl->gp, n_info, pl->real, dp, cache, &gv, d) : TR_ERR_NOMEM;
         if (st == TR_OK) {
-            v->L = lay_g.numel;
-            v->state = own.state_numel > 0 ? own.state_numel : 1;
-            v->n_buckets = lay_g.n_buckets;
+            v->L = gv.numel;
+            v->state = gv.state > 0 ? gv.state : 1;
+            v->n_buckets = gv.n_buckets;
             /* predicted (EP or expert TP > 1): Megatron shards the experts' optimizer state over
              * the expert data-parallel group (world / (PP x EP x ETP)), not DP x CP */
             if (k.sharded && edp != dp && edp > 0) {
@@ -214,16 +321,16 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
                 v->state += (experts + edp - 1) / edp - (experts + dp - 1) / dp;
             }
         }
-        tr_grad_owned_free(&own);
-        tr_grad_layout_free(&lay_g);
     }
-    free(info);
+    if (!tr_plan_cache_aux(cache)) free_list(pl); /* kept by none */
     TR_TRY(st);
     tr_plan_cache_put(cache, TR_PLAN_MEMO_PARAMS, &k, klen, v, sizeof *v);
     return TR_OK;
 }
 
-/* The activation arena of the parts (slots included) and of one slot per chunk. */
+/* The activation arena of the parts (slots included) and of one slot per chunk. The latter is
+ * keyed without the slots (a kind of its own): it is the same for every schedule, and it is
+ * the floor tr_plan_rank_floor bounds a role's activations with. */
 typedef struct act_key {
     tr_model_spec ms;
     int tp, mbs, n_parts;
@@ -234,9 +341,9 @@ typedef struct act_val {
     tr_model_act_size all, one;
 } act_val;
 
-static tr_status act_sizes(const tr_model_spec *ms, tr_tp_shard shard, int mbs,
-                           const tr_model_part *parts, int n_parts, tr_plan_cache *cache,
-                           act_val *v) {
+static tr_status act_size(const tr_model_spec *ms, tr_tp_shard shard, int mbs,
+                          const tr_model_part *parts, int n_parts, bool one, tr_plan_cache *cache,
+                          tr_model_act_size *v) {
     act_key k;
     memset(&k, 0, sizeof k);
     memcpy(&k.ms, ms, sizeof *ms);
@@ -248,19 +355,23 @@ static tr_status act_sizes(const tr_model_spec *ms, tr_tp_shard shard, int mbs,
         k.parts[i].num_layers = parts[i].num_layers;
         k.parts[i].has_embedding = parts[i].has_embedding;
         k.parts[i].has_loss = parts[i].has_loss;
-        k.parts[i].slots = parts[i].slots;
+        k.parts[i].slots = one ? 1 : parts[i].slots;
     }
+    int kind = one ? TR_PLAN_MEMO_ACTS_ONE : TR_PLAN_MEMO_ACTS;
     size_t klen = offsetof(act_key, parts) + (size_t)n_parts * sizeof k.parts[0];
-    if (tr_plan_cache_get(cache, TR_PLAN_MEMO_ACTS, &k, klen, v, sizeof *v)) return TR_OK;
+    if (tr_plan_cache_get(cache, kind, &k, klen, v, sizeof *v)) return TR_OK;
     tr_model shape;
-    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, parts, n_parts));
-    TR_TRY(tr_model_act_sizes(&shape, &v->all));
-    tr_model_part one[64];
-    for (int i = 0; i < n_parts; i++) one[i] = parts[i], one[i].slots = 1;
-    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, one, n_parts));
-    TR_TRY(tr_model_act_sizes(&shape, &v->one));
-    tr_plan_cache_put(cache, TR_PLAN_MEMO_ACTS, &k, klen, v, sizeof *v);
+    TR_TRY(tr_model_shape(&shape, ms, shard, mbs, k.parts, n_parts));
+    TR_TRY(tr_model_act_sizes(&shape, v));
+    tr_plan_cache_put(cache, kind, &k, klen, v, sizeof *v);
     return TR_OK;
+}
+
+static tr_status act_sizes(const tr_model_spec *ms, tr_tp_shard shard, int mbs,
+                           const tr_model_part *parts, int n_parts, tr_plan_cache *cache,
+                           act_val *v) {
+    TR_TRY(act_size(ms, shard, mbs, parts, n_parts, false, cache, &v->all));
+    return act_size(ms, shard, mbs, parts, n_parts, true, cache, &v->one);
 }
 
 /* The exchange's buffers as runtime/train/setup.c makes them: the ring's always, the
@@ -312,12 +423,13 @@ static tr_status moe_buffers(const tr_model_spec *ms, int tp, int mbs, const tr_
     return TR_OK;
 }
 
-tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms,
-                                     const tr_plan_gpu *g, const tr_pp_layout *lay, int pp_rank,
-                                     tr_plan_cache *cache, tr_plan_rank *r, tr_diags *d) {
+/* Phase one of a rank role: its parts (without their slots, which only the activations read),
+ * its parameters, gradients and optimizer state and their peaks. */
+tr_status tr_plan_rank_state(const tr_config *c, const tr_model_spec *ms, const tr_plan_gpu *g,
+                             const tr_pp_layout *lay, int pp_rank, tr_plan_cache *cache,
+                             tr_plan_rank *r, tr_diags *d) {
     int tp = (int)c->model.tensor_model_parallel_size, dp = (int)c->derived.data_parallel_size;
-    int pp = (int)c->model.pipeline_model_parallel_size, mbs = (int)c->train.micro_batch_size;
-    int nmb = (int)c->derived.num_microbatches, cp = ms->cp > 1 ? ms->cp : 1;
+    int pp = (int)c->model.pipeline_model_parallel_size, cp = ms->cp > 1 ? ms->cp : 1;
     bool distributed = dp > 1 || tp > 1 || pp > 1 || cp > 1;
     tr_tp_shard shard = {0, tp};
     tr_model_part parts[64];
@@ -327,10 +439,13 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
     if (pp > 1) {
         r->vpp = lay->vpp;
         if (r->vpp < 1 || r->vpp > 64) return TR_ERR_INVALID;
-        TR_TRY(rank_parts(c, lay, pp_rank, cache, parts, r, d));
+        for (int ch = 0; ch < lay->vpp; ch++) {
+            const tr_pp_stage *sg = tr_pp_layout_stage(lay, pp_rank, ch);
+            parts[ch] = (tr_model_part){sg->first_layer, sg->num_layers, sg->has_embedding,
+                                        sg->has_loss, 0};
+        }
     } else {
         parts[0] = (tr_model_part){0, ms->num_layers, true, true, 1};
-        r->slots[0] = 1;
     }
     for (int k = 0; k < r->vpp; k++) {
         r->first |= parts[k].has_embedding;
@@ -355,6 +470,60 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
     TR_TRY(tr_optimizer_spec_from_config(c, &os, d));
     int states = distributed || !os.sgd ? 2 : 1;
     r->optimizer = states * state * 4;
+    /* peaks per kind in allocation order, rounded */
+    int64_t rA = tr_plan_round(g, A), rW = W ? tr_plan_round(g, W) : 0, rL = tr_plan_round(g, L);
+    /* model: params A, copy W; the DDP path stages the params on the host, frees W, the grads
+     * and the params (newest first, so an arena takes each back), then makes L-sized params
+     * and grads and W again */
+    int64_t pk = rA + rW;
+    if (distributed && rL + rW > pk) pk = rL + rW;
+    r->peak[TR_MEM_PARAMS] = pk;
+    r->peak[TR_MEM_GRADS] = distributed && rL > rA ? rL : rA;
+    r->peak[TR_MEM_OPTIMIZER] = states * tr_plan_round(g, state * 4);
+    return TR_OK;
+}
+
+/* A floor under a role's activation peak (after tr_plan_rank_state): the arena and token
+ * buffers of one slot per chunk. The arena is a fixed part plus each part's per-slot floats
+ * times its slots, and a part holds at least one slot (tr_model_act_sizes), so the schedule's
+ * slots can only add to it; the other activation buffers only add too. */
+tr_status tr_plan_rank_floor(const tr_config *c, const tr_model_spec *ms, const tr_plan_gpu *g,
+                             const tr_pp_layout *lay, int pp_rank, tr_plan_cache *cache,
+                             const tr_plan_rank *r, int64_t *act_floor) {
+    tr_model_part parts[64];
+    int n = r->vpp;
+    if (c->model.pipeline_model_parallel_size > 1) {
+        for (int ch = 0; ch < n; ch++) {
+            const tr_pp_stage *sg = tr_pp_layout_stage(lay, pp_rank, ch);
+            parts[ch] = (tr_model_part){sg->first_layer, sg->num_layers, sg->has_embedding,
+                                        sg->has_loss, 1};
+        }
+    } else {
+        parts[0] = (tr_model_part){0, ms->num_layers, true, true, 1};
+    }
+    tr_model_act_size one;
+    TR_TRY(act_size(ms, (tr_tp_shard){0, (int)c->model.tensor_model_parallel_size},
+                    (int)c->train.micro_batch_size, parts, n, true, cache, &one));
+    *act_floor = tr_plan_round(g, one.tok_bytes) + tr_plan_round(g, one.act_bytes);
+    return TR_OK;
+}
+
+/* Phase two, after tr_plan_rank_state: the schedule's slots and transfers, the activations,
+ * the exchange and MoE buffers, the workspace and the totals. */
+tr_status tr_plan_rank_rest(const tr_config *c, const tr_model_spec *ms, const tr_plan_gpu *g,
+                            const tr_pp_layout *lay, int pp_rank, tr_plan_cache *cache,
+                            tr_plan_rank *r, tr_diags *d) {
+    int tp = (int)c->model.tensor_model_parallel_size;
+    int pp = (int)c->model.pipeline_model_parallel_size, mbs = (int)c->train.micro_batch_size;
+    int nmb = (int)c->derived.num_microbatches, cp = ms->cp > 1 ? ms->cp : 1;
+    tr_tp_shard shard = {0, tp};
+    tr_model_part parts[64];
+    if (pp > 1) {
+        TR_TRY(rank_parts(c, lay, pp_rank, cache, parts, r, d));
+    } else {
+        parts[0] = (tr_model_part){0, ms->num_layers, true, true, 1};
+        r->slots[0] = 1;
+    }
     act_val av;
     TR_TRY(act_sizes(ms, shard, mbs, parts, r->vpp, cache, &av));
     tr_model_act_size as = av.all;
@@ -370,16 +539,6 @@ tr_status tr_plan_rank_memory_cached(const tr_config *c, const tr_model_spec *ms
         slots > r->vpp ? (as.act_bytes - av.one.act_bytes) / (slots - r->vpp) : av.one.act_bytes;
     tr_model shape;
     TR_TRY(tr_model_shape(&shape, ms, shard, mbs, parts, r->vpp));
-    /* peaks per kind in allocation order, rounded */
-    int64_t rA = tr_plan_round(g, A), rW = W ? tr_plan_round(g, W) : 0, rL = tr_plan_round(g, L);
-    /* model: params A, copy W; the DDP path stages the params on the host, frees W, the grads
-     * and the params (newest first, so an arena takes each back), then makes L-sized params
-     * and grads and W again */
-    int64_t pk = rA + rW;
-    if (distributed && rL + rW > pk) pk = rL + rW;
-    r->peak[TR_MEM_PARAMS] = pk;
-    r->peak[TR_MEM_GRADS] = distributed && rL > rA ? rL : rA;
-    r->peak[TR_MEM_OPTIMIZER] = states * tr_plan_round(g, state * 4);
     /* fine-tuning data brings document starts and position ids, and a CP rank's rows carry
      * their global positions (runtime/train/step.c): the model gathers positions */
     int64_t pos_local = 0, pos_table = 0;

@@ -134,8 +134,8 @@ tr_status tr_plan_make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan *p, t
     return tr_plan_make_cached(c, gpu, NULL, p, d);
 }
 
-tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache,
-                              tr_plan *p, tr_diags *d) {
+static tr_status make(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache, bool bound,
+                      tr_plan *p, tr_diags *d) {
     memset(p, 0, sizeof *p);
     const tr_model_config *m = &c->model;
     p->gpu = gpu;
@@ -164,7 +164,39 @@ tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_pla
     p->n_ranks = roles(p->pp, which);
     tr_status st = TR_OK;
     for (int i = 0; i < p->n_ranks && st == TR_OK; i++)
-        st = tr_plan_rank_memory_cached(c, &ms, gpu, &lay, which[i], cache, &p->ranks[i], d);
+        st = tr_plan_rank_state(c, &ms, gpu, &lay, which[i], cache, &p->ranks[i], d);
+    for (int i = 0; i < p->n_ranks && st == TR_OK && bound; i++) {
+        const tr_plan_rank *r = &p->ranks[i];
+        int64_t held = r->peak[TR_MEM_PARAMS] + r->peak[TR_MEM_GRADS] + r->peak[TR_MEM_OPTIMIZER];
+        int64_t acts = 0;
+        /* the state alone may prove it; else with the activations' floor */
+        if ((double)(int64_t)((double)held + gpu->reserved_bytes) <= gpu->mem_bytes) {
+            st = tr_plan_rank_floor(c, &ms, gpu, &lay, which[i], cache, r, &acts);
+            if (st != TR_OK) break;
+        }
+        held += acts;
+        /* the same conversions as the full plan's peak_total and fits below, on a smaller sum */
+        int64_t low = (int64_t)((double)held + gpu->reserved_bytes);
+        if ((double)low > gpu->mem_bytes) {
+            p->bounded = true;
+            p->peak_total = low;
+            p->fits = false;
+            if (p->pp > 1) tr_pp_layout_free(&lay);
+            return TR_OK;
+        }
+    }
+    for (int i = 0; i < p->n_ranks && st == TR_OK; i++) {
+        st = tr_plan_rank_rest(c, &ms, gpu, &lay, which[i], cache, &p->ranks[i], d);
+        /* one role over the device is the plan over it (peak_total is the largest role's) */
+        int64_t low = (int64_t)p->ranks[i].device_total;
+        if (st == TR_OK && bound && i + 1 < p->n_ranks && (double)low > gpu->mem_bytes) {
+            p->bounded = true;
+            p->peak_total = low;
+            p->fits = false;
+            if (p->pp > 1) tr_pp_layout_free(&lay);
+            return TR_OK;
+        }
+    }
     if (p->pp > 1) tr_pp_layout_free(&lay);
     TR_TRY(st);
     p->peak_total = 0;
@@ -175,6 +207,16 @@ tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_pla
     p->bubble = tr_pp_bubble_expected(p->pp, p->vpp, p->nmb);
     step_time(c, &ms, p);
     return TR_OK;
+}
+
+tr_status tr_plan_make_cached(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache,
+                              tr_plan *p, tr_diags *d) {
+    return make(c, gpu, cache, false, p, d);
+}
+
+tr_status tr_plan_make_bounded(const tr_config *c, const tr_plan_gpu *gpu, tr_plan_cache *cache,
+                               tr_plan *p, tr_diags *d) {
+    return make(c, gpu, cache, true, p, d);
 }
 
 /* The bubble of the action lists: every rank's list simulated together with unit costs

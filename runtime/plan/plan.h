@@ -96,6 +96,11 @@ typedef struct tr_plan {
     tr_plan_rank ranks[3]; /* first stage, a middle stage, the last stage (distinct roles) */
     int64_t peak_total;    /* the largest role's device total */
     bool fits;
+    /* The search's fast path stopped at a lower bound that already exceeds the device (a
+     * role's parameters, gradients, optimizer state and activation floor, or one role's full
+     * total): fits is false, peak_total that bound, and the roles' numbers and the time are
+     * not all planned. Never set by tr_plan_make. */
+    bool bounded;
     double model_flops; /* per step, forward + backward (6 N T + attention) */
     double hw_flops;    /* per step including recomputation */
     double t_compute, t_bubble, t_optimizer, t_comm, step_s, mfu;
@@ -176,8 +181,9 @@ typedef struct tr_plan_search_opts {
     /* The reference path: a deep copy of the base per candidate (history and snapshot
      * included), every override through the text parser, every rule (warnings and notes too).
      * The default, fast path stores the same values through the field table's types on a copy
-     * without history and runs the error rules alone: the same verdicts and plans (test_plan).
-     * The plain path plans without the memo. */
+     * without history and runs the error rules alone: the same verdicts and plans (test_plan),
+     * but that it stops a plan that provably does not fit at its lower bound (plan.bounded).
+     * The plain path plans every candidate in full without the memo. */
     bool plain;
     /* The memo the fast path plans through: NULL for a fresh one (a cold search); a caller's
      * memo carries over from search to search (its counts are cumulative). */

@@ -151,7 +151,28 @@ static tr_status apply_text(tr_config *c, const ov *o, int n, tr_diags *d) {
 /* The fast path: the same values stored through the field table's types (the storage
  * tr_config_set writes, its range check, the origin it records), without the text round trip
  * or a history entry (a scratch candidate has none). */
-static tr_status apply_typed(tr_config *c, const ov *o, int n) {
+typedef struct in_range {
+    int fid;
+    int64_t v;
+} in_range;
+enum { MAX_IN_RANGE = 64 };
+typedef struct range_memo {
+    in_range ok[MAX_IN_RANGE]; /* (field, value) pairs its range admits (the range is fixed) */
+    int n;
+} range_memo;
+
+/* tr_range_check parses the field's range text each call; a search stores a few values per
+ * field thousands of times */
+static bool in_range_of(range_memo *m, const tr_field *f, int64_t v) {
+    for (int i = 0; i < m->n; i++)
+        if (m->ok[i].fid == f->id && m->ok[i].v == v) return true;
+    char why[96];
+    if (!tr_range_check(f->range, (double)v, why, sizeof why)) return false;
+    if (m->n < MAX_IN_RANGE) m->ok[m->n++] = (in_range){f->id, v};
+    return true;
+}
+
+static tr_status apply_typed(tr_config *c, const ov *o, int n, range_memo *rm) {
     tr_origin org = tr_origin_make(TR_ORIGIN_API, "search-layouts");
     for (int i = 0; i < n; i++) {
         const tr_field *f = &tr_fields[o[i].fid];
@@ -177,9 +198,7 @@ static tr_status apply_typed(tr_config *c, const ov *o, int n) {
                 *(int64_t *)p = TR_NULL_INT;
                 break;
             }
-            char why[96];
-            if (o[i].kind != OV_INT || !tr_range_check(f->range, (double)o[i].i, why, sizeof why))
-                return TR_ERR_INVALID;
+            if (o[i].kind != OV_INT || !in_range_of(rm, f, o[i].i)) return TR_ERR_INVALID;
             *(int64_t *)p = o[i].i;
             break;
         }
@@ -225,6 +244,7 @@ typedef struct fast_cfg {
     int dirty[MAX_DIRTY + MAX_OV], n_dirty; /* scratch's fields that may differ from the base */
     int ov_prev[MAX_OV], n_ov_prev;         /* before's fields that may differ from the base */
     bool all;                               /* reset every field */
+    range_memo ranges;
 } fast_cfg;
 
 /* Resets the scratch to base and applies the overrides; before then holds its values. */
@@ -234,7 +254,7 @@ static tr_status fast_prepare(fast_cfg *f, const tr_config *base, const ov *o, i
     f->all = false;
     f->n_dirty = 0;
     for (int i = 0; i < n; i++) f->dirty[f->n_dirty++] = o[i].fid;
-    TR_TRY(apply_typed(&f->scratch, o, n));
+    TR_TRY(apply_typed(&f->scratch, o, n, &f->ranges));
     int both[2 * MAX_OV], nb = 0;
     for (int i = 0; i < f->n_ov_prev; i++) both[nb++] = f->ov_prev[i];
     for (int i = 0; i < n; i++) both[nb++] = o[i].fid;
@@ -254,6 +274,14 @@ static tr_status fast_finalize(fast_cfg *f, tr_world w, tr_diags *d) {
     }
     for (int i = 0; i < n; i++) f->dirty[f->n_dirty++] = changed[i];
     return TR_OK;
+}
+
+/* The plain path plans every candidate in full without the memo; the fast path through the
+ * memo, and stops at a lower bound that proves a candidate does not fit (tr_plan_make_bounded). */
+static tr_status plan_one(const tr_config *c, const tr_plan_gpu *gpu, const tr_plan_search_opts *so,
+                          tr_plan_cache *cache, tr_plan *p, tr_diags *d) {
+    return so->plain ? tr_plan_make_cached(c, gpu, NULL, p, d)
+                     : tr_plan_make_bounded(c, gpu, cache, p, d);
 }
 
 /* fc: NULL for a fresh deep copy of base (the plain path), else the fast path's configs */
@@ -285,7 +313,7 @@ static void try_one(const tr_config *base, fast_cfg *fc, tr_world w, const tr_pl
         k->dp = (int)c->derived.data_parallel_size;
         tr_diags pd;
         tr_diags_init(&pd);
-        tr_status ps = tr_plan_make_cached(c, gpu, so->plain ? NULL : cache, &k->plan, &pd);
+        tr_status ps = plan_one(c, gpu, so, cache, &k->plan, &pd);
         s->plan_seconds += now_s() - t1;
         v.planned = ps == TR_OK;
         if (ps != TR_OK) {
@@ -319,7 +347,7 @@ static void try_one(const tr_config *base, fast_cfg *fc, tr_world w, const tr_pl
             tr_diags pd;
             tr_diags_init(&pd);
             double t2 = now_s();
-            if (tr_plan_make_cached(c, gpu, so->plain ? NULL : cache, &k->plan, &pd) == TR_OK) {
+            if (plan_one(c, gpu, so, cache, &k->plan, &pd) == TR_OK) {
                 k->plan.predicted_only = true;
                 memcpy(k->plan.refused_by, v.why, sizeof k->plan.refused_by - 1);
                 k->plan.refused_by[sizeof k->plan.refused_by - 1] = 0;

@@ -1,8 +1,9 @@
 # MoE checkpoints: the DeepSeek-like recipe (a dense first layer, so its MLP tensors are one
 # logical tensor per layer and per expert; the expert bias, a frozen tensor, saved with the
 # weights) saved at iteration 3 resumes to 6 with the losses of the run straight through,
-# bitwise; and the Mixtral-like recipe saved on one rank resumes on two pipeline stages with the
-# same losses (fp32, 1e-5).
+# bitwise; the Mixtral-like recipe saved on one rank resumes on two pipeline stages with the
+# same losses (fp32, 1e-5); and the DeepSeek-like recipe untied, with the last stage's copy of
+# the embedding, from one rank to two stages and back.
 . "$(dirname "$0")/lib.sh"
 common="train.train_iters=6 train.global_batch_size=4 validation.eval_iters=0 logger.log_interval=1"
 losses() { # METRICS FIRST: the train losses from iteration FIRST on, one per line
@@ -40,4 +41,37 @@ assert len(a) == 3 and len(b) == 3, (a, b)
 assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
 PY
     fail "the PP 2 resume differs from the one-rank run"
+
+# DeepSeek-like with MTP and an untied embedding: under PP the last stage holds a copy of the
+# word embedding for the depth, which checkpoints leave to the first stage's tensor. Saved on one
+# rank and resumed on two stages (the copy, and its optimizer state, loaded from that tensor),
+# and saved on two stages and resumed on one, each against the run straight through (1e-5).
+ds=(--recipe deepseek_tiny_pretrain $common model.num_layers=4 model.moe_layer_freq=[0,1,1,1]
+    model.share_embeddings_and_output_weights=false checkpoint.save_interval=3)
+close() { # WHAT A B: the losses from iteration 4 on within 1e-5
+    python3 - "$(losses "$2" 4)" "$(losses "$3" 4)" <<'PY' || fail "$1"
+import sys
+a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
+assert len(a) == 3 and len(b) == 3, (a, b)
+assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+PY
+}
+pp2() { mpi -np 2 "$RR" "$@" model.pipeline_model_parallel_size=2; }
+rr "${ds[@]}" checkpoint.save="$TMP/u1" logger.output_dir="$TMP/u1_a"
+expect_rc 0 "the untied one-rank run"
+pp2 "${ds[@]}" checkpoint.load="$TMP/u1" checkpoint.ckpt_step=3 logger.output_dir="$TMP/u1_b"
+expect_rc 0 "the untied checkpoint resumed on two pipeline stages"
+close "the untied PP 2 resume differs from the one-rank run" "$TMP/u1_a/metrics.jsonl" \
+    "$TMP/u1_b/metrics.jsonl"
+pp2 "${ds[@]}" checkpoint.save="$TMP/u2" logger.output_dir="$TMP/u2_a"
+expect_rc 0 "the untied PP 2 run"
+rr "${ds[@]}" checkpoint.load="$TMP/u2" checkpoint.ckpt_step=3 logger.output_dir="$TMP/u2_b"
+expect_rc 0 "the untied PP 2 checkpoint resumed on one rank"
+close "the untied one-rank resume differs from the PP 2 run" "$TMP/u2_a/metrics.jsonl" \
+    "$TMP/u2_b/metrics.jsonl"
+# the last stage's copy (and its optimizer state) is not saved: the first stage's tensor is
+grep -q "embedding.word_embeddings" "$TMP/u2/iter_0000003/rank_00000.json" ||
+    fail "no word embedding in the first stage's checkpoint part"
+! grep -q "word_embeddings" "$TMP/u2/iter_0000003/rank_00001.json" ||
+    fail "the last stage saved its copy of the word embedding"
 echo OK

@@ -697,6 +697,10 @@ tr_equiv_test(mtp_untied_pp2_dp2_distopt_overlap 4 --expect-overlap llama_tiny_p
               ${TR_EQUIV_COMMON} ${TR_MTP} ${TR_UNTIED} optimizer.clip_grad=0.05 -- ${TR_PP2}
               ${TR_DISTOPT} ${TR_OVERLAP} ddp.overlap_param_gather=true
               optimizer.overlap_param_gather=true)
+# The copy split over the vocabulary as the first stage's: one depth under TP 2 x SP x PP 2.
+tr_equiv_test(mtp_untied_tp2_sp_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} model.mtp_num_layers=1
+              ${TR_UNTIED} train.micro_batch_size=2 model.hidden_dropout=0.1 -- ${TR_TP2}
+              ${TR_SP} ${TR_PP2})
 # Mixed precision with bf16 stage messages, against the single rank (the PP bf16 tolerances).
 tr_equiv_pp_bf16_test(mtp_pp2_bf16 2 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MTP} ${TR_BF16} --
                       ${TR_PP2})

@@ -12,6 +12,14 @@ for l in open(sys.argv[1]):
     r = json.loads(l)
     if r["type"] == "train" and r["iteration"] >= int(sys.argv[2]): print(repr(r["loss"]))' "$1" "$2"
 }
+close() { # WHAT A B: the losses from iteration 4 on within 1e-5
+    python3 - "$(losses "$2" 4)" "$(losses "$3" 4)" <<'PY' || fail "$1"
+import sys
+a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
+assert len(a) == 3 and len(b) == 3, (a, b)
+assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+PY
+}
 rr --recipe deepseek_tiny_pretrain $common checkpoint.save="$TMP/ds" checkpoint.save_interval=3 \
     logger.output_dir="$TMP/ds_a"
 expect_rc 0 "the straight run"
@@ -34,13 +42,8 @@ expect_rc 0 "the one-rank run"
     logger.output_dir="$TMP/mx_b" >"$TMP/out" 2>"$TMP/err"
 rc=$?
 expect_rc 0 "resumed on two pipeline stages"
-python3 - "$(losses "$TMP/mx_a/metrics.jsonl" 4)" "$(losses "$TMP/mx_b/metrics.jsonl" 4)" <<'PY' ||
-import sys
-a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
-assert len(a) == 3 and len(b) == 3, (a, b)
-assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
-PY
-    fail "the PP 2 resume differs from the one-rank run"
+close "the PP 2 resume differs from the one-rank run" "$TMP/mx_a/metrics.jsonl" \
+    "$TMP/mx_b/metrics.jsonl"
 
 # DeepSeek-like with MTP and an untied embedding: under PP the last stage holds a copy of the
 # word embedding for the depth, which checkpoints leave to the first stage's tensor. Saved on one
@@ -48,27 +51,17 @@ PY
 # and saved on two stages and resumed on one, each against the run straight through (1e-5).
 ds=(--recipe deepseek_tiny_pretrain $common model.num_layers=4 model.moe_layer_freq=[0,1,1,1]
     model.share_embeddings_and_output_weights=false checkpoint.save_interval=3)
-close() { # WHAT A B: the losses from iteration 4 on within 1e-5
-    python3 - "$(losses "$2" 4)" "$(losses "$3" 4)" <<'PY' || fail "$1"
-import sys
-a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
-assert len(a) == 3 and len(b) == 3, (a, b)
-assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
-PY
-}
 pp2() { mpi -np 2 "$RR" "$@" model.pipeline_model_parallel_size=2; }
-rr "${ds[@]}" checkpoint.save="$TMP/u1" logger.output_dir="$TMP/u1_a"
-expect_rc 0 "the untied one-rank run"
-pp2 "${ds[@]}" checkpoint.load="$TMP/u1" checkpoint.ckpt_step=3 logger.output_dir="$TMP/u1_b"
-expect_rc 0 "the untied checkpoint resumed on two pipeline stages"
-close "the untied PP 2 resume differs from the one-rank run" "$TMP/u1_a/metrics.jsonl" \
-    "$TMP/u1_b/metrics.jsonl"
-pp2 "${ds[@]}" checkpoint.save="$TMP/u2" logger.output_dir="$TMP/u2_a"
-expect_rc 0 "the untied PP 2 run"
-rr "${ds[@]}" checkpoint.load="$TMP/u2" checkpoint.ckpt_step=3 logger.output_dir="$TMP/u2_b"
-expect_rc 0 "the untied PP 2 checkpoint resumed on one rank"
-close "the untied one-rank resume differs from the PP 2 run" "$TMP/u2_a/metrics.jsonl" \
-    "$TMP/u2_b/metrics.jsonl"
+# roundtrip SAVER LOADER NAME WHAT: SAVER runs straight through (saving at 3), LOADER resumes
+roundtrip() {
+    "$1" "${ds[@]}" checkpoint.save="$TMP/$3" logger.output_dir="$TMP/${3}_a"
+    expect_rc 0 "$4: the run straight through"
+    "$2" "${ds[@]}" checkpoint.load="$TMP/$3" checkpoint.ckpt_step=3 logger.output_dir="$TMP/${3}_b"
+    expect_rc 0 "$4: the resumed run"
+    close "$4: the resumed losses differ" "$TMP/${3}_a/metrics.jsonl" "$TMP/${3}_b/metrics.jsonl"
+}
+roundtrip rr pp2 u1 "untied, one rank to two stages"
+roundtrip pp2 rr u2 "untied, two stages to one rank"
 # the last stage's copy (and its optimizer state) is not saved: the first stage's tensor is
 grep -q "embedding.word_embeddings" "$TMP/u2/iter_0000003/rank_00000.json" ||
     fail "no word embedding in the first stage's checkpoint part"

@@ -704,6 +704,8 @@ tr_equiv_test(mtp_untied_tp2_sp_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} mod
 # Mixed precision with bf16 stage messages, against the single rank (the PP bf16 tolerances).
 tr_equiv_pp_bf16_test(mtp_pp2_bf16 2 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MTP} ${TR_BF16} --
                       ${TR_PP2})
+tr_equiv_pp_bf16_test(mtp_untied_pp2_bf16 2 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MTP} ${TR_UNTIED}
+                      ${TR_BF16} -- ${TR_PP2})
 # Sequence parallelism: the depths' row-wise pieces on this rank's chunk (their norms' gradients
 # summed over TP with the decoder's), eh_proj and the output layer on the gathered chunks; two
 # sequences per microbatch; then MLA depths under TP 2 x SP x PP 2 in bf16.

@@ -288,8 +288,6 @@
       "Multi-token prediction trains on unpacked sequences.")                                      \
     X(tr_check_runtime_mtp_layout, "runtime.mtp_layout", E, false,                                 \
       "Multi-token prediction's depths sit in the loss stage of the pipeline layout.")             \
-    X(tr_check_runtime_mtp_pipeline_untied, "runtime.mtp_pipeline_untied", E, false,               \
-      "Multi-token prediction under pipeline parallelism has tied embeddings.")                    \
     X(tr_check_runtime_params_dtype, "runtime.params_dtype", E, false,                             \
       "params_dtype is fp32 or the mixed-precision dtype (fp32 main parameters).")                 \
     X(tr_check_runtime_fp16_cross_entropy, "runtime.fp16_cross_entropy", E, false,                 \

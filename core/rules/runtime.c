@@ -338,18 +338,6 @@ TR_RULE_FN(tr_check_runtime_mtp_packing) {
             MTP_NOT_YET, "packed sequences");
 }
 
-/* The loss stage reads the word embedding: with tied weights it holds a copy; untied, the
- * embedding would be one more tensor shared across stages. */
-TR_RULE_FN(tr_check_runtime_mtp_pipeline_untied) {
-    if (!mtp_on(c) || c->model.pipeline_model_parallel_size <= 1 ||
-        c->model.share_embeddings_and_output_weights)
-        return;
-    TR_FAIL("model.pipeline_model_parallel_size,model.share_embeddings_and_output_weights,"
-            "model.mtp_num_layers",
-            "tie the embedding and output weights, or set model.pipeline_model_parallel_size=1",
-            MTP_NOT_YET, "pipeline parallelism and an untied embedding");
-}
-
 /* The depths run on the loss stage (Megatron's rule without a custom layout, and the only
  * placement its custom layouts accept too): a layout's 'm' must sit in its last stage. */
 TR_RULE_FN(tr_check_runtime_mtp_layout) {

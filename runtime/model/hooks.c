@@ -109,6 +109,12 @@ static tr_status clear_frozen(const tr_model *m, const float *const *views, int 
     return TR_OK;
 }
 
+/* The loss stage's copy of an untied word embedding (MTP's lookup table, not the output layer):
+ * reported with the head's tensors. */
+static bool untied_copy(const tr_model *m) {
+    return m->has_tied_copy && !m->spec.tied;
+}
+
 tr_status tr_model_before_params(const tr_model *m, int where) {
     const float *v[LAYER_TENSORS];
     int n;
@@ -121,7 +127,9 @@ tr_status tr_model_before_params(const tr_model *m, int where) {
         v[1] = m->p.final_b;
         /* A tied weight is read first by the embedding, unless this stage holds its own copy. */
         v[2] = m->spec.tied && !m->has_tied_copy ? NULL : m->p.out_w;
-        n = 3;
+        /* An untied copy is the MTP depths' alone; they run right after the head. */
+        v[3] = untied_copy(m) ? m->p.mtp_emb : NULL;
+        n = 4;
     } else {
         n = layer_list(&m->p.layers[where], v);
     }
@@ -152,7 +160,9 @@ tr_status tr_model_grads_done(const tr_model *m, int where) {
         v[0] = out_w ? m->g.out_w : NULL;
         v[1] = where == TR_MODEL_AT_HEAD ? m->g.final_w : NULL;
         v[2] = where == TR_MODEL_AT_HEAD ? m->g.final_b : NULL;
-        n = 3;
+        /* the MTP depths' backward ran before the head's */
+        v[3] = where == TR_MODEL_AT_HEAD && untied_copy(m) ? m->g.mtp_emb : NULL;
+        n = 4;
     } else {
         n = layer_list(&m->g.layers[where], v);
     }

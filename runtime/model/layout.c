@@ -305,9 +305,6 @@ static tr_status add_mtp_depth(layout *l, const tr_model_spec *s, int depth, int
 static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, int fc1_dim, int tp,
                               int kv_rep, const tr_model_part *parts, int n_parts) {
     bool has_embedding = any_part(parts, n_parts, false), has_loss = any_part(parts, n_parts, true);
-    /* MTP reads the word embedding: a loss stage without it has the tied copy only */
-    if (s->mtp_layers && has_loss && !has_embedding && !s->tied && !s->sizing_only)
-        return TR_ERR_INVALID;
     l->freeze = s->lora_rank > 0;
     if (has_embedding) {
         TR_TRY(add_word_embedding(l, s, tp, false));
@@ -328,12 +325,10 @@ static tr_status build_layout(layout *l, const tr_model_spec *s, int qkv_dim, in
     if (!s->tied)
         TR_TRY(add_param_split(l, "output_layer.weight", s->vocab, s->hidden, false, TR_INIT_NORMAL,
                                (split){0, false, tp}));
-    /* Megatron's last stage owns a second copy of the tied weight; same name and
-     * initialisation, so it starts equal to the first stage's and the embedding group's
-     * gradient all-reduce keeps it equal. (MTP reads it as its embedding.) */
-    if (s->tied && !has_embedding) TR_TRY(add_word_embedding(l, s, tp, true));
-    /* sizing only (runtime.mtp_pipeline_untied): Megatron's MTP stage builds its own embedding */
-    if (!s->tied && !has_embedding && s->mtp_layers && s->sizing_only)
+    /* Megatron's last stage owns a second copy of the word embedding when it reads it (the tied
+     * output layer, the MTP depths' lookup); same name and initialisation, so it starts equal
+     * to the first stage's and the embedding group's gradient all-reduce keeps it equal. */
+    if (tr_model_spec_shares_embedding(s) && !has_embedding)
         TR_TRY(add_word_embedding(l, s, tp, true));
     for (int k = 0; k < s->mtp_layers; k++)
         TR_TRY(add_mtp_depth(l, s, k, qkv_dim, fc1_dim, tp, kv_rep));
@@ -628,8 +623,8 @@ tr_status tr_model_shape(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, in
     m->fc1_dim = m->spec.swiglu ? 2 * m->spec.ffn : m->spec.ffn;
     m->parts = (tr_model_part *)parts;
     m->n_parts = n_parts;
-    m->has_tied_copy =
-        s->tied && any_part(parts, n_parts, true) && !any_part(parts, n_parts, false);
+    m->has_tied_copy = tr_model_spec_shares_embedding(s) && any_part(parts, n_parts, true) &&
+                       !any_part(parts, n_parts, false);
     return TR_OK;
 }
 

@@ -157,9 +157,10 @@ typedef struct tr_param_info {
      * its sequence chunk under sequence parallelism (norms, position embedding), or its heads
      * (the q/k norms, replicated while the heads are split, with or without SP). */
     bool sp_partial;
-    /* Pipeline parallel with tied embeddings: the last stage's own copy of the word embedding
-     * (the output layer's weight). The first stage's tensor is the one that counts once (grad
-     * norm, checkpoint); the copy is kept equal by the embedding group's gradient all-reduce. */
+    /* Pipeline parallel: the loss stage's own copy of the word embedding, held when that stage
+     * reads it (tr_model_spec_shares_embedding: the tied output layer's weight, the MTP depths'
+     * lookup table). The first stage's tensor is the one that counts once (grad norm,
+     * checkpoint); the copy is kept equal by the embedding group's gradient all-reduce. */
     bool tied_copy;
     /* LoRA: a base weight that is never trained (no gradient, no update, no weight decay). */
     bool frozen;
@@ -286,8 +287,9 @@ typedef struct tr_model {
     /* The parts this model holds (one whole part for a plain model). */
     tr_model_part *parts;
     int n_parts;
-    /* Pipeline parallel with tied embeddings: this last stage holds its own copy of the word
-     * embedding as the output layer (tr_param_info.tied_copy). */
+    /* Pipeline parallel: this loss stage holds its own copy of the word embedding
+     * (tr_param_info.tied_copy): the tied output layer's weight, or (untied) the MTP depths'
+     * lookup table only. */
     bool has_tied_copy;
 
     /* Activations: per (part, slot) in slot_acts[slot_start[part] + slot]; the fields below
@@ -383,9 +385,10 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
  * layers, at most one with the embedding and one with the loss) for micro batches of `batch`
  * sequences of spec.seq tokens, for TP shard `tp` of the logical model s (heads, query groups,
  * ffn and the padded vocabulary must divide by tp.size). Only the parts' parameters exist, named
- * with global layer numbers; a tied model whose parts have the loss but not the embedding gets a
- * tied copy of the word embedding. Parameters are zero until tr_model_init_weights or a load.
- * With tp.size > 1 set m->comm (and m->tp_group) before the first forward. */
+ * with global layer numbers; parts that have the loss but not the embedding get a copy of the
+ * word embedding when they read it (tr_model_spec_shares_embedding). Parameters are zero until
+ * tr_model_init_weights or a load. With tp.size > 1 set m->comm (and m->tp_group) before the first
+ * forward. */
 tr_status tr_model_create_parts(tr_model *m, const tr_model_spec *s, tr_tp_shard tp,
                                 const tr_ops *ops, int batch, const tr_model_part *parts,
                                 int n_parts);
@@ -527,6 +530,13 @@ int64_t tr_model_logical_run(const tr_param_info *p, int64_t e);
 
 /* The parameter named `name` (Megatron's name), or NULL. */
 const tr_param_info *tr_model_find_param(const tr_model *m, const char *name);
+
+/* The loss stage reads the word embedding, so under pipeline parallelism it holds a copy that
+ * the embedding group keeps equal to the first stage's (Megatron's embedding group): as the tied
+ * output layer, and as the MTP depths' lookup table (with an untied output layer too). */
+static inline bool tr_model_spec_shares_embedding(const tr_model_spec *s) {
+    return s->tied || s->mtp_layers > 0;
+}
 
 /* Rows of the position tables (RoPE, learned positions): the whole sequence under CP. */
 static inline int tr_model_pos_rows(const tr_model_spec *s) {

@@ -38,7 +38,7 @@ static const struct {
                         M(AX_TP) | M(AX_EP)},
     [TR_GROUP_TP_EP_PP] = {"tp-ep-pp", "expert grad stats without the distributed optimizer",
                            SRC_EXPERT, M(AX_TP) | M(AX_EP) | M(AX_PP)},
-    [TR_GROUP_EMBEDDING] = {"embedding", "first and last stage: tied word-embedding grads",
+    [TR_GROUP_EMBEDDING] = {"embedding", "first and last stage: shared word-embedding grads",
                             SRC_SPECIAL, 0},
     [TR_GROUP_POSITION_EMBEDDING] = {"position-embedding",
                                      "first stage: learned position-embedding grads", SRC_SPECIAL,

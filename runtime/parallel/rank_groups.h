@@ -31,7 +31,7 @@ typedef enum tr_group_kind {
     TR_GROUP_EXPERT_DP,          /* "expert-dp": expert gradient reduction */
     TR_GROUP_TP_EP,              /* "tp-ep": expert TP x EP */
     TR_GROUP_TP_EP_PP,           /* "tp-ep-pp": expert grad stats without dist-opt */
-    TR_GROUP_EMBEDDING,          /* "embedding": first+last stage, tied embedding grads */
+    TR_GROUP_EMBEDDING,          /* "embedding": first+last stage, shared embedding grads */
     TR_GROUP_POSITION_EMBEDDING, /* "position-embedding": first stage */
     TR_GROUP_INTRA_DP_CP,        /* "intra-dp-cp": dp-cp within one dist-opt instance */
     TR_GROUP_INTER_DP_CP,        /* "inter-dp-cp": same shard across dist-opt instances */

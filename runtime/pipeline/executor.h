@@ -97,7 +97,7 @@ void tr_pp_exec_free(tr_pp_exec *e);
 
 /* One iteration's forwards and backwards, then (at the list's DP_GRAD_REDUCE) the deferred
  * output-layer weight gradients (tr_model_drain_wgrad) and h->finish_grads
- * and (EMBED_GRAD_ALLREDUCE) the sum of the tied embedding's gradient with the other stage's
+ * and (EMBED_GRAD_ALLREDUCE) the sum of the word embedding's gradient with the other stage's
  * copy over the embedding group. *loss_sum and *tokens are the last stage's loss sum (over
  * tokens with per-token loss, else over microbatch means) and trained tokens; 0 on the other
  * stages. Parameter gradients accumulate into m->grads. */

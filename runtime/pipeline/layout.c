@@ -131,10 +131,16 @@ tr_status tr_pp_layout_build(const tr_config *c, tr_pp_layout *out, tr_diags *d)
         tr_pp_layout_free(out);
         return st;
     }
-    out->tied_embedding = c->model.share_embeddings_and_output_weights;
+    out->shared_embedding = tr_pp_shares_embedding(c);
     out->embedding_group[0] = 0;
-    out->embedding_group[1] = out->tied_embedding && out->pp > 1 ? out->pp - 1 : -1;
+    out->embedding_group[1] = out->shared_embedding && out->pp > 1 ? out->pp - 1 : -1;
     return TR_OK;
+}
+
+bool tr_pp_shares_embedding(const tr_config *c) {
+    const tr_model_config *m = &c->model;
+    return m->share_embeddings_and_output_weights ||
+           (m->mtp_num_layers != TR_NULL_INT && m->mtp_num_layers > 0);
 }
 
 void tr_pp_layout_free(tr_pp_layout *l) {

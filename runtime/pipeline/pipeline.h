@@ -28,9 +28,13 @@ typedef struct tr_pp_stage {
 typedef struct tr_pp_layout {
     int pp, vpp;            /* vpp = model chunks per rank (1 without interleaving) */
     tr_pp_stage *stages;    /* [vpp * pp], indexed by chunk * pp + pp_rank */
-    bool tied_embedding;    /* output layer reuses the embedding weight */
-    int embedding_group[2]; /* pp ranks that all-reduce tied grads; [1] == -1 when none */
+    bool shared_embedding;  /* tr_pp_shares_embedding */
+    int embedding_group[2]; /* pp ranks that all-reduce its grads; [1] == -1 when none */
 } tr_pp_layout;
+
+/* The last stage reads the word embedding too (the tied output layer, the MTP depths' lookup), so
+ * under PP it holds a copy whose gradient the embedding group sums with the first stage's. */
+bool tr_pp_shares_embedding(const tr_config *c);
 
 tr_status tr_pp_layout_build(const tr_config *c, tr_pp_layout *out, tr_diags *d);
 void tr_pp_layout_free(tr_pp_layout *l);
@@ -47,7 +51,7 @@ typedef enum tr_pp_op {
     TR_PP_SEND_GRAD, /* gradient of (mb, chunk)'s input to the previous stage on `peer` */
     TR_PP_RECV_GRAD, /* gradient of (mb, chunk)'s output from the next stage on `peer` */
     TR_PP_WAIT,      /* block until every transfer of post group `group` is done */
-    TR_PP_EMBED_GRAD_ALLREDUCE, /* tied embedding/output grads over the embedding group */
+    TR_PP_EMBED_GRAD_ALLREDUCE, /* word-embedding grads over the embedding group */
     TR_PP_DP_GRAD_REDUCE        /* finish the data-parallel gradient reduction */
 } tr_pp_op;
 
@@ -81,7 +85,7 @@ typedef struct tr_pp_schedule {
 typedef struct tr_pp_plan {
     int pp, vpp, num_microbatches, group_size;
     bool batched, overlapped;
-    bool tied_embedding;   /* pp ranks 0 and PP-1 all-reduce the tied weight's grads */
+    bool shared_embedding; /* pp ranks 0 and PP-1 all-reduce the word embedding's grads */
     int64_t message_bytes; /* in tr_pp_message_dtype */
 } tr_pp_plan;
 

@@ -333,10 +333,11 @@ tr_status tr_pp_schedule_build_plan(const tr_pp_plan *p, int pp_rank, tr_pp_sche
         free(x);
     }
     /* DP reduction finishes after the last backward; Megatron's finalize_model_grads then
-     * all-reduces the tied embedding grads between the first and last stage. */
+     * all-reduces the word embedding's grads between the first and last stage (tied, or the
+     * MTP depths' copy). */
     if (st == TR_OK)
         st = tr_pp_schedule_push(out, (tr_pp_action){TR_PP_DP_GRAD_REDUCE, -1, -1, -1, -1, 0});
-    if (st == TR_OK && p->tied_embedding && p->pp > 1 && (pp_rank == 0 || pp_rank == p->pp - 1))
+    if (st == TR_OK && p->shared_embedding && p->pp > 1 && (pp_rank == 0 || pp_rank == p->pp - 1))
         st = tr_pp_schedule_push(out, (tr_pp_action){TR_PP_EMBED_GRAD_ALLREDUCE, -1, -1,
                                                      pp_rank == 0 ? p->pp - 1 : 0, -1, 0});
     if (st != TR_OK) tr_pp_schedule_free(out);
@@ -365,7 +366,7 @@ tr_status tr_pp_plan_from_config(const tr_config *c, tr_pp_plan *out, tr_diags *
                           : (int)m->microbatch_group_size_per_vp_stage;
     out->batched = m->batch_p2p_comm;
     out->overlapped = m->overlap_p2p_comm && out->vpp > 1;
-    out->tied_embedding = m->share_embeddings_and_output_weights;
+    out->shared_embedding = tr_pp_shares_embedding(c);
     int64_t tokens = m->seq_length / m->context_parallel_size;
     if (m->sequence_parallel && m->tensor_model_parallel_size > 1)
         tokens /= m->tensor_model_parallel_size;

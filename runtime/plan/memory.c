@@ -66,8 +66,8 @@ static tr_grad_param *grad_params(const tr_config *c, const tr_model_spec *s, tr
         gp[i].no_weight_decay = info[i].no_decay;
         gp[i].frozen = info[i].frozen;
         gp[i].tp_replicated = tp.size > 1 && info[i].split_dim < 0;
-        gp[i].own_bucket =
-            pipelined && s->tied && strcmp(info[i].name, "embedding.word_embeddings.weight") == 0;
+        gp[i].own_bucket = pipelined && tr_model_spec_shares_embedding(s) &&
+                           strcmp(info[i].name, "embedding.word_embeddings.weight") == 0;
     }
     return gp;
 }

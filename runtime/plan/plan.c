@@ -121,7 +121,7 @@ static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
     add_comm(p, "dp", p->dp * cp, 2.0 * ring(p->dp * cp) * (double)buf,
              dp_cross ? g->net_gbs : g->nvlink_gbs, dp_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK,
              c->ddp.overlap_grad_reduce ? TR_PLAN_DP_HIDDEN : 0.0, dp_cross);
-    if (ms->tied && p->pp > 1)
+    if (tr_model_spec_shares_embedding(ms) && p->pp > 1)
         add_comm(p, "embedding", 2, 2.0 * 0.5 * ms->vocab / p->tp * ms->hidden * 4.0, g->net_gbs,
                  TR_PLAN_EFF_NET, 0.0, true);
     p->t_comm = 0.0;

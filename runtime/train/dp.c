@@ -62,10 +62,11 @@ static tr_status build_layout(tr_train_dp *t, int k, const tr_config *c, const t
         /* Key-value copies (TP larger than the query groups): the group's first rank counts. */
         if (m->info[i].kv_rep > 1 && m->tp.rank % m->info[i].kv_rep != 0)
             tr_param_kv_range(&m->info[i], &g->uncounted_off, &g->uncounted_numel);
-        /* As Megatron: a tied embedding split over the pipeline has a bucket of its own on both
-         * stages, so the distributed optimizer's shards of the two copies cover the same rows
-         * and the embedding group's all-reduce sums reduced values with reduced values. */
-        g->own_bucket = pipelined && m->spec.tied &&
+        /* As Megatron: a word embedding shared over the pipeline (tied, or MTP's) has a bucket
+         * of its own on both stages, so the distributed optimizer's shards of the two copies
+         * cover the same rows and the embedding group's all-reduce sums reduced values with
+         * reduced values. */
+        g->own_bucket = pipelined && tr_model_spec_shares_embedding(&m->spec) &&
                         strcmp(m->info[i].name, "embedding.word_embeddings.weight") == 0;
         total += m->info[i].numel;
     }

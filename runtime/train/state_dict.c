@@ -34,7 +34,7 @@ static tr_status list_push(tr_ckpt_list *l, const char *name, const tr_ckpt_tens
 tr_ckpt_param_role tr_train_ckpt_param_role(const tr_train_ckpt *k, int i) {
     const tr_param_info *p = &k->env.model->info[i];
     /* A pipeline stage holds only its own layers, so everything it holds is written by it,
-     * except the last stage's copy of a tied embedding (the first stage writes that tensor). */
+     * except the last stage's copy of the word embedding (the first stage writes that tensor). */
     return p->tied_copy ? TR_CKPT_PARAM_LOADS : TR_CKPT_PARAM_WRITES;
 }
 

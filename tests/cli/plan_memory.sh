@@ -1,7 +1,7 @@
 # The planner's bytes per rank against the runtime's: for tiny dense layouts (TP, SP, PP, VPP,
-# CP, DP, the distributed optimizer, recomputation, mixed precision, SFT packing, LoRA) and MoE
-# ones (experts, shared experts, capacity, MLA and MTP, DP, PP, VPP) `run_recipe --plan --gpu
-# cpu --json` (the cpu-strict device's page-rounded allocations) is compared with the peaks per
+# CP, DP, the distributed optimizer, recomputation, mixed precision, MTP under PP untied, SFT
+# packing, LoRA) and MoE ones (experts, shared experts, capacity, MLA and MTP, tied and untied,
+# DP, PP, VPP) `run_recipe --plan --gpu cpu --json` (the cpu-strict device's page-rounded allocations) is compared with the peaks per
 # memory kind the cpu-strict (MoE: cpu-count) device measured on every rank of a one-iteration
 # run of the same layout; each kind must agree within 3% (docs/plan.md). The planner's numbers come from the
 # runtime's sizing calls, so a drift in either shows here.
@@ -68,6 +68,7 @@ layout 2 $T -pp 2
 layout 2 $G -pp 2
 layout 2 $T -pp 2 mixed_precision.preset=bf16_mixed
 layout 2 $T -pp 2 model.recompute_granularity=full model.recompute_method=block model.recompute_num_layers=1
+layout 2 $T -pp 2 model.mtp_num_layers=1 model.share_embeddings_and_output_weights=false
 layout 2 $T
 layout 2 $T ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
 layout 2 $T ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true ddp.overlap_grad_reduce=true ddp.overlap_param_gather=true
@@ -103,6 +104,9 @@ layout 1 $M model.moe_shared_expert_intermediate_size=64
 layout 2 $M
 layout 2 $M -pp 2
 layout 2 --recipe deepseek_tiny_pretrain -pp 2 model.num_layers=4 model.moe_layer_freq=[0,1,1,1]
+# untied: the last stage's copy of the word embedding for the depth's lookup
+layout 2 --recipe deepseek_tiny_pretrain -pp 2 model.num_layers=4 model.moe_layer_freq=[0,1,1,1] \
+    model.share_embeddings_and_output_weights=false
 layout 2 $M ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
 layout 4 $M -pp 2 model.num_layers=4 -vp 2 train.global_batch_size=8
 # Expert parallelism: each rank's experts, and the exchange's buffers at the dropless worst case

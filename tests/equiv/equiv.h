@@ -32,7 +32,7 @@ typedef struct run_out {
     char (*names)[128];
     int64_t *starts; /* per tensor, into params; n_tensors + 1 entries */
     int n_tensors;
-    /* Pipeline parallel with tied embeddings: the last stage's copy of the word embedding,
+    /* Pipeline parallel with a shared word embedding (tied, or MTP's): the last stage's copy,
      * assembled like params (NULL without a copy anywhere). */
     float *tied_copy;
     /* What this rank computes, for the comm volume: its layers, embedding, loss, and the

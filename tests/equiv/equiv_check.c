@@ -74,7 +74,8 @@ static tr_status capture(void *ctx, const tr_model *m) {
     o->params = calloc((size_t)o->n, sizeof(float));
     int emb = index_of(o->names, n_info, "embedding.word_embeddings.weight");
     int64_t emb_n = o->starts[emb + 1] - o->starts[emb];
-    bool pipelined_tied = m->full.tied && o->c->model.pipeline_model_parallel_size > 1;
+    bool pipelined_tied =
+        tr_model_spec_shares_embedding(&m->full) && o->c->model.pipeline_model_parallel_size > 1;
     if (pipelined_tied) o->tied_copy = calloc((size_t)emb_n, sizeof(float));
     if (!o->params || (pipelined_tied && !o->tied_copy)) return TR_ERR_NOMEM;
     for (int i = 0; i < m->n_info; i++) {
@@ -129,7 +130,7 @@ static tr_status capture(void *ctx, const tr_model *m) {
     return TR_OK;
 }
 
-/* The two copies of a tied embedding must stay equal bit for bit (the embedding group's
+/* The two copies of a shared embedding must stay equal bit for bit (the embedding group's
  * all-reduce gives both the same gradient; the optimizer then does the same arithmetic).
  * Returns the number of differing elements. */
 static int64_t tied_copy_drift(const run_out *run) {
@@ -139,7 +140,7 @@ static int64_t tied_copy_drift(const run_out *run) {
     int64_t n = run->starts[emb + 1] - run->starts[emb], differ = 0;
     for (int64_t e = 0; e < n; e++)
         differ += memcmp(&first[e], &run->tied_copy[e], sizeof(float)) != 0;
-    printf("tied embedding: the last stage's copy differs from the first stage's in %lld of "
+    printf("word embedding: the last stage's copy differs from the first stage's in %lld of "
            "%lld elements\n",
            (long long)differ, (long long)n);
     return differ;

@@ -714,6 +714,15 @@ tr_equiv_test(deepseek_mtp_moe_dp2_distopt 2 deepseek_tiny_pretrain ${TR_EQUIV_C
               ${TR_DISTOPT})
 tr_equiv_pp_test(deepseek_mtp_moe_pp2 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_DS4} --
                  ${TR_PP2})
+# Untied, as DeepSeek-V3: the last stage holds a copy of the word embedding for the depth's lookup
+# (its gradient summed with the first stage's over the embedding group) and its own output layer;
+# PP 2, and PP 2 x DP 2 with the distributed optimizer (the copy's bucket of its own on both
+# stages). The copy must stay bitwise the first stage's.
+set(TR_UNTIED model.share_embeddings_and_output_weights=false)
+tr_equiv_pp_test(deepseek_mtp_moe_untied_pp2 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_DS4}
+                 ${TR_UNTIED} -- ${TR_PP2})
+tr_equiv_pp_test(deepseek_mtp_moe_untied_pp2_dp2_distopt 4 deepseek_tiny_pretrain
+                 ${TR_EQUIV_COMMON} ${TR_DS4} ${TR_UNTIED} -- ${TR_PP2} ${TR_DISTOPT})
 
 # Multi-token prediction (runtime/mtp/, the loss stage): two depths with their loss weighted 0.3,
 # the shared (tied) embedding and output layer; eh_proj column-parallel with its output gathered
@@ -724,9 +733,25 @@ tr_equiv_test(mtp_tp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR
 tr_equiv_test(mtp_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} --
               model.pipeline_model_parallel_size=2)
 tr_equiv_test(mtp_dp2_distopt 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} -- ${TR_DISTOPT})
+# Untied under PP: the depths read the last stage's copy of the word embedding, the output layer
+# is its own; alone, and PP 2 x DP 2 with the distributed optimizer, overlapped reduction and
+# parameter gather (the copy reported with the head's tensors) and clipping (a norm that counted
+# the copy would change the step).
+tr_equiv_test(mtp_untied_pp2 2 llama_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_MTP} ${TR_UNTIED} --
+              ${TR_PP2})
+tr_equiv_test(mtp_untied_pp2_dp2_distopt_overlap 4 --expect-overlap llama_tiny_pretrain
+              ${TR_EQUIV_COMMON} ${TR_MTP} ${TR_UNTIED} optimizer.clip_grad=0.05 -- ${TR_PP2}
+              ${TR_DISTOPT} ${TR_OVERLAP} ddp.overlap_param_gather=true
+              optimizer.overlap_param_gather=true)
+# The copy split over the vocabulary as the first stage's: one depth under TP 2 x SP x PP 2.
+tr_equiv_test(mtp_untied_tp2_sp_pp2 4 llama_tiny_pretrain ${TR_EQUIV_COMMON} model.mtp_num_layers=1
+              ${TR_UNTIED} train.micro_batch_size=2 model.hidden_dropout=0.1 -- ${TR_TP2}
+              ${TR_SP} ${TR_PP2})
 # Mixed precision with bf16 stage messages, against the single rank (the PP bf16 tolerances).
 tr_equiv_pp_bf16_test(mtp_pp2_bf16 2 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MTP} ${TR_BF16} --
                       ${TR_PP2})
+tr_equiv_pp_bf16_test(mtp_untied_pp2_bf16 2 llama_tiny_pretrain ${TR_PP_SGD} ${TR_MTP} ${TR_UNTIED}
+                      ${TR_BF16} -- ${TR_PP2})
 # Sequence parallelism: the depths' row-wise pieces on this rank's chunk (their norms' gradients
 # summed over TP with the decoder's), eh_proj and the output layer on the gathered chunks; two
 # sequences per microbatch; then MLA depths under TP 2 x SP x PP 2 in bf16.

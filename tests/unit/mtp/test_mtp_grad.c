@@ -216,7 +216,8 @@ static void test_semantics(void) {
     CHECK(dst[0] == 2 && dst[1] == 3 && dst[2] == -1 && dst[3] == 5 && dst[5] == -1);
 }
 
-/* Under PP the depths live on the loss stage, which reads the tied embedding's copy. */
+/* Under PP the depths live on the loss stage, which reads its copy of the word embedding: the
+ * tied output layer's weight, or (untied) a copy of its own next to the output layer. */
 static void test_pipeline_stages(void) {
     tr_model_spec s = mtp_spec(2);
     s.tied = 1;
@@ -231,11 +232,87 @@ static void test_pipeline_stages(void) {
     CHECK(tr_model_find_param(&m, "mtp.layers.1.eh_proj.weight") != NULL);
     CHECK(m.has_tied_copy && m.p.mtp_emb != NULL);
     tr_model_free(&m);
-    s.tied = 0; /* runtime.mtp_pipeline_untied */
+    s.tied = 0;
     CHECK_INT_EQ(tr_model_create_parts(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1, &last, 1),
-                 TR_ERR_INVALID);
+                 TR_OK);
+    const tr_param_info *copy = tr_model_find_param(&m, "embedding.word_embeddings.weight");
+    const tr_param_info *out = tr_model_find_param(&m, "output_layer.weight");
+    CHECK(copy && copy->tied_copy && out && !out->tied_copy && m.has_tied_copy);
+    CHECK(copy && out && m.p.mtp_emb == m.params + copy->offset &&
+          m.p.out_w == m.params + out->offset && m.p.word_emb == NULL);
+    tr_model_free(&m);
+    /* the first stage's embedding is the one the lookup there reads, no copy */
+    CHECK_INT_EQ(tr_model_create_parts(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1, &first, 1),
+                 TR_OK);
+    copy = tr_model_find_param(&m, "embedding.word_embeddings.weight");
+    CHECK(copy && !copy->tied_copy && !m.has_tied_copy);
+    tr_model_free(&m);
 }
 
-TR_TEST_MAIN(TR_TEST(test_pipeline_stages), TR_TEST(test_llama_two_depths_fd),
-             TR_TEST(test_mla_one_depth_fd), TR_TEST(test_mla_moe_one_depth_fd),
-             TR_TEST(test_semantics))
+typedef struct events {
+    int before[64], ready[64], copy;
+    const tr_model *m;
+    float copy_grad; /* the copy's gradient (sum of its squares) when it was reported ready */
+} events;
+
+static tr_status on_before(void *ctx, int p) {
+    ((events *)ctx)->before[p]++;
+    return TR_OK;
+}
+
+static float sum_sq(const float *x, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return (float)s;
+}
+
+static tr_status on_ready(void *ctx, int p) {
+    events *e = ctx;
+    e->ready[p]++;
+    if (p == e->copy)
+        e->copy_grad = sum_sq(e->m->grads + e->m->info[p].offset, e->m->info[p].numel);
+    return TR_OK;
+}
+
+/* Untied under PP, the loss stage's copy of the word embedding is nobody's output layer: the
+ * data-parallel hooks still hear of it once a pass, before the depths read it and after their
+ * last contribution to its gradient (the overlapped parameter gather and gradient reduction
+ * hang on these). */
+static void test_untied_copy_events(void) {
+    tr_model_spec s = mtp_spec(2);
+    s.tied = 0;
+    tr_model m;
+    tr_model_part last = {1, 1, false, true, 1};
+    CHECK_INT_EQ(tr_model_create_parts(&m, &s, (tr_tp_shard){0, 1}, tr_ops_cpu(), 1, &last, 1),
+                 TR_OK);
+    CHECK_INT_EQ(tr_model_init_weights(&m, 5), TR_OK);
+    CHECK(m.n_info <= 64);
+    const tr_param_info *copy = tr_model_find_param(&m, "embedding.word_embeddings.weight");
+    CHECK(copy != NULL);
+    if (!copy || m.n_info > 64) {
+        tr_model_free(&m);
+        return;
+    }
+    events e = {.copy = (int)(copy - m.info), .m = &m};
+    m.hooks = (tr_model_hooks){.ctx = &e, .before_param = on_before, .grad_ready = on_ready};
+    int n = s.seq;
+    int32_t ids[64], tg[64];
+    batch(ids, tg, n, s.vocab);
+    float *x = malloc((size_t)n * s.hidden * sizeof(float));
+    float *dx = malloc((size_t)n * s.hidden * sizeof(float));
+    for (int i = 0; i < n * s.hidden; i++) x[i] = 0.1f * (float)((i * 13) % 7 - 3);
+    CHECK_INT_EQ(tr_model_forward_part(&m, 0, 0, ids, tg, x, NULL, NULL), TR_OK);
+    CHECK_INT_EQ(tr_model_backward_part(&m, 0, 0, 1.0f, NULL, dx), TR_OK);
+    int all_once = 1;
+    for (int i = 0; i < m.n_info; i++) all_once &= e.before[i] == 1 && e.ready[i] == 1;
+    CHECK(all_once);
+    float final = sum_sq(m.grads + copy->offset, copy->numel);
+    CHECK(final > 0.0f && e.copy_grad == final);
+    free(x);
+    free(dx);
+    tr_model_free(&m);
+}
+
+TR_TEST_MAIN(TR_TEST(test_pipeline_stages), TR_TEST(test_untied_copy_events),
+             TR_TEST(test_llama_two_depths_fd), TR_TEST(test_mla_one_depth_fd),
+             TR_TEST(test_mla_moe_one_depth_fd), TR_TEST(test_semantics))

@@ -155,7 +155,7 @@ static void test_embedding_group(void) {
     tr_config c;
     setup(&c, 8, 4, 1);
     tr_pp_layout l = build(&c);
-    CHECK(l.tied_embedding);
+    CHECK(l.shared_embedding);
     CHECK_INT_EQ(l.embedding_group[0], 0);
     CHECK_INT_EQ(l.embedding_group[1], 3);
     tr_pp_layout_free(&l);
@@ -163,6 +163,12 @@ static void test_embedding_group(void) {
     l = build(&c);
     CHECK_INT_EQ(l.embedding_group[1], -1);
     tr_pp_layout_free(&l);
+    c.model.mtp_num_layers = 1; /* the MTP depths' lookup reads the embedding on the last stage */
+    l = build(&c);
+    CHECK(l.shared_embedding);
+    CHECK_INT_EQ(l.embedding_group[1], 3);
+    tr_pp_layout_free(&l);
+    c.model.mtp_num_layers = TR_NULL_INT;
     c.model.share_embeddings_and_output_weights = true;
     c.model.pipeline_model_parallel_size = 1;
     l = build(&c);

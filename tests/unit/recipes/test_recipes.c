@@ -66,17 +66,22 @@ static void test_every_recipe_validates_at_min_world(void) {
 
 /* Which recipes this runtime trains, from what each architecture uses (docs/runtime.md): the
  * dense Llama, Qwen3 (QK layernorm), GPT (with Megatron's attention dropout) and tiny recipes
- * train, and the tiny MoE recipes and Mixtral (PP, EP, TP with SP); DeepSeek-V3 is refused by
- * its capability rule (MTP under PP with an untied embedding). */
+ * train, and the tiny MoE recipes, Mixtral (PP, EP, TP with SP) and DeepSeek-V3 (MTP under PP
+ * with an untied embedding); LoRA on an MoE model under EP is refused by its capability rule. */
 static void test_capability_refusals_name_their_rule(void) {
     const struct {
         const char *recipe, *refused_by; /* NULL: trains */
-    } want[] = {
-        {"llama_tiny_pretrain", NULL},   {"gpt_tiny_pretrain", NULL},
-        {"llama32_1b_pretrain", NULL},   {"moe_tiny_pretrain", NULL},
-        {"qwen3_600m_pretrain", NULL},   {"qwen3_8b_pretrain", NULL},
-        {"mixtral_8x7b_pretrain", NULL}, {"mixtral_8x22b_pretrain", NULL},
-        {"gpt2_124m_pretrain", NULL},    {"deepseek_v3_pretrain", "runtime.mtp_pipeline_untied"}};
+    } want[] = {{"llama_tiny_pretrain", NULL},
+                {"gpt_tiny_pretrain", NULL},
+                {"llama32_1b_pretrain", NULL},
+                {"moe_tiny_pretrain", NULL},
+                {"qwen3_600m_pretrain", NULL},
+                {"qwen3_8b_pretrain", NULL},
+                {"mixtral_8x7b_pretrain", NULL},
+                {"mixtral_8x22b_pretrain", NULL},
+                {"gpt2_124m_pretrain", NULL},
+                {"deepseek_v3_pretrain", NULL},
+                {"qwen3_30b_a3b_lora", "runtime.moe_peft"}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const tr_recipe *r = tr_recipe_find(want[i].recipe);
         CHECK(r != NULL);

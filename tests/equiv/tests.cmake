@@ -604,6 +604,10 @@ tr_equiv_test(moe_tp2_sp_zloss 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CL
               model.moe_z_loss_coeff=0.001 -- ${TR_MOE_TP2})
 tr_equiv_test(mixtral_ep4_tp2_dp2_sp 4 mixtral_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} --
               ${TR_MOE_TP2} model.expert_model_parallel_size=4 ${TR_DISTOPT})
+# DeepSeek-like whole (MLA, sigmoid routing with expert bias, a shared expert, the MTP depth)
+# under TP 2 with SP.
+tr_equiv_test(deepseek_tp2_sp 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} --
+              ${TR_MOE_TP2})
 # MoE under CP: each rank routes its two chunks of every sequence; the aux loss's counts are
 # summed over TP x CP like under SP, and the balancing losses' gradients scaled by CP (the DP x CP
 # reduction divides by it); alone, and with EP 2 (expert DP 2 absorbs CP), seq aux and z-loss.

@@ -94,10 +94,11 @@ typedef struct tr_moe_dims {
 enum { TR_MOE_RC_ALL = 1, TR_MOE_RC_ACT = 2, TR_MOE_RC_SHARED = 4 };
 
 /* The buffers tr_moe_create allocates for its states and scratch, bytes each in allocation order
- * (the states' floats and the backward's scratch, the states' ints, less the recompute state; with EP > 1 the exchange's
- * floats and ints): the one sizing the runtime allocates with and the planner plans with. The
- * expert rows are dropless' worst case (every token's top-k rows; with EP, EP times that on one
- * rank) unless a capacity factor pads them to capacity. Returns how many (0: invalid). */
+ * (the states' floats and the backward's scratch, the states' ints; with EP > 1 the exchange's
+ * floats and ints; not the recompute state): the one sizing the runtime allocates with and the
+ * planner plans with. The expert rows are dropless' worst case (every token's top-k rows; with
+ * EP, EP times that on one rank) unless a capacity factor pads them. Returns how many (0:
+ * invalid). */
 #define TR_MOE_MAX_BUFFERS 4
 int tr_moe_buffer_bytes(const struct tr_moe_spec *s, const tr_moe_dims *d,
                         int64_t out[TR_MOE_MAX_BUFFERS]);

@@ -70,8 +70,7 @@ static void train(run *r, unsigned rc, const float *x, const float *dy) {
     CHECK_INT_EQ(tr_moe_create(&r->L, &s, &d, tr_ops_cpu()), TR_OK);
     tr_moe_bind(r->L, r->p, r->g, off);
     for (int m = 0; m < SLOTS; m++)
-        CHECK_INT_EQ(tr_moe_forward(r->L, m, x + m * T * H, r->y[m], true, 11, (uint64_t)m),
-                     TR_OK);
+        CHECK_INT_EQ(tr_moe_forward(r->L, m, x + m * T * H, r->y[m], true, 11, (uint64_t)m), TR_OK);
     for (int m = 0; m < SLOTS; m++) {
         if (rc) {
             float y[T * H];

@@ -572,6 +572,15 @@ tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_pp2 2 qwen3_moe_tiny_pretrain ${TR
 tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_pp2_dp2_distopt 4 qwen3_moe_tiny_pretrain
                        ${TR_MOE_LORA} peft.dropout=0.1 optimizer.clip_grad=0.05 -- ${TR_PP2}
                        ${TR_DISTOPT})
+# Recomputed with the adapters' dropout (runtime/moe/recompute.c): the rerun redraws the slot's
+# masks; bitwise the run without, fewer activation floats.
+tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_recompute_full 1 --same-layout --fewer-acts
+                       qwen3_moe_tiny_pretrain ${TR_MOE_LORA} peft.dropout=0.1 -- -- ${TR_RC_FULL}
+                       model.recompute_method=uniform model.recompute_num_layers=1)
+tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_recompute_moe_act_shared 1 --same-layout --fewer-acts
+                       qwen3_moe_tiny_pretrain ${TR_MOE_LORA} peft.dropout=0.1 -- --
+                       ${TR_RC_SEL} model.moe_grouped_gemm=true
+                       model.recompute_modules=[moe_act,shared_experts])
 
 # Expert parallelism (runtime/moe/dispatch.c): each EP rank holds experts/EP of every MoE layer,
 # tokens travel to them by the alltoall dispatcher, and their gradients live in a buffer of their

@@ -245,8 +245,6 @@
       "An MoE model has at most 1024 experts and 256 layers.")                                     \
     X(tr_check_runtime_moe_tp, "runtime.moe_tp", E, false,                                         \
       "MoE layers: expert TP 1; under TP or CP no input jitter, dropless.")                        \
-    X(tr_check_runtime_moe_recompute, "runtime.moe_recompute", E, false,                           \
-      "MoE models train without activation recomputation (not built yet).")                        \
     X(tr_check_runtime_moe_peft, "runtime.moe_peft", E, false,                                     \
       "LoRA on MoE models runs without DoRA and expert parallelism (not built yet).")              \
     X(tr_check_runtime_moe_bias, "runtime.moe_bias", E, false,                                     \
@@ -271,9 +269,6 @@
       "Multi-latent attention runs with RMSNorm.")                                                 \
     X(tr_check_runtime_mla_rope_dim, "runtime.mla_rope_dim", E, false,                             \
       "qk_pos_emb_head_dim is even under multi-latent attention.")                                 \
-    X(tr_check_runtime_recompute_modules, "runtime.recompute_modules", E, false,                   \
-      "Selective recomputation names core_attn, mlp, layernorm or mla_up_proj (no MoE modules "    \
-      "yet).")                                                                                     \
     X(tr_check_runtime_fsdp, "runtime.fsdp", E, false,                                             \
       "FSDP (dist.use_megatron_fsdp, dist.use_torch_fsdp2, ddp.use_megatron_fsdp) is off.")        \
     X(tr_check_runtime_mtp_context_parallel, "runtime.mtp_context_parallel", E, false,             \

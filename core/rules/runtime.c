@@ -148,14 +148,6 @@ TR_RULE_FN(tr_check_runtime_moe_tp) {
                 NOT_YET, "token dropping on a part of each sequence (TP or CP)");
 }
 
-TR_RULE_FN(tr_check_runtime_moe_recompute) {
-    int g = c->model.recompute_granularity;
-    if (!moe(c) || (g != TR_RECG_FULL && g != TR_RECG_SELECTIVE)) return;
-    TR_FAIL("model.recompute_granularity,model.num_moe_experts",
-            "set model.recompute_granularity=null", NOT_YET,
-            "activation recomputation in MoE models");
-}
-
 /* LoRA on MoE layers adapts each expert's and the shared expert's fc1 / fc2 (runtime/moe/lora.c)
  * on one expert rank: DoRA's magnitudes there and the adapters under expert parallelism (whose
  * received rows the dropout keys cannot name) are not built. */
@@ -259,19 +251,6 @@ TR_RULE_FN(tr_check_runtime_mla_rope_dim) {
     if (!c->model.multi_latent_attention || c->model.qk_pos_emb_head_dim % 2 == 0) return;
     TR_FAIL("model.qk_pos_emb_head_dim", "use an even model.qk_pos_emb_head_dim",
             "the rotary part of an MLA head rotates pairs: qk_pos_emb_head_dim must be even");
-}
-
-/* Megatron's selective modules of MoE layers name pieces this runtime does not recompute yet;
- * accepting them would keep what the user asked to recompute. */
-TR_RULE_FN(tr_check_runtime_recompute_modules) {
-    static const char *const later[] = {"moe", "moe_act", "shared_experts"};
-    if (c->model.recompute_granularity != TR_RECG_SELECTIVE) return;
-    for (size_t k = 0; k < sizeof later / sizeof *later; k++) {
-        if (!tr_strlist_has(&c->model.recompute_modules, later[k])) continue;
-        char what[96];
-        TR_FAIL("model.recompute_modules", "recompute core_attn, mlp, layernorm and/or mla_up_proj",
-                NOT_YET, TR_FMT(what, "recomputing the %s module", later[k]));
-    }
 }
 
 /* Megatron-Bridge override files carry the FSDP switches; Trestle shards the optimizer state

@@ -78,6 +78,23 @@ unsigned tr_model_rc_dropped(const tr_model *m, int part, int layer, int *set) {
     return TR_RC_ALL & ~(layer == first ? (unsigned)TR_RC_X_IN : 0u);
 }
 
+unsigned tr_model_moe_rc(const tr_model_spec *s, const tr_model_part *p, int layer, int *set) {
+    *set = 0;
+    if (s->recompute == TR_RECOMPUTE_FULL) {
+        int first;
+        if (layer >= s->num_layers) return s->recompute_layers > 0 ? TR_MOE_RC_ALL : 0u;
+        if (!full_run(s, p, layer, &first)) return 0;
+        *set = layer - first;
+        return TR_MOE_RC_ALL;
+    }
+    if (s->recompute != TR_RECOMPUTE_SELECTIVE) return 0;
+    unsigned mods = s->recompute_modules, rc = 0;
+    if (mods & (1u << TR_RC_MOD_MOE)) return TR_MOE_RC_ALL;
+    if (mods & (1u << TR_RC_MOD_MOE_ACT)) rc |= TR_MOE_RC_ACT;
+    if (mods & (1u << TR_RC_MOD_SHARED_EXPERTS) && s->moe.shared_ffn > 0) rc |= TR_MOE_RC_SHARED;
+    return rc;
+}
+
 int tr_model_rc_sets(const tr_model *m) {
     const tr_model_spec *s = &m->spec;
     int most = 0;

@@ -224,11 +224,15 @@ static tr_status moe_fwd(tr_model *m, int i, float *x_out) {
     tr_layer_acts *a = &m->acts[i];
     int rows = tr_tp_local_rows(m);
     int64_t n = (int64_t)rows * m->spec.hidden;
-    if (!x_out) return TR_ERR_INVALID; /* no recomputation of MoE layers (runtime.moe_layers) */
     TR_TRY(tr_model_norm_fwd(m, m->dtmp, a->ln2_mean, a->ln2_rstd, a->x_mid, p->ln2_w, p->ln2_b,
                              rows));
-    TR_TRY(tr_moe_forward(m->moe[i], m->moe_slot, m->dtmp, m->dtmp, m->training, m->dropout_seed,
-                          m->dropout_round));
+    if (m->moe_rerun) /* full recomputation: the layer again, counting nothing twice */
+        TR_TRY(tr_moe_recompute(m->moe[i], m->moe_slot, m->dtmp, m->dtmp, m->dropout_seed,
+                                m->dropout_round));
+    else
+        TR_TRY(tr_moe_forward(m->moe[i], m->moe_slot, m->dtmp, m->dtmp, m->training,
+                              m->dropout_seed, m->dropout_round));
+    if (!x_out) return TR_OK; /* a recomputed run's last layer: its output is kept */
     TR_TRY(dropout_fwd(m, m->dtmp, 2 + 2 * i));
     TR_TRY(tr_model_copy(m, x_out, a->x_mid, n));
     return m->ops->add(x_out, m->dtmp, n);

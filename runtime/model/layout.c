@@ -433,6 +433,63 @@ tr_status tr_model_moe_bind(tr_model *m) {
     return TR_OK;
 }
 
+/* Layer i's recompute sharing and set, from the part that holds it (an MTP depth's: the loss
+ * part). */
+static unsigned moe_rc(const tr_model *m, int i, int *set) {
+    const tr_model_spec *s = &m->spec;
+    *set = 0;
+    for (int k = 0; k < m->n_parts; k++) {
+        const tr_model_part *p = &m->parts[k];
+        bool held = i < s->num_layers ? i >= p->first_layer && i < p->first_layer + p->num_layers
+                                      : p->has_loss;
+        if (held) return tr_model_moe_rc(s, p, i, set);
+    }
+    return 0;
+}
+
+/* The dims of MoE layer i (false: dense or not held here), *set its recompute state's. */
+static bool moe_dims(const tr_model *m, int i, tr_moe_dims *d, int *set) {
+    const tr_model_spec *s = &m->spec;
+    bool held = i < s->num_layers ? holds_layer(m->parts, m->n_parts, i)
+                                  : any_part(m->parts, m->n_parts, true);
+    if (!tr_model_is_moe_layer(s, i) || !held) return false;
+    *d = (tr_moe_dims){.hidden = s->hidden,
+                       .batch = m->batch,
+                       .seq = s->seq,
+                       .slots = tr_model_layer_slots(m, i),
+                       .layer = i,
+                       .swiglu = s->swiglu,
+                       .gelu_tanh = s->gelu_tanh,
+                       .lowp = s->lowp,
+                       .rc = moe_rc(m, i, set),
+                       .dev = m->dev,
+                       .sp = (s->sequence_parallel ? m->tp.size : 1) * (s->cp > 1 ? s->cp : 1)};
+    d->seq = s->sequence_parallel ? s->seq / m->tp.size : s->seq; /* s->seq: CP's share */
+    return true;
+}
+
+/* The recompute states, each as large as the largest layer's that uses it. */
+static tr_status moe_rc_alloc(tr_model *m, int n_all) {
+    int64_t fb[TR_MOE_MAX_LAYERS] = {0}, ib[TR_MOE_MAX_LAYERS] = {0};
+    for (int i = 0; i < n_all; i++) {
+        tr_moe_dims d;
+        int set;
+        if (!moe_dims(m, i, &d, &set) || !d.rc) continue;
+        int64_t ints, floats = tr_moe_rc_bytes(&m->spec.moe, &d, &ints);
+        if (set < 0 || set >= TR_MOE_MAX_LAYERS || floats <= 0) return TR_ERR_INVALID;
+        fb[set] = floats > fb[set] ? floats : fb[set];
+        ib[set] = ints > ib[set] ? ints : ib[set];
+    }
+    for (int r = 0; r < TR_MOE_MAX_LAYERS; r++) {
+        if (!fb[r]) continue;
+        m->moe_act_bytes += fb[r] + ib[r];
+        m->moe_rc_buf[r] = tr_moe_dev_alloc(m->dev, fb[r]);
+        m->moe_rc_ibuf[r] = tr_moe_dev_alloc(m->dev, ib[r]);
+        if (!m->moe_rc_buf[r] || !m->moe_rc_ibuf[r]) return TR_ERR_NOMEM;
+    }
+    return TR_OK;
+}
+
 /* The MoE layers of the layers this model holds; host memory (runtime/moe/moe.h). */
 static tr_status moe_create(tr_model *m) {
     const tr_model_spec *s = &m->spec;
@@ -442,27 +499,21 @@ static tr_status moe_create(tr_model *m) {
     m->moe = calloc((size_t)n_all, sizeof *m->moe);
     m->moe_param0 = calloc((size_t)n_all, sizeof *m->moe_param0);
     if (!m->moe || !m->moe_param0) return TR_ERR_NOMEM;
+    TR_TRY(moe_rc_alloc(m, n_all));
     char name[128], base[64];
     for (int i = 0; i < n_all; i++) {
-        bool held = i < s->num_layers ? holds_layer(m->parts, m->n_parts, i)
-                                      : any_part(m->parts, m->n_parts, true);
-        if (!tr_model_is_moe_layer(s, i) || !held) continue;
+        tr_moe_dims d;
+        int set;
+        if (!moe_dims(m, i, &d, &set)) continue;
         tr_model_layer_base(base, sizeof base, s, i);
         snprintf(name, sizeof name, "%s.mlp.router.weight", base);
         const tr_param_info *p = tr_model_find_param(m, name);
         if (!p) return TR_ERR_INTERNAL;
         m->moe_param0[i] = (int)(p - m->info);
-        tr_moe_dims d = {.hidden = s->hidden,
-                         .batch = m->batch,
-                         .seq = s->seq,
-                         .slots = tr_model_layer_slots(m, i),
-                         .layer = i,
-                         .swiglu = s->swiglu,
-                         .gelu_tanh = s->gelu_tanh,
-                         .lowp = s->lowp,
-                         .dev = m->dev,
-                         .sp = (s->sequence_parallel ? m->tp.size : 1) * (s->cp > 1 ? s->cp : 1)};
-        d.seq = s->sequence_parallel ? s->seq / m->tp.size : s->seq; /* s->seq: CP's share */
+        int64_t b[TR_MOE_MAX_BUFFERS];
+        for (int j = tr_moe_buffer_bytes(&s->moe, &d, b) - 1; j >= 0; j--) m->moe_act_bytes += b[j];
+        d.rc_buf = m->moe_rc_buf[set];
+        d.rc_ibuf = m->moe_rc_ibuf[set];
         TR_TRY(tr_moe_create(&m->moe[i], &s->moe, &d, m->ops));
     }
     return tr_model_moe_bind(m);
@@ -476,6 +527,12 @@ void tr_model_moe_set_comm(tr_model *m, struct tr_comm *comm) {
 static void moe_free(tr_model *m) {
     if (m->moe)
         for (int i = 0; i < m->spec.num_layers + m->spec.mtp_layers; i++) tr_moe_free(m->moe[i]);
+    for (int r = 0; r < TR_MOE_MAX_LAYERS; r++) {
+        tr_moe_dev_free(m->dev, m->moe_rc_buf[r]);
+        tr_moe_dev_free(m->dev, m->moe_rc_ibuf[r]);
+        m->moe_rc_buf[r] = NULL;
+        m->moe_rc_ibuf[r] = NULL;
+    }
     free(m->moe);
     free(m->moe_param0);
 }

@@ -132,7 +132,15 @@ typedef struct tr_model_spec {
 
 enum { TR_RECOMPUTE_NONE, TR_RECOMPUTE_FULL, TR_RECOMPUTE_SELECTIVE };
 /* Megatron's recompute_modules the runtime implements. */
-enum { TR_RC_MOD_CORE_ATTN, TR_RC_MOD_MLP, TR_RC_MOD_LAYERNORM, TR_RC_MOD_MLA_UP_PROJ };
+enum {
+    TR_RC_MOD_CORE_ATTN,
+    TR_RC_MOD_MLP,
+    TR_RC_MOD_LAYERNORM,
+    TR_RC_MOD_MLA_UP_PROJ,
+    TR_RC_MOD_MOE,
+    TR_RC_MOD_MOE_ACT,
+    TR_RC_MOD_SHARED_EXPERTS
+};
 
 /* The adaptable linear layers of a transformer layer (Megatron's module names). */
 enum { TR_LORA_QKV, TR_LORA_PROJ, TR_LORA_FC1, TR_LORA_FC2, TR_LORA_TARGETS };
@@ -333,6 +341,12 @@ typedef struct tr_model {
     int *moe_param0;
     int moe_slot;
     float moe_loss_scale;
+    bool moe_rerun; /* the layers' forward is recomputation's rerun (tr_moe_recompute) */
+    /* The MoE layers' recompute states (tr_moe_dims.rc_buf / rc_ibuf) by set, NULL unused, and
+     * the bytes of every MoE buffer (tr_moe_buffer_bytes of each layer and these). */
+    int64_t moe_act_bytes;
+    float *moe_rc_buf[TR_MOE_MAX_LAYERS];
+    int32_t *moe_rc_ibuf[TR_MOE_MAX_LAYERS];
     /* Mixed precision: the linear layers' weights rounded to spec.lowp (bf16/fp16 bit patterns),
      * what their forward and input-gradient GEMMs read (docs/runtime.md, "Mixed precision").
      * NULL in fp32 or with spec.no_weight_copy. Tensor i's copy starts at wcopy_off[i] (-1: none;
@@ -481,6 +495,13 @@ tr_status tr_model_moe_bind(tr_model *m);
 /* Gives the MoE layers the comm whose EP group carries their tokens (spec.moe.ep_size > 1). */
 void tr_model_moe_set_comm(tr_model *m, struct tr_comm *comm);
 
+/* What MoE layer `layer` of part p shares in its recompute state (tr_moe_dims.rc,
+ * TR_MOE_RC_*): the whole layer in a full-recomputation run (an MTP depth's layer on the loss
+ * part included) or with selective `moe`, else what `moe_act` / `shared_experts` name; and in
+ * *set which recompute state, shared by the layers of every part with that number (a run's
+ * place, as the model's recompute sets; 0 under selective). The runtime's layers and the
+ * planner's sizing both ask this. */
+unsigned tr_model_moe_rc(const tr_model_spec *s, const tr_model_part *p, int layer, int *set);
 /* Layer `layer` (an MTP depth's past the decoder's) has an MoE MLP. */
 bool tr_model_is_moe_layer(const tr_model_spec *s, int layer);
 /* The parameter list tr_model_create_parts would lay out (no buffers): *info is allocated

@@ -111,9 +111,9 @@ tr_status tr_model_spec_from_config(const tr_config *c, tr_model_spec *s, tr_dia
         s->recompute_block = m->recompute_method == TR_RECM_BLOCK;
         s->recompute_layers = (int)m->recompute_num_layers;
     } else if (m->recompute_granularity == TR_RECG_SELECTIVE) {
-        /* finalize made a null list Megatron's default [core_attn]; runtime.recompute_modules
-         * refused the modules of layers this runtime does not build */
-        static const char *const mods[] = {"core_attn", "mlp", "layernorm", "mla_up_proj"};
+        /* finalize made a null list Megatron's default [core_attn] (in TR_RC_MOD_* order) */
+        static const char *const mods[] = {"core_attn", "mlp",     "layernorm",     "mla_up_proj",
+                                           "moe",       "moe_act", "shared_experts"};
         s->recompute = TR_RECOMPUTE_SELECTIVE;
         for (unsigned k = 0; k < sizeof mods / sizeof *mods; k++)
             if (tr_strlist_has(&m->recompute_modules, mods[k])) s->recompute_modules |= 1u << k;

@@ -8,17 +8,26 @@
 #include "runtime/moe/internal.h"
 
 /* The layer's buffers (layer.c, dispatch.c): from the device when the dims name one. */
-void *tr_moe_buf_alloc(const tr_moe_layer *L, int64_t bytes) {
+void *tr_moe_dev_alloc(struct tr_device *dev, int64_t bytes) {
     void *p = NULL;
-    if (!L->d.dev) return calloc((size_t)(bytes > 0 ? bytes : 1), 1);
-    return tr_device_alloc(L->d.dev, TR_MEM_ACTIVATIONS, (size_t)bytes, &p) == TR_OK ? p : NULL;
+    if (!dev) return calloc((size_t)(bytes > 0 ? bytes : 1), 1);
+    return tr_device_alloc(dev, TR_MEM_ACTIVATIONS, (size_t)bytes, &p) == TR_OK ? p : NULL;
+}
+
+void tr_moe_dev_free(struct tr_device *dev, void *p) {
+    if (!p) return;
+    if (dev)
+        tr_device_free(dev, TR_MEM_ACTIVATIONS, p);
+    else
+        free(p);
+}
+
+void *tr_moe_buf_alloc(const tr_moe_layer *L, int64_t bytes) {
+    return tr_moe_dev_alloc(L->d.dev, bytes);
 }
 
 void tr_moe_buf_free(const tr_moe_layer *L, void *p) {
-    if (L->d.dev)
-        tr_device_free(L->d.dev, TR_MEM_ACTIVATIONS, p);
-    else
-        free(p);
+    tr_moe_dev_free(L->d.dev, p);
 }
 
 tr_status tr_moe_gemm(const tr_moe_layer *L, bool lowp, tr_transpose ta, tr_transpose tb, int m,
@@ -70,6 +79,15 @@ tr_status tr_moe_experts_fwd(tr_moe_layer *L, const tr_moe_rows *r) {
         TR_TRY(act_fwd(L, act, fc1, n, F));
         TR_TRY(lin_fwd(L, act, L->p.fc2[e], ye, n, h, F, 0.0f));
         TR_TRY(tr_moe_lora_fwd(L, TR_MOE_LORA_FC2, e, r0, act, ye, n));
+    }
+    return TR_OK;
+}
+
+tr_status tr_moe_experts_act(tr_moe_layer *L, const tr_moe_rows *r) {
+    int F = L->s.ffn, F1 = L->fc1_dim;
+    for (int e = 0; e < r->n; e++) {
+        int r0 = r->off[e], n = r->off[e + 1] - r0;
+        if (n > 0) TR_TRY(act_fwd(L, r->act + (int64_t)r0 * F, r->fc1 + (int64_t)r0 * F1, n, F));
     }
     return TR_OK;
 }

@@ -71,6 +71,7 @@ struct tr_moe_layer {
      * losses), permutation (gather, combine and their backward), routed experts, shared expert */
     double t_route, t_perm, t_experts, t_shared;
     struct tr_moe_lora *lora; /* the adapters (runtime/moe/lora.c), or NULL */
+    bool replay;              /* a recomputation's rerun of the forward (tr_moe_recompute) */
 };
 
 /* Routing of one microbatch into state st: logits from st->x (jittered), the chosen experts and
@@ -85,6 +86,9 @@ tr_status tr_moe_route_bwd(tr_moe_layer *L, const tr_moe_state *st, float aux_sc
 /* The local experts' MLPs, one GEMM per expert over its block of r: forward into r (fc1, act,
  * ye), backward from dy (dL/d ye) into dx (dL/d xp), accumulating the weights' gradients. */
 tr_status tr_moe_experts_fwd(tr_moe_layer *L, const tr_moe_rows *r);
+/* The activation of r's expert rows from their fc1 output, expert block by expert block as
+ * tr_moe_experts_fwd computes it. */
+tr_status tr_moe_experts_act(tr_moe_layer *L, const tr_moe_rows *r);
 tr_status tr_moe_experts_bwd(tr_moe_layer *L, const tr_moe_rows *r, const float *dy, float *dx);
 
 /* The alltoall dispatcher (EP > 1): st's expert rows (sorted by global expert) to the ranks

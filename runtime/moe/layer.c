@@ -113,48 +113,78 @@ static float *carve(float *base, int64_t *off, int64_t n) {
     return p;
 }
 
-static int32_t *carve_i(int32_t *base, int64_t *off, int64_t n) {
-    int32_t *p = base + *off;
-    *off += (n + 15) / 16 * 16;
-    return p;
+/* A state's tensors in groups: those recomputation may drop (TR_MOE_RC_*: routing and expert
+ * rows, the experts' activation, the shared expert) and the aux loss's weights, always kept per
+ * slot because a global aux loss's running counts have moved on by the backward. */
+enum { G_ROUTE = 1, G_ACT = 2, G_SHARED = 4, G_AUX = 8 };
+
+static unsigned dropped_groups(unsigned rc) {
+    unsigned g = 0;
+    if (rc & TR_MOE_RC_ALL) g |= G_ROUTE | G_ACT | G_SHARED;
+    if (rc & TR_MOE_RC_ACT) g |= G_ACT;
+    if (rc & TR_MOE_RC_SHARED) g |= G_SHARED;
+    return g;
 }
 
-/* The floats of one state (st NULL: only counted) and of the scratch. */
-static int64_t layout_state(const tr_moe_layer *L, float *at, tr_moe_state *st, int32_t *iat) {
+/* The floats of the groups `groups` of one state (st NULL: only counted) and its ints into
+ * *n_ints (iat NULL: only counted). */
+static int64_t layout_state(const tr_moe_layer *L, float *at, tr_moe_state *st, int32_t *iat,
+                            unsigned groups, int64_t *n_ints) {
     int64_t T = L->T, h = L->d.hidden, E = L->E, k = L->k, R = L->max_rows;
     int64_t SF = L->s.shared_ffn > 0 ? L->s.shared_ffn : 0, SF1 = L->s_fc1_dim;
     int64_t o = 0, io = 0;
     tr_moe_state s = {0};
-    s.x = carve(at, &o, T * h);
-    s.noise = L->s.jitter > 0.0f ? carve(at, &o, T * h) : NULL;
-    s.logits = carve(at, &o, T * E);
-    s.prob = carve(at, &o, T * k);
-    s.aux_n = carve(at, &o, (int64_t)L->d.batch * E);
-    s.xp = carve(at, &o, R * h);
-    s.fc1 = carve(at, &o, R * L->fc1_dim);
-    s.act = carve(at, &o, R * L->s.ffn);
-    s.ye = carve(at, &o, R * h);
-    if (SF) {
+    if (groups & G_ROUTE) {
+        s.x = carve(at, &o, T * h);
+        s.noise = L->s.jitter > 0.0f ? carve(at, &o, T * h) : NULL;
+        s.logits = carve(at, &o, T * E);
+        s.prob = carve(at, &o, T * k);
+    }
+    if (groups & G_AUX) s.aux_n = carve(at, &o, (int64_t)L->d.batch * E);
+    if (groups & G_ROUTE) {
+        s.xp = carve(at, &o, R * h);
+        s.fc1 = carve(at, &o, R * L->fc1_dim);
+    }
+    if (groups & G_ACT) s.act = carve(at, &o, R * L->s.ffn);
+    if (groups & G_ROUTE) s.ye = carve(at, &o, R * h);
+    if (SF && (groups & G_SHARED)) {
         s.s_fc1 = carve(at, &o, T * SF1);
         s.s_act = carve(at, &o, T * SF);
         s.s_y = carve(at, &o, T * h);
         s.s_gate = carve(at, &o, T);
     }
-    if (iat) {
-        s.idx = carve_i(iat, &io, T * k);
-        s.pos = carve_i(iat, &io, T * k);
-        s.row_a = carve_i(iat, &io, R);
-        s.off = carve_i(iat, &io, E + 1);
+    int64_t ni[4] = {T * k, T * k, R, E + 1};
+    int32_t **ip[4] = {&s.idx, &s.pos, &s.row_a, &s.off};
+    for (int i = 0; i < 4 && (groups & G_ROUTE); i++) {
+        *ip[i] = iat ? iat + io : NULL;
+        io += (ni[i] + 15) / 16 * 16;
     }
     if (st) *st = s;
+    if (n_ints) *n_ints = io;
     return o;
 }
 
-static int64_t ints_per_state(const tr_moe_layer *L) {
-    int64_t r = 0, T = L->T, k = L->k;
-    int64_t n[4] = {T * k, T * k, L->max_rows, L->E + 1};
-    for (int i = 0; i < 4; i++) r += (n[i] + 15) / 16 * 16;
-    return r;
+/* The dropped groups' tensors of a slot's state: those of the shared recompute state. */
+static void share_groups(tr_moe_state *st, const tr_moe_state *from, unsigned groups) {
+    if (groups & G_ROUTE) {
+        st->x = from->x, st->noise = from->noise, st->logits = from->logits;
+        st->prob = from->prob, st->xp = from->xp, st->fc1 = from->fc1, st->ye = from->ye;
+        st->idx = from->idx, st->pos = from->pos, st->row_a = from->row_a, st->off = from->off;
+    }
+    if (groups & G_ACT) st->act = from->act;
+    if (groups & G_SHARED) {
+        st->s_fc1 = from->s_fc1, st->s_act = from->s_act;
+        st->s_y = from->s_y, st->s_gate = from->s_gate;
+    }
+}
+
+/* Floats and ints of one slot's state and of the recompute state (sizes + 16 for alignment). */
+static void state_sizes(const tr_moe_layer *L, int64_t *per, int64_t *iper, int64_t *set,
+                        int64_t *iset) {
+    unsigned drop = dropped_groups(L->d.rc), all = G_ROUTE | G_ACT | G_SHARED | G_AUX;
+    *per = layout_state(L, NULL, NULL, NULL, all & ~drop, iper) + 16;
+    *set = drop ? layout_state(L, NULL, NULL, NULL, drop, iset) : 0;
+    if (!drop) *iset = 0;
 }
 
 static int64_t layout_scratch(tr_moe_layer *L, float *at, bool bind) {
@@ -221,15 +251,27 @@ static tr_status layer_dims(tr_moe_layer *L, const tr_moe_spec *s, const tr_moe_
     return TR_OK;
 }
 
+int64_t tr_moe_rc_bytes(const tr_moe_spec *s, const tr_moe_dims *d, int64_t *int_bytes) {
+    tr_moe_layer L;
+    memset(&L, 0, sizeof L);
+    *int_bytes = 0;
+    if (layer_dims(&L, s, d) != TR_OK) return 0;
+    int64_t per, iper, set, iset;
+    state_sizes(&L, &per, &iper, &set, &iset);
+    *int_bytes = iset * (int64_t)sizeof(int32_t);
+    return set * (int64_t)sizeof(float);
+}
+
 int tr_moe_buffer_bytes(const tr_moe_spec *s, const tr_moe_dims *d,
                         int64_t out[TR_MOE_MAX_BUFFERS]) {
     tr_moe_layer L;
     memset(&L, 0, sizeof L);
     if (layer_dims(&L, s, d) != TR_OK) return 0;
-    int64_t per = layout_state(&L, NULL, NULL, NULL) + 16;
+    int64_t per, iper, set, iset;
+    state_sizes(&L, &per, &iper, &set, &iset);
     int n = 0;
     out[n++] = (per * L.d.slots + layout_scratch(&L, NULL, false)) * (int64_t)sizeof(float);
-    out[n++] = ints_per_state(&L) * L.d.slots * (int64_t)sizeof(int32_t);
+    out[n++] = iper * L.d.slots * (int64_t)sizeof(int32_t);
     if (L.ep > 1) {
         int64_t floats, ints;
         tr_moe_ep_sizes(&L, &floats, &ints);
@@ -247,6 +289,7 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     if (!L) return TR_ERR_NOMEM;
     /* (the EP group's comm may come later, tr_moe_set_comm: the forward checks it) */
     tr_status ds = layer_dims(L, s, d);
+    if (ds == TR_OK && dropped_groups(d->rc) && (!d->rc_buf || !d->rc_ibuf)) ds = TR_ERR_INVALID;
     if (ds != TR_OK) {
         free(L);
         return ds;
@@ -258,7 +301,8 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
         free(L);
         return TR_ERR_INVALID;
     }
-    int64_t per = layout_state(L, NULL, NULL, NULL) + 16;
+    int64_t per, iper, set, iset;
+    state_sizes(L, &per, &iper, &set, &iset);
     L->buf = tr_moe_buf_alloc(L, bytes[0]);
     L->ibuf = tr_moe_buf_alloc(L, bytes[1]);
     L->st = calloc((size_t)L->d.slots, sizeof *L->st);
@@ -275,8 +319,14 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
     L->ga_counts = L->counts + L->E;
     L->seen = L->counts + 2 * L->E;
     L->aux_P = L->aux_N + (size_t)L->d.batch * L->E;
-    for (int i = 0; i < L->d.slots; i++)
-        layout_state(L, L->buf + per * i, &L->st[i], L->ibuf + ints_per_state(L) * i);
+    unsigned drop = dropped_groups(L->d.rc), all = G_ROUTE | G_ACT | G_SHARED | G_AUX;
+    tr_moe_state rc = {0};
+    if (drop) /* the recompute state, in the caller's storage (tr_moe_rc_bytes) */
+        layout_state(L, d->rc_buf, &rc, d->rc_ibuf, drop, NULL);
+    for (int i = 0; i < L->d.slots; i++) {
+        layout_state(L, L->buf + per * i, &L->st[i], L->ibuf + iper * i, all & ~drop, NULL);
+        share_groups(&L->st[i], &rc, drop);
+    }
     layout_scratch(L, L->buf + per * L->d.slots, true);
     tr_status lst = tr_moe_lora_create(L);
     if (lst != TR_OK) {
@@ -326,7 +376,7 @@ tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bo
     TR_TRY(tr_moe_route(L, st, training, seed, round, &lb, &z));
     double t1 = now();
     L->t_route += t1 - t0;
-    if (training) {
+    if (training && !L->replay) { /* a recomputation's rerun counts nothing again */
         L->lb_sum += lb;
         L->z_sum += z;
         L->n_stats++;

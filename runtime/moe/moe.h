@@ -75,19 +75,40 @@ typedef struct tr_moe_dims {
      * mean cover every part, so the parts' losses add up to the whole sequences'. 0 or 1: none.
      */
     int sp;
+    /* Activation recomputation (TR_MOE_RC_*): what the slots' states share in one recompute
+     * state instead of keeping per slot; the backward of such a slot needs tr_moe_recompute
+     * first. 0: everything kept. The recompute state lives in the caller's rc_buf / rc_ibuf
+     * (tr_moe_rc_bytes each; device activations as dev's), which layers may share when no
+     * layer's recomputation falls between another's and its backward. */
+    unsigned rc;
+    float *rc_buf;
+    int32_t *rc_ibuf;
     /* Where the states and scratch live: a host-visible device's activations (its peaks count
      * them), or NULL for the heap. */
     struct tr_device *dev;
 } tr_moe_dims;
 
+/* Megatron's MoE recompute modules: `moe` the whole layer (router, dispatch, experts, shared
+ * expert) from its kept input, `moe_act` the routed experts' activation from their fc1 output,
+ * `shared_experts` the shared expert from the layer's input. */
+enum { TR_MOE_RC_ALL = 1, TR_MOE_RC_ACT = 2, TR_MOE_RC_SHARED = 4 };
+
 /* The buffers tr_moe_create allocates for its states and scratch, bytes each in allocation order
  * (the states' floats and the backward's scratch, the states' ints; with EP > 1 the exchange's
- * floats and ints): the one sizing the runtime allocates with and the planner plans with. The
- * expert rows are dropless' worst case (every token's top-k rows; with EP, EP times that on one
- * rank) unless a capacity factor pads them to capacity. Returns how many (0: invalid). */
+ * floats and ints; not the recompute state): the one sizing the runtime allocates with and the
+ * planner plans with. The expert rows are dropless' worst case (every token's top-k rows; with
+ * EP, EP times that on one rank) unless a capacity factor pads them. Returns how many (0:
+ * invalid). */
 #define TR_MOE_MAX_BUFFERS 4
 int tr_moe_buffer_bytes(const struct tr_moe_spec *s, const tr_moe_dims *d,
                         int64_t out[TR_MOE_MAX_BUFFERS]);
+/* The bytes of the recompute state's floats (returned) and ints (*int_bytes) for dims.rc; 0
+ * without recomputation. Not in tr_moe_buffer_bytes: the caller allocates them. */
+int64_t tr_moe_rc_bytes(const struct tr_moe_spec *s, const tr_moe_dims *d, int64_t *int_bytes);
+
+/* A zeroed buffer in dev's activations (NULL dev: the heap), and its release (p NULL: none). */
+void *tr_moe_dev_alloc(struct tr_device *dev, int64_t bytes);
+void tr_moe_dev_free(struct tr_device *dev, void *p);
 
 enum { TR_MOE_INIT_NORMAL, TR_MOE_INIT_SCALED, TR_MOE_INIT_ZERO };
 
@@ -135,6 +156,13 @@ void tr_moe_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *of
  */
 tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bool training,
                          uint64_t seed, uint64_t round);
+/* Before the backward of `slot` of a layer with dims.rc: what the slot did not keep, again from
+ * the same inputs with the same ops, so the same bits. TR_MOE_RC_ALL reruns the forward on x
+ * (the layer's input again; y its output, or NULL) with the slot's seed and round, counting
+ * no statistic, expert-bias count or balancing loss a second time; the others read the slot's
+ * kept tensors (x, y unused). */
+tr_status tr_moe_recompute(tr_moe_layer *L, int slot, const float *x, float *y, uint64_t seed,
+                           uint64_t round);
 /* dx (overwritten; may be dy) from dy, the gradient of the forward stored in `slot`; parameter
  * gradients accumulate. loss_scale multiplies the balancing losses' gradients: the main loss's
  * backward scale (Megatron's MoEAuxLossAutoScaler), the fp16 loss scale included. */

@@ -233,7 +233,9 @@ tr_status tr_moe_route(tr_moe_layer *L, tr_moe_state *st, bool training, uint64_
     dispatch(L, st);
     st->training = training;
     *lb = *z = 0.0;
-    if (!training) return TR_OK;
+    /* a recomputation's rerun: the counts, the losses and the aux weights (kept per slot) are
+     * the forward's */
+    if (!training || L->replay) return TR_OK;
     for (int e = 0; e < E; e++) {
         double n = st->off[e + 1] - st->off[e];
         L->seen[e] += n;

@@ -393,19 +393,23 @@ static tr_status cp_buffers(const tr_config *c, const tr_model_spec *ms, const t
 }
 
 /* The MoE layers' states and scratch (runtime/moe/layer.c allocates them as activations, one
- * set per layer this rank holds, with its part's slots; an MTP depth's layer on the loss stage):
+ * set per layer this rank holds, with its part's slots, less what recomputation shares in one
+ * recompute state; an MTP depth's layer on the loss stage):
  * tr_moe_buffer_bytes, the sizing tr_moe_create allocates with (dropless: the worst case). */
 static tr_status moe_buffers(const tr_model_spec *ms, int tp, int mbs, const tr_model_part *parts,
                              int n_parts, const tr_plan_gpu *g, int64_t *bytes, int64_t *rounded) {
     if (ms->moe.experts <= 0) return TR_OK;
     /* a sequence-parallel rank routes its own rows */
     int seq = ms->sequence_parallel && tp > 1 ? ms->seq / tp : ms->seq;
+    /* the recompute states: one per set, the largest of its layers' (runtime/model/layout.c) */
+    int64_t rc[TR_MOE_MAX_LAYERS][2] = {{0}};
     for (int k = 0; k < n_parts; k++) {
         const tr_model_part *p = &parts[k];
         int n = p->num_layers + (p->has_loss ? ms->mtp_layers : 0);
         for (int i = 0; i < n; i++) {
             int layer = i < p->num_layers ? p->first_layer + i : ms->num_layers + i - p->num_layers;
             if (!tr_model_is_moe_layer(ms, layer)) continue;
+            int set;
             tr_moe_dims dm = {.hidden = ms->hidden,
                               .batch = mbs,
                               .seq = seq,
@@ -413,13 +417,20 @@ static tr_status moe_buffers(const tr_model_spec *ms, int tp, int mbs, const tr_
                               .layer = layer,
                               .swiglu = ms->swiglu,
                               .gelu_tanh = ms->gelu_tanh,
-                              .lowp = ms->lowp};
-            int64_t b[TR_MOE_MAX_BUFFERS];
+                              .lowp = ms->lowp,
+                              .rc = tr_model_moe_rc(ms, p, layer, &set)};
+            int64_t b[TR_MOE_MAX_BUFFERS], ints, floats = tr_moe_rc_bytes(&ms->moe, &dm, &ints);
+            if (set < 0 || set >= TR_MOE_MAX_LAYERS) return TR_ERR_INVALID;
+            rc[set][0] = floats > rc[set][0] ? floats : rc[set][0];
+            rc[set][1] = ints > rc[set][1] ? ints : rc[set][1];
             int nb = tr_moe_buffer_bytes(&ms->moe, &dm, b);
             if (nb == 0) return TR_ERR_INVALID;
             for (int j = 0; j < nb; j++) *bytes += b[j], *rounded += tr_plan_round(g, b[j]);
         }
     }
+    for (int r = 0; r < TR_MOE_MAX_LAYERS; r++)
+        for (int j = 0; j < 2 && rc[r][0]; j++)
+            *bytes += rc[r][j], *rounded += tr_plan_round(g, rc[r][j]);
     return TR_OK;
 }
 

@@ -10,7 +10,7 @@ grep -q "^catalog: [1-9][0-9]* recipes, [1-9][0-9]* (recipe, world size) checks"
 expect_in "$TMP/out" " 0 failures" "a clean catalog"
 # What this runtime cannot train is listed under the capability rule's id, not failed; the dry
 # run of that recipe fails with the same id, as its launch does.
-expect_in "$TMP/out" "qwen3_30b_a3b_8gpu_pretrain @ world 8: not trained by this runtime: runtime.moe_recompute" \
+expect_in "$TMP/out" "qwen3_30b_a3b_lora @ world 4: not trained by this runtime: runtime.moe_peft" \
     "a capability refusal"
 grep -q "refusals by the runtime" "$TMP/out" || { show; fail "no refusal count"; }
 if grep -q "^llama_tiny_pretrain @ .*not trained" "$TMP/out"; then show; fail "llama_tiny refused"; fi

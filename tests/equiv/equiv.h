@@ -46,7 +46,7 @@ typedef struct run_out {
      * from the group's first rank's (they must stay equal bit for bit). */
     int64_t kv_drift;
     int memory_bad;    /* the memory check failed on this rank */
-    int64_t act_numel; /* the model's activation floats on this rank */
+    int64_t act_numel; /* the model's activation floats on this rank (MoE buffers included) */
 } run_out;
 
 /* The memory saving is real: the stages (and, with EP, the expert ranks) partition the model,

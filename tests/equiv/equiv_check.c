@@ -126,7 +126,8 @@ static tr_status capture(void *ctx, const tr_model *m) {
         }
     }
     o->memory_bad = equiv_check_memory(o, m);
-    o->act_numel = m->act_numel;
+    /* the MoE layers' states count too: recomputation shares them */
+    o->act_numel = m->act_numel + m->moe_act_bytes / (int64_t)sizeof(float);
     return TR_OK;
 }
 

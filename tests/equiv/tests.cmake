@@ -572,6 +572,15 @@ tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_pp2 2 qwen3_moe_tiny_pretrain ${TR
 tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_pp2_dp2_distopt 4 qwen3_moe_tiny_pretrain
                        ${TR_MOE_LORA} peft.dropout=0.1 optimizer.clip_grad=0.05 -- ${TR_PP2}
                        ${TR_DISTOPT})
+# Recomputed with the adapters' dropout (runtime/moe/recompute.c): the rerun redraws the slot's
+# masks; bitwise the run without, fewer activation floats.
+tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_recompute_full 1 --same-layout --fewer-acts
+                       qwen3_moe_tiny_pretrain ${TR_MOE_LORA} peft.dropout=0.1 -- -- ${TR_RC_FULL}
+                       model.recompute_method=uniform model.recompute_num_layers=1)
+tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_recompute_moe_act_shared 1 --same-layout --fewer-acts
+                       qwen3_moe_tiny_pretrain ${TR_MOE_LORA} peft.dropout=0.1 -- --
+                       ${TR_RC_SEL} model.moe_grouped_gemm=true
+                       model.recompute_modules=[moe_act,shared_experts])
 
 # Expert parallelism (runtime/moe/dispatch.c): each EP rank holds experts/EP of every MoE layer,
 # tokens travel to them by the alltoall dispatcher, and their gradients live in a buffer of their
@@ -617,6 +626,60 @@ tr_equiv_test(qwen3_moe_ep2_cp2 4 qwen3_moe_tiny_pretrain ${TR_EQUIV_COMMON} ${T
               train.micro_batch_size=2 model.moe_router_load_balancing_type=seq_aux_loss
               model.moe_aux_loss_coeff=0.01 model.moe_z_loss_coeff=0.001 -- ${TR_EP2}
               model.context_parallel_size=2)
+# Recomputation of MoE layers (runtime/moe/recompute.c): full (uniform, block) reruns them whole,
+# selective moe the layer, moe_act the experts' activation, shared_experts the shared expert;
+# bitwise the run without, with fewer activation floats (the MoE states counted) on every rank.
+# The rerun must count no expert-bias token, logged token or balancing loss again and redraw the
+# jitter and the drops: jitter, a capacity factor and the global aux loss (its running counts have
+# moved on by the backward) on moe_tiny, DeepSeek's expert bias, seq aux loss, shared expert and
+# MTP depth (an MoE layer), dropout everywhere.
+set(TR_MOE_RC_EXTRA model.moe_input_jitter_eps=0.01 model.moe_expert_capacity_factor=1.0
+    model.moe_router_load_balancing_type=global_aux_loss)
+set(TR_MOE_ACT_RC ${TR_RC_SEL} model.moe_grouped_gemm=true)
+tr_equiv_recompute_test(moe_recompute_full_uniform 1 moe_tiny_pretrain ${TR_RC_COMMON}
+                        ${TR_MOE_RC_EXTRA} -- -- ${TR_RC_FULL} model.recompute_method=uniform
+                        model.recompute_num_layers=1)
+tr_equiv_recompute_test(moe_recompute_full_block 1 moe_tiny_pretrain ${TR_RC_COMMON}
+                        ${TR_MOE_RC_EXTRA} -- -- ${TR_RC_FULL} model.recompute_method=block
+                        model.recompute_num_layers=2)
+tr_equiv_recompute_test(moe_recompute_moe_act 1 moe_tiny_pretrain ${TR_RC_COMMON}
+                        ${TR_MOE_RC_EXTRA} -- -- ${TR_MOE_ACT_RC} model.recompute_modules=[moe_act])
+tr_equiv_recompute_test(qwen3_moe_recompute_moe 1 qwen3_moe_tiny_pretrain ${TR_RC_COMMON} -- --
+                        ${TR_RC_SEL} model.recompute_modules=[moe])
+tr_equiv_recompute_test(deepseek_recompute_full_uniform 1 deepseek_tiny_pretrain ${TR_RC_COMMON}
+                        -- -- ${TR_RC_FULL} model.recompute_method=uniform model.recompute_num_layers=2)
+tr_equiv_recompute_test(deepseek_recompute_shared_experts 1 deepseek_tiny_pretrain ${TR_RC_COMMON}
+                        -- -- ${TR_RC_SEL} model.recompute_modules=[core_attn,shared_experts])
+tr_equiv_recompute_test(deepseek_recompute_moe_act_shared 1 deepseek_tiny_pretrain ${TR_RC_COMMON}
+                        -- -- ${TR_MOE_ACT_RC} model.recompute_modules=[layernorm,moe_act,shared_experts])
+# Under PP 2 (1F1B: the first stage's two slots share one recompute state) and DP 2 with the
+# distributed optimizer (the expert-bias counts summed over DP once per real forward).
+tr_equiv_recompute_test(moe_pp2_recompute_full_uniform 2 moe_tiny_pretrain ${TR_RC_COMMON}
+                        model.num_layers=4 -- ${TR_PP2} -- ${TR_RC_FULL}
+                        model.recompute_method=uniform model.recompute_num_layers=1)
+tr_equiv_recompute_test(qwen3_moe_pp2_recompute_moe 2 qwen3_moe_tiny_pretrain ${TR_RC_COMMON}
+                        model.num_layers=4 -- ${TR_PP2} -- ${TR_RC_SEL} model.recompute_modules=[moe])
+tr_equiv_recompute_test(deepseek_pp2_recompute_moe_act_shared 2 deepseek_tiny_pretrain
+                        ${TR_RC_COMMON} ${TR_DS4} -- ${TR_PP2} -- ${TR_MOE_ACT_RC}
+                        model.recompute_modules=[moe_act,shared_experts])
+tr_equiv_recompute_test(deepseek_pp2_recompute_full_block 2 deepseek_tiny_pretrain ${TR_RC_COMMON}
+                        ${TR_DS4} -- ${TR_PP2} -- ${TR_RC_FULL} model.recompute_method=block
+                        model.recompute_num_layers=2)
+tr_equiv_recompute_test(deepseek_dp2_distopt_recompute_full_block 2 deepseek_tiny_pretrain
+                        ${TR_RC_COMMON} -- ${TR_DISTOPT} -- ${TR_RC_FULL}
+                        model.recompute_method=block model.recompute_num_layers=2)
+tr_equiv_recompute_test(qwen3_moe_dp2_distopt_recompute_moe_act 2 qwen3_moe_tiny_pretrain
+                        ${TR_RC_COMMON} -- ${TR_DISTOPT} -- ${TR_MOE_ACT_RC}
+                        model.recompute_modules=[moe_act])
+tr_equiv_recompute_test(moe_dp2_recompute_moe 2 moe_tiny_pretrain ${TR_RC_COMMON} -- ${TR_DISTOPT}
+                        -- ${TR_RC_SEL} model.recompute_modules=[moe])
+# Under EP 2 the rerun repeats the dispatcher's all-to-alls on every EP rank alike.
+tr_equiv_recompute_test(moe_ep2_recompute_full_uniform 2 moe_tiny_pretrain ${TR_RC_COMMON} --
+                        ${TR_EP2} -- ${TR_RC_FULL} model.recompute_method=uniform
+                        model.recompute_num_layers=1)
+tr_equiv_recompute_test(deepseek_ep2_recompute_moe_act_shared 2 deepseek_tiny_pretrain
+                        ${TR_RC_COMMON} -- ${TR_EP2} -- ${TR_MOE_ACT_RC}
+                        model.recompute_modules=[moe_act,shared_experts])
 
 # Context parallelism (runtime/context_parallel/): each sequence in 2 x CP chunks, rank r keeping
 # chunks r and 2CP-1-r with their global positions (RoPE; learned positions on GPT), the p2p ring

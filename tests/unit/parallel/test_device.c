@@ -142,7 +142,7 @@ static void test_count_counts_pages(void) {
     /* opening takes the device scratch (one page) */
     CHECK(tr_device_peak(dev, TR_MEM_WORKSPACE) == page);
     float *x = NULL, *y = NULL;
-    CHECK(tr_device_alloc(dev, TR_MEM_ACTIVATIONS, page + 1, (void **)&x) == TR_OK);
+    CHECK(tr_device_alloc(dev, TR_MEM_ACTIVATIONS, page + sizeof(float), (void **)&x) == TR_OK);
     CHECK(x && x[0] == 0.0f && x[page / sizeof(float)] == 0.0f); /* zeroed, host-visible */
     x[3] = 1.0f;
     CHECK(tr_device_peak(dev, TR_MEM_ACTIVATIONS) == 2 * page);

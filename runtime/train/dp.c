@@ -135,6 +135,10 @@ tr_status tr_train_dp_setup(tr_train_dp *t, const tr_config *c, tr_comm *comm, t
             t->buf_of[i] = 1;
             t->n_bufs = 2;
         }
+    for (int l = 0;
+         t->n_bufs == 1 && m->spec.moe.ep_size > 1 && l < m->full.num_layers + m->full.mtp_layers;
+         l++)
+        t->experts_elsewhere |= tr_model_is_moe_layer(&m->full, l);
     bool sharded = c->ddp.use_distributed_optimizer || c->optimizer.use_distributed_optimizer;
     /* Megatron's grad-stats groups: the dense ones (grad_clip.h), and for the experts the
      * intra-expert-dist-opt group (the whole world with one instance) or expert TP x EP x PP. */
@@ -236,7 +240,8 @@ tr_status tr_train_dp_check_grads(tr_train_dp *t, const tr_train_precision *p, b
         flag |= local;
     }
     /* With an expert buffer the dense and expert grad-stats groups differ: the world decides. */
-    int group = t->n_bufs > 1 ? TR_COMM_WORLD : tr_grad_norm_group(t->sharded);
+    int group =
+        t->n_bufs > 1 || t->experts_elsewhere ? TR_COMM_WORLD : tr_grad_norm_group(t->sharded);
     TR_TRY(tr_device_all_reduce_host(t->model->dev, t->comm, group, &flag, 1, TR_COMM_I32,
                                      TR_COMM_MAX));
     *found_inf = flag != 0;
@@ -251,6 +256,13 @@ tr_status tr_train_dp_update(tr_train_dp *t, const tr_optimizer_spec *os, double
         tr_train_dp_buf *b = &t->bufs[k];
         TR_TRY(tr_grad_norm_sq_on(dev, t->comm, b->norm_group, &b->layout, &b->opt.owned,
                                   b->ddp.grads, b->counted, &sq));
+    }
+    if (t->experts_elsewhere) {
+        double none = 0.0;
+        TR_TRY(tr_device_all_reduce_host(dev, t->comm,
+                                         t->sharded ? TR_COMM_WORLD : TR_GROUP_TP_EP_PP, &none, 1,
+                                         TR_COMM_F64, TR_COMM_SUM));
+        sq += none;
     }
     *grad_norm = sqrt(sq);
     double coeff = os->clip_grad / (*grad_norm + 1e-6);

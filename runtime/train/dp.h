@@ -45,6 +45,9 @@ typedef struct tr_train_dp {
      * (tr_param_info.expert, EP > 1); n_bufs 1 or 2. */
     tr_train_dp_buf bufs[2];
     int n_bufs;
+    /* Other ranks hold expert parameters and this one none (a pipeline stage of dense layers
+     * under EP): it still joins the experts' grad-stats collectives, with nothing to add. */
+    bool experts_elsewhere;
     int *buf_of, *index_of; /* per model parameter: its buffer and its index in that layout */
     uint8_t *kv_summed;     /* per parameter: its key-value copies summed this iteration */
 } tr_train_dp;

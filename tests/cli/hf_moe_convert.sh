@@ -2,9 +2,10 @@
 # tests/reference/make_hf_moe_fixtures.py and make_hf_deepseek_fixtures.py: import, export back,
 # every tensor byte-identical (fp32; and bf16: a bf16 export imported and exported again is the
 # same file), the exported config.json read back to the same model; and the export of a
-# checkpoint a PP 2 x DP 2 run saved (learning rate 0, no expert-bias update: the weights are
-# the fixture's) equals the one-rank export byte for byte (DeepSeek-V3 with MTP too: the last
-# stage's copy of the untied embedding is not saved twice). EP is not in the runtime yet.
+# checkpoint a PP 2 x DP 2 x EP 2 run saved (learning rate 0, no expert-bias update: the
+# weights are the fixture's; each expert written once, by its owner; Qwen3-MoE's and
+# DeepSeek-V3's first stage holds dense layers only) equals the one-rank export byte for byte
+# (DeepSeek-V3 with MTP too: the last stage's copy of the untied embedding is not saved twice).
 . "$(dirname "$0")/lib.sh"
 CMP="$SRC/tests/cli/st_compare.py"
 FIX="$SRC/tests/reference/fixtures"
@@ -43,7 +44,8 @@ for name in ${TR_HF_MOE_CASES:-hf_mixtral hf_qwen3_moe hf_deepseek_v3_moe hf_dee
     same "$TMP/b16_$name/model.safetensors" "$TMP/b16b_$name/model.safetensors" \
         "bf16 $name there and back"
 
-    # PP 2 x DP 2 saves; its export is the one-rank export (an odd layer count split unevenly).
+    # PP 2 x DP 2 with EP 2 saves; its export is the one-rank export (an odd layer count split
+    # unevenly).
     # With MTP and an untied embedding the last stage loads a copy of the embedding for the
     # depth and leaves it out of the checkpoint: the first stage writes the tensor.
     read -r layers < <(python3 -c "import json,sys; c = json.load(open(sys.argv[1]));
@@ -52,7 +54,8 @@ print(c['num_hidden_layers'])" "$src/config.json")
     [ $((layers % 2)) -eq 1 ] &&
         split=(model.num_layers_in_first_pipeline_stage=$((layers / 2)))
     mpi -np 4 "$RR" --recipe llama_tiny_pretrain --hf-model "$src" "${small[@]}" "${split[@]}" \
-        model.pipeline_model_parallel_size=$pp optimizer.lr=0 optimizer.min_lr=0 \
+        model.pipeline_model_parallel_size=$pp model.expert_model_parallel_size=2 \
+        optimizer.lr=0 optimizer.min_lr=0 \
         model.moe_router_bias_update_rate=0 checkpoint.save="$TMP/ck4_$name" \
         logger.output_dir="$TMP/l4_$name"
     expect_rc 0 "PP $pp x DP $dp run of $name saving a checkpoint"

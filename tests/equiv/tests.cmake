@@ -599,6 +599,10 @@ tr_equiv_test(mixtral_ep2_dp2_distopt_overlap 4 --expect-overlap mixtral_tiny_pr
 tr_equiv_pp_test(moe_ep2_pp2 4 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_PP2}
                  ${TR_EP2})
 tr_equiv_test(deepseek_ep2 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_EP2})
+# A first stage of dense layers only under EP: its ranks hold no expert and still join the
+# experts' grad-norm and inf/NaN collectives (they hung before).
+tr_equiv_pp_test(moe_ep2_pp2_dense_stage 4 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP}
+                 model.num_layers=4 model.moe_layer_freq=[0,0,1,1] -- ${TR_PP2} ${TR_EP2})
 # MoE under TP with sequence parallelism, whole experts (expert TP 1): each TP rank routes its
 # sequence chunk, the router's, shared expert's and (EP 1) experts' gradients summed over TP like
 # the norms', the aux loss's counts over TP (micro batch 2: two sequences per chunk for the

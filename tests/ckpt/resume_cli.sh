@@ -53,8 +53,11 @@ expect() { # expect NAME WANT_RC PATTERN -- CMD...
 # The loss of iteration N in a log.
 loss_at() { grep -E "^ iteration +$2/" "$1" | sed -E 's/.*lm loss: ([^ ]+).*/\1/'; }
 
-# (d) SIGTERM: the run finishes its iteration, saves it, and exits 128 + 15.
-ITERS=10
+# (d) SIGTERM: the run finishes its iteration, saves it, and exits 128 + 15. The signal is sent
+# once iteration 2 is logged; ITERS leaves the run far more iterations than a loaded machine
+# gets through before the signal lands (with 10, the run sometimes reached its last iteration
+# first and the resume had nothing left to train).
+ITERS=60
 SIG=("${BASE[@]}" train.global_batch_size=32 "train.train_iters=$ITERS" "${EXTRA[@]}")
 "${LAUNCH[@]}" "$RUN" "${SIG[@]}" "checkpoint.save=$WORK/sig" >"$WORK/sig.log" 2>&1 &
 pid=$!

@@ -3,7 +3,8 @@
 # (default ~1 GB; MB=64 for a quick look) next to `cat FILES > /dev/null` (the ceiling of reading
 # them, from the page cache once warm) and, when the safetensors Python package is present, its
 # load of the same file (safetensors.torch.load_file), in the same run. Every round is printed, then the best of each and
-# the ratios. Not a ctest:  bench/hf_convert.sh BUILD_DIR [ROUNDS]   (env MB, DIR)
+# the ratios; import and export each against its disk ceiling (cat of what it reads + a dd write
+# of what it writes, with fsync) in the same round. Not a ctest:  bench/hf_convert.sh BUILD_DIR [ROUNDS]   (env MB, DIR)
 set -u
 B=${1:?usage: bench/hf_convert.sh BUILD_DIR [ROUNDS]}
 ROUNDS=${2:-3}
@@ -58,7 +59,7 @@ has_st=0
 python3 -c "import safetensors.torch" 2>/dev/null && has_st=1
 t() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>"$W/err" || { cat "$W/err"; exit 1; }; e=$(date +%s.%N); echo "$e - $s" | bc; }
 best() { sort -g | head -1; }
-: >"$W/cat" ; : >"$W/imp"; : >"$W/exp"; : >"$W/st"; : >"$W/ddw"
+: >"$W/cat" ; : >"$W/imp"; : >"$W/exp"; : >"$W/st"; : >"$W/ddw"; : >"$W/ckcat"; : >"$W/ddx"
 # import writes an fp32 checkpoint (twice the bf16 file) with fsync: its disk ceiling is reading
 # the file plus writing that many bytes, timed with dd in the same round.
 CKMB=$(python3 -c "import os;print(int(2 * os.path.getsize('$W/hf/model.safetensors') / 2**20))")
@@ -69,20 +70,46 @@ for r in $(seq 1 "$ROUNDS"); do
     rm -rf "$W/ck"
     i=$(t "$CK" import --hf "$W/hf" --out "$W/ck" "${tok[@]}")
     rm -rf "$W/out"
+    # export reads the fp32 checkpoint and writes the bf16 file with fsync: its disk ceiling is
+    # cat of the checkpoint's files plus a dd write of the exported bytes, in the same round.
+    k=$(t find "$W/ck" -type f -exec cat {} +)
+    XMB=$(python3 -c "import os;print(max(1, round(os.path.getsize('$W/hf/model.safetensors') / 2**20)))")
+    y=$(t dd if=/dev/zero of="$W/dd" bs=1M count="$XMB" conv=fsync)
+    rm -f "$W/dd"
     x=$(t "$CK" export "$W/ck" --hf-out "$W/out" --hf-config "$W/hf" --dtype bf16 "${tok[@]}")
+    # bf16 -> fp32 -> bf16 is exact: round 1 checks every exported tensor's bytes against the
+    # file imported (the headers' JSON spacing differs, so not cmp).
+    [ "$r" = 1 ] && { python3 - "$W/hf/model.safetensors" "$W/out/model.safetensors" <<'PY' || exit 1
+import json, struct, sys
+def load(p):
+    f = open(p, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+    h.pop("__metadata__", None); return f, 8 + n, h
+(a, oa, ha), (b, ob, hb) = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(ha) == sorted(hb), "tensor names differ"
+for k, v in ha.items():
+    w = hb[k]; assert (v["dtype"], v["shape"]) == (w["dtype"], w["shape"]), k
+    a.seek(oa + v["data_offsets"][0]); b.seek(ob + w["data_offsets"][0])
+    n = v["data_offsets"][1] - v["data_offsets"][0]
+    assert a.read(n) == b.read(n), "export differs from the file imported: " + k
+PY
+    }
     s=-
     # Timed inside Python: the interpreter's and torch's start are not the load's.
     [ $has_st = 1 ] && s=$(python3 -c "import time; from safetensors.torch import load_file
 t = time.monotonic(); x = load_file('$W/hf/model.safetensors'); s = sum(v.sum().item() for v in x.values())
 print('%.3f' % (time.monotonic() - t))")
     echo "$c" >>"$W/cat"; echo "$i" >>"$W/imp"; echo "$x" >>"$W/exp"; echo "$s" >>"$W/st"
-    echo "$w" >>"$W/ddw"
-    printf 'round %d: cat %.3f s  dd write %.3f s  import %.3f s (%.0f%% of cat + dd)  export %.3f s  safetensors %s s\n' \
-        "$r" "$c" "$w" "$i" "$(echo "100 * ($c + $w) / $i" | bc -l)" "$x" "$s"
+    echo "$w" >>"$W/ddw"; echo "$k" >>"$W/ckcat"; echo "$y" >>"$W/ddx"
+    printf 'round %d: cat %.3f s  dd write %.3f s  import %.3f s (%.0f%% of cat + dd)  cat ckpt %.3f s  dd write %.3f s  export %.3f s (%.0f%% of cat + dd)  safetensors %s s\n' \
+        "$r" "$c" "$w" "$i" "$(echo "100 * ($c + $w) / $i" | bc -l)" "$k" "$y" "$x" \
+        "$(echo "100 * ($k + $y) / $x" | bc -l)" "$s"
 done
 bc_=$(best <"$W/cat"); bi=$(best <"$W/imp"); bx=$(best <"$W/exp"); bw=$(best <"$W/ddw")
+bk=$(best <"$W/ckcat"); by=$(best <"$W/ddx")
 printf 'import against its disk ceiling (read the file, write %d MB with fsync): %.2f s vs %.2f s (%.0f%%)\n' \
     "$CKMB" "$bi" "$(echo "$bc_ + $bw" | bc -l)" "$(echo "100 * ($bc_ + $bw) / $bi" | bc -l)"
+printf 'export against its disk ceiling (read the checkpoint, write %d MB with fsync): %.2f s vs %.2f s (%.0f%%)\n' \
+    "$XMB" "$bx" "$(echo "$bk + $by" | bc -l)" "$(echo "100 * ($bk + $by) / $bx" | bc -l)"
 printf 'best (%.3f GB): cat %.2f GB/s  import %.2f GB/s (%.0f%% of cat)  export %.2f GB/s (%.0f%% of cat)\n' \
     "$GB" "$(echo "$GB / $bc_" | bc -l)" "$(echo "$GB / $bi" | bc -l)" "$(echo "100 * $bc_ / $bi" | bc -l)" \
     "$(echo "$GB / $bx" | bc -l)" "$(echo "100 * $bc_ / $bx" | bc -l)"

@@ -426,7 +426,44 @@ typedef struct progress {
     void *ctx;
     int done, n;
     uint64_t bytes, total;
+    uint16_t *chunk; /* TR_HF_CHUNK half-precision values, reused by every tensor's write */
+    /* The value buffers of tensors written, kept for the next ones: freeing a large buffer
+     * unmaps it, and a fresh one costs a page fault per 4 KiB, the export's largest cost. Two
+     * at most, so the export still holds a few tensors beside the model. */
+    float *spare[2];
+    int64_t spare_cap[2];
 } progress;
+
+/* A zeroed buffer of numel values (at least one), a spare one when one is large enough. */
+static float *take(progress *pr, int64_t numel) {
+    if (numel < 1) numel = 1;
+    int best = -1;
+    for (int i = 0; i < 2; i++)
+        if (pr->spare[i] && pr->spare_cap[i] >= numel &&
+            (best < 0 || pr->spare_cap[i] < pr->spare_cap[best]))
+            best = i;
+    if (best < 0) return calloc((size_t)numel, sizeof(float));
+    float *v = pr->spare[best];
+    pr->spare[best] = NULL;
+    memset(v, 0, (size_t)numel * sizeof *v);
+    return v;
+}
+
+/* v (of cap values) kept as a spare in place of the smallest, or freed. */
+static void give(progress *pr, float *v, int64_t cap) {
+    int slot = !pr->spare[0] ? 0 : !pr->spare[1] ? 1 : pr->spare_cap[0] < pr->spare_cap[1] ? 0 : 1;
+    if (pr->spare[slot] && pr->spare_cap[slot] >= cap) {
+        free(v);
+        return;
+    }
+    free(pr->spare[slot]);
+    pr->spare[slot] = v;
+    pr->spare_cap[slot] = cap;
+}
+
+/* A tensor goes out in pieces of this many values: a buffer that stays in cache and is
+ * allocated once, where one of each tensor's size cost a page fault per 4 KiB. */
+#define TR_HF_CHUNK ((int64_t)1 << 16)
 
 static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
                               tr_diags *d);
@@ -488,23 +525,23 @@ typedef struct pending {
 
 static tr_status flush(pending *q, tr_st_dtype dtype, tr_st_stream *w, progress *pr, tr_diags *d) {
     if (q->written) return TR_OK;
-    if (!q->vals && !(q->vals = calloc((size_t)(q->numel ? q->numel : 1), sizeof *q->vals)))
-        return TR_ERR_NOMEM;
+    if (!q->vals && !(q->vals = take(pr, q->numel))) return TR_ERR_NOMEM;
     tr_status st = TR_OK;
     if (dtype == TR_ST_F32) {
         st = tr_st_stream_put(w, q->out, q->vals, d);
     } else {
-        uint16_t *h = malloc((size_t)(q->numel ? q->numel : 1) * sizeof *h);
-        if (!h) return TR_ERR_NOMEM;
-        /* One loop per format, so that the compiler vectorises the bf16 one. */
-        if (dtype == TR_ST_BF16)
-            for (int64_t j = 0; j < q->numel; j++) h[j] = tr_bf16_bits(q->vals[j]);
-        else
-            for (int64_t j = 0; j < q->numel; j++) h[j] = tr_f16_bits(q->vals[j]);
-        st = tr_st_stream_put(w, q->out, h, d);
-        free(h);
+        if (!q->numel) st = tr_st_stream_put(w, q->out, pr->chunk, d);
+        for (int64_t at = 0; st == TR_OK && at < q->numel; at += TR_HF_CHUNK) {
+            int64_t n = q->numel - at < TR_HF_CHUNK ? q->numel - at : TR_HF_CHUNK;
+            const float *x = q->vals + at;
+            if (dtype == TR_ST_BF16)
+                tr_hf_bf16_from_f32(pr->chunk, x, n);
+            else
+                for (int64_t j = 0; j < n; j++) pr->chunk[j] = tr_f16_bits(x[j]);
+            st = tr_st_stream_put_range(w, q->out, (uint64_t)at * 2, pr->chunk, (uint64_t)n * 2, d);
+        }
     }
-    free(q->vals);
+    give(pr, q->vals, q->numel ? q->numel : 1);
     q->vals = NULL;
     q->written = true;
     pr->done++;
@@ -526,7 +563,7 @@ static tr_status feed(const tr_model *m, const tr_param_info *p, const float *fr
         if (which < 0) continue;
         pending *t = &q[src->t[which] - sorted];
         if (t->written) continue;
-        if (!t->vals && !(t->vals = calloc((size_t)t->numel, sizeof *t->vals))) return TR_ERR_NOMEM;
+        if (!t->vals && !(t->vals = take(pr, t->numel))) return TR_ERR_NOMEM;
         memcpy(t->vals + idx, from + x, (size_t)n * sizeof *from);
         t->filled += n;
     }
@@ -557,7 +594,8 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
      * map is run against: each model element goes where the import would read it from. */
     tr_st_tensor *sorted = calloc((size_t)n, sizeof *sorted);
     pending *q = calloc((size_t)n, sizeof *q);
-    tr_status st = sorted && q ? TR_OK : TR_ERR_NOMEM;
+    pr->chunk = malloc((size_t)TR_HF_CHUNK * sizeof *pr->chunk);
+    tr_status st = sorted && q && pr->chunk ? TR_OK : TR_ERR_NOMEM;
     for (int i = 0; st == TR_OK && i < n; i++) {
         int64_t numel = o[i].rows * (o[i].cols ? o[i].cols : 1);
         sorted[i] = (tr_st_tensor){.name = o[i].name,
@@ -646,7 +684,9 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
              : s->mla.on ? write_deepseek_config(dir, s, vocab, dt, d)
                          : write_llama_config(dir, s, vocab, dt, d);
     for (int j = 0; q && j < n; j++) free(q[j].vals);
-    free(sorted), free(q);
+    free(sorted), free(q), free(pr->chunk), free(pr->spare[0]), free(pr->spare[1]);
+    pr->chunk = NULL;
+    pr->spare[0] = pr->spare[1] = NULL;
     free(o), free(e), free(shape);
     return st;
 }

@@ -104,4 +104,7 @@ float tr_hf_value(const tr_st_tensor *t, int64_t i);
 /* n consecutive values from element i on, as fp32. */
 void tr_hf_values(const tr_st_tensor *t, int64_t i, int64_t n, float *out);
 
+/* out[i] = tr_bf16_bits(in[i]) (kernels/common/lowp_bits.h) for i < n, bit for bit, faster. */
+void tr_hf_bf16_from_f32(uint16_t *out, const float *in, int64_t n);
+
 #endif

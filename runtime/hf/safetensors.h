@@ -100,18 +100,23 @@ tr_status tr_st_write(const char *path, const tr_st_entry *e, int n, const char 
  * tr_st_stream_open writes the header of the entries (their data unused), each tensor's bytes
  * then go to its place with tr_st_stream_put in any order, and tr_st_stream_commit renames the
  * temporary file over the target once every tensor was put (tr_st_stream_abort removes it). The
- * bytes are tr_st_write's for the same entries. */
+ * bytes are tr_st_write's for the same entries. tr_st_stream_put_range puts a tensor's bytes a
+ * piece at a time (pieces not overlapping), so that a converter needs no whole-tensor buffer of
+ * the file's dtype; the tensor counts as put once all its bytes are. Each piece's writeback is
+ * started as it is written, so the commit's fsync waits for what is left, not the whole file. */
 typedef struct tr_st_stream {
     char *path, *tmp;
     int fd;
     int n;
-    uint64_t *at, *bytes; /* each tensor's file offset and size */
+    uint64_t *at, *bytes, *filled; /* each tensor's file offset, size, bytes put so far */
     bool *done;
 } tr_st_stream;
 tr_status tr_st_stream_open(tr_st_stream *s, const char *path, const tr_st_entry *e, int n,
                             const char *const *meta_keys, const char *const *meta_values,
                             int n_meta, tr_diags *d);
 tr_status tr_st_stream_put(tr_st_stream *s, int i, const void *data, tr_diags *d);
+tr_status tr_st_stream_put_range(tr_st_stream *s, int i, uint64_t offset, const void *data,
+                                 uint64_t n_bytes, tr_diags *d);
 tr_status tr_st_stream_commit(tr_st_stream *s, tr_diags *d);
 void tr_st_stream_abort(tr_st_stream *s);
 

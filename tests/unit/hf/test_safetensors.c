@@ -151,6 +151,37 @@ static void test_stream_writes_the_same_bytes(void) {
     tr_diags_free(&d);
 }
 
+/* A tensor put in pieces, last piece first, leaves tr_st_write's bytes; a piece past its
+ * tensor's end, or one more than its bytes, is refused, and it counts as put only when whole. */
+static void test_stream_puts_pieces(void) {
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int64_t sw[2] = {2, 3};
+    tr_st_entry e[] = {{"w", TR_ST_F32, 2, sw, w}};
+    tr_diags d = {0};
+    char one[4096], two[4096];
+    snprintf(one, sizeof one, "%s", tmp_path("whole2.safetensors"));
+    snprintf(two, sizeof two, "%s", tmp_path("pieces.safetensors"));
+    CHECK(tr_st_write(one, e, 1, NULL, NULL, 0, &d) == TR_OK);
+    tr_st_stream s;
+    CHECK(tr_st_stream_open(&s, two, e, 1, NULL, NULL, 0, &d) == TR_OK);
+    CHECK(tr_st_stream_put_range(&s, 0, 16, w + 4, 12, &d) != TR_OK); /* past the end */
+    CHECK(tr_st_stream_put_range(&s, 0, 16, w + 4, 8, &d) == TR_OK);
+    CHECK(tr_st_stream_put_range(&s, 0, 4, w + 1, 12, &d) == TR_OK);
+    CHECK(!s.done[0]);
+    CHECK(tr_st_stream_put_range(&s, 0, 0, w, 8, &d) != TR_OK); /* more than its bytes */
+    CHECK(tr_st_stream_put_range(&s, 0, 0, w, 4, &d) == TR_OK);
+    CHECK(s.done[0]);
+    CHECK(tr_st_stream_put(&s, 0, w, &d) != TR_OK); /* twice */
+    CHECK(tr_st_stream_commit(&s, &d) == TR_OK);
+    long n1 = 0, n2 = 0;
+    unsigned char *b1 = slurp(one, &n1), *b2 = slurp(two, &n2);
+    CHECK(b1 && b2 && n1 > 0 && n1 == n2 && memcmp(b1, b2, (size_t)n1) == 0);
+    free(b1), free(b2);
+    unlink(one), unlink(two);
+    CHECK_INT_EQ(d.n_errors, 3);
+    tr_diags_free(&d);
+}
+
 /* A file of an 8-byte length and `header` (len bytes of it), then `data` bytes of zeros. */
 static unsigned char *file_of(const char *header, size_t data, size_t *len) {
     size_t n = strlen(header);
@@ -260,5 +291,6 @@ static void test_open_refuses_what_is_not_a_regular_file(void) {
 }
 
 TR_TEST_MAIN(TR_TEST(test_reads_the_reference_file), TR_TEST(test_writes_what_it_reads_back),
-             TR_TEST(test_stream_writes_the_same_bytes), TR_TEST(test_refuses_hostile_headers),
+             TR_TEST(test_stream_writes_the_same_bytes), TR_TEST(test_stream_puts_pieces),
+             TR_TEST(test_refuses_hostile_headers),
              TR_TEST(test_open_refuses_what_is_not_a_regular_file))

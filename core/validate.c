@@ -239,8 +239,6 @@
       "With CP: no adapter dropout, no hidden dropout on fine-tuning documents.")                  \
     X(tr_check_runtime_cp_packed, "runtime.cp_packed", E, false,                                   \
       "Context parallelism pads each unpacked fine-tuning document to a multiple of 2 x CP.")      \
-    X(tr_check_runtime_expert_parallel, "runtime.expert_parallel", E, false,                       \
-      "Expert parallelism (EP > 1) trains dropless.")                                              \
     X(tr_check_runtime_moe_layers, "runtime.moe_layers", E, false,                                 \
       "An MoE model has at most 1024 experts and 256 layers.")                                     \
     X(tr_check_runtime_moe_tp, "runtime.moe_tp", E, false,                                         \

@@ -90,22 +90,6 @@ TR_RULE_FN(tr_check_runtime_cp_packed) {
             tr_ll(ds->pad_seq_to_mult), tr_ll(2 * cp));
 }
 
-/* Expert parallelism trains (runtime/moe/dispatch.c, the expert gradient buffer of
- * runtime/train/dp.c) dropless; what it does not run is named here. */
-TR_RULE_FN(tr_check_runtime_expert_parallel) {
-    const tr_model_config *m = &c->model;
-    int64_t ep = m->expert_model_parallel_size;
-    if (ep <= 1) return;
-    char what[128];
-    if (!tr_is_null_float(m->moe_expert_capacity_factor))
-        TR_FAIL("model.moe_expert_capacity_factor,model.expert_model_parallel_size",
-                "set model.moe_expert_capacity_factor=null (dropless)", NOT_YET,
-                TR_FMT(what,
-                       "token dropping with expert parallelism (EP %lld; Megatron drops per "
-                       "EP rank)",
-                       tr_ll(ep)));
-}
-
 /* The MoE layer runs on one expert rank (runtime/moe/): what it does not build yet is refused
  * by name, one rule each. */
 static bool moe(const tr_config *c) {

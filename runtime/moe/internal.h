@@ -52,6 +52,7 @@ struct tr_moe_layer {
     int32_t *ep_ibuf;
     float *a2a, *d_loc, *dx_loc; /* [ep_rows, h]: rows by source rank; gradients by expert */
     int capacity;                /* 0: dropless */
+    int64_t rows_fwd, rows_bwd;  /* expert rows of every forward and backward (tr_moe_rows_run) */
     int max_rows;                /* expert rows one microbatch may need */
     tr_moe_view p, g;
     tr_moe_state *st;

@@ -238,15 +238,20 @@ static tr_status layer_dims(tr_moe_layer *L, const tr_moe_spec *s, const tr_moe_
     L->ep = s->ep_size > 1 ? s->ep_size : 1;
     L->ep_rank = L->ep > 1 ? s->ep_rank : 0;
     L->El = L->E / L->ep;
-    /* dropless: every rank of the group may send all its rows to one rank's experts */
-    if (L->ep > 1) L->ep_rows = L->ep * L->max_rows;
-    /* capacity with EP drops per EP rank in Megatron: not built */
-    if (L->ep > 1 && (L->E % L->ep || L->ep_rank < 0 || L->ep_rank >= L->ep || s->capacity > 0.0f))
-        return TR_ERR_INVALID;
+    if (L->ep > 1 && (L->E % L->ep || L->ep_rank < 0 || L->ep_rank >= L->ep)) return TR_ERR_INVALID;
     if (s->capacity > 0.0f) {
-        /* Megatron's get_capacity over the token-expert pairs */
+        /* Megatron's get_capacity over the token-expert pairs of this rank's microbatch (under
+         * EP too: each rank drops among its own tokens, before the dispatch) */
         L->capacity = (int)ceil((double)L->T * L->k / L->E * s->capacity);
         if (s->pad_capacity) L->max_rows = L->E * L->capacity;
+    }
+    /* The rows one rank's El experts may receive from each rank of the group: dropless all its
+     * T k rows; with a capacity at most El capacity (padded: exactly that, which may exceed
+     * T k when the factor is above 1). */
+    if (L->ep > 1) {
+        int64_t per = L->max_rows, cap = (int64_t)L->El * L->capacity;
+        if (L->capacity > 0 && cap < per) per = cap;
+        L->ep_rows = (int)(L->ep * per);
     }
     return TR_OK;
 }
@@ -392,6 +397,7 @@ tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bo
     }
     double t2 = now();
     tr_moe_rows rows = {L->E, st->off, st->xp, st->fc1, st->act, st->ye};
+    L->rows_fwd += st->off[L->E];
     TR_TRY(L->ep > 1 ? tr_moe_dispatch_fwd(L, st) : tr_moe_experts_fwd(L, &rows));
     double t3 = now();
     /* unpermute: each token sums its experts' outputs weighted by their probabilities */
@@ -444,6 +450,7 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
     }
     double t1 = now();
     tr_moe_rows rows = {E, st->off, st->xp, st->fc1, st->act, st->ye};
+    L->rows_bwd += st->off[E];
     TR_TRY(L->ep > 1 ? tr_moe_dispatch_bwd(L, st)
                      : tr_moe_experts_bwd(L, &rows, L->d_rows, L->d_x));
     double t2 = now();
@@ -506,6 +513,11 @@ void tr_moe_timing(const tr_moe_layer *L, double *route, double *perm, double *e
 
 double *tr_moe_step_counts(tr_moe_layer *L) {
     return L->counts;
+}
+
+void tr_moe_rows_run(const tr_moe_layer *L, int64_t *fwd, int64_t *bwd) {
+    *fwd = L->rows_fwd;
+    *bwd = L->rows_bwd;
 }
 
 int tr_moe_experts(const tr_moe_layer *L) {

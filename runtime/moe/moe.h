@@ -97,8 +97,9 @@ enum { TR_MOE_RC_ALL = 1, TR_MOE_RC_ACT = 2, TR_MOE_RC_SHARED = 4 };
  * (the states' floats and the backward's scratch, the states' ints; with EP > 1 the exchange's
  * floats and ints; not the recompute state): the one sizing the runtime allocates with and the
  * planner plans with. The expert rows are dropless' worst case (every token's top-k rows; with
- * EP, EP times that on one rank) unless a capacity factor pads them. Returns how many (0:
- * invalid). */
+ * EP, EP times that on one rank) unless a capacity factor pads them (E x capacity rows); with
+ * EP and a capacity a rank receives from each peer at most its experts x capacity rows (padded:
+ * exactly that). Returns how many (0: invalid). */
 #define TR_MOE_MAX_BUFFERS 4
 int tr_moe_buffer_bytes(const struct tr_moe_spec *s, const tr_moe_dims *d,
                         int64_t out[TR_MOE_MAX_BUFFERS]);
@@ -176,6 +177,10 @@ void tr_moe_take_stats(tr_moe_layer *L, double *lb, double *z, int *n);
  * update; a caller with data parallelism sums them over its group first. */
 double *tr_moe_step_counts(tr_moe_layer *L);
 int tr_moe_experts(const tr_moe_layer *L);
+/* The expert rows (kept assignments; padded: capacity per expert) of every forward (training,
+ * evaluation, recomputation alike) and every backward since creation: the rows the dispatcher
+ * moves (tests/equiv: the EP exchange's bytes with drops). */
+void tr_moe_rows_run(const tr_moe_layer *L, int64_t *fwd, int64_t *bwd);
 /* Tokens routed to each expert (after drops) by the training forwards since the last call, into
  * out [experts]; then zeroed (the log's tokens per expert). */
 void tr_moe_take_tokens(tr_moe_layer *L, double *out);

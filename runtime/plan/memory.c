@@ -587,9 +587,9 @@ tr_status tr_plan_rank_rest(const tr_config *c, const tr_model_spec *ms, const t
 tr_status tr_plan_model_spec(const tr_config *c, tr_model_spec *ms, tr_diags *d) {
     TR_TRY(tr_model_spec_from_config(c, ms, d));
     ms->sizing_only = true;
-    /* The expert layout as Megatron lays it out (predicted only: the runtime refuses EP and
-     * expert TP above 1 today, runtime.expert_parallel): a rank holds experts / EP of them, each
-     * expert's fc1 columns and fc2 rows split over ETP. */
+    /* The expert layout as Megatron lays it out (expert TP above 1 predicted only: the runtime
+     * refuses it, runtime.moe_tp): a rank holds experts / EP of them, each expert's fc1 columns
+     * and fc2 rows split over ETP. */
     int64_t ep = c->model.expert_model_parallel_size, etp = c->model.expert_tensor_parallel_size;
     if (ms->moe.experts > 0 && ep > 1) ms->moe.ep_size = (int)ep;
     if (ms->moe.experts > 0 && etp > 1) ms->moe.ffn = (int)((ms->moe.ffn + etp - 1) / etp);

@@ -18,7 +18,7 @@ static const int cps[] = {1, 2};
 static const int pps[] = {1, 2, 4, 8, 16};
 static const int vpps[] = {1, 2, 4, 5};
 static const int mbss[] = {1, 2, 4};
-/* MoE models only (predicted: the runtime runs EP 1, runtime.expert_parallel) */
+/* MoE models only */
 static const int eps[] = {1, 2, 4, 8, 16, 32, 64};
 #define N(a) ((int)(sizeof a / sizeof a[0]))
 

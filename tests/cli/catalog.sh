@@ -15,10 +15,12 @@ expect_in "$TMP/out" "qwen3_30b_a3b_lora @ world 4: not trained by this runtime:
 grep -q "refusals by the runtime" "$TMP/out" || { show; fail "no refusal count"; }
 if grep -q "^llama_tiny_pretrain @ .*not trained" "$TMP/out"; then show; fail "llama_tiny refused"; fi
 if grep -q "^moe_tiny_pretrain @ .*not trained" "$TMP/out"; then show; fail "moe_tiny refused"; fi
-rr --recipe moe_tiny_pretrain model.expert_model_parallel_size=2 model.moe_expert_capacity_factor=1.0 --world-size 2 --dry-run
+# (token dropping on part of each sequence: TP 2 with SP and a capacity factor)
+MOE_TP_CAP="model.tensor_model_parallel_size=2 model.sequence_parallel=true model.expert_tensor_parallel_size=1 model.moe_expert_capacity_factor=1.0"
+rr --recipe moe_tiny_pretrain $MOE_TP_CAP --world-size 2 --dry-run
 expect_rc 2 "the dry run of a recipe the runtime cannot train"
-expect_in "$TMP/err" "error [runtime.expert_parallel]" "the dry run names the rule"
-rr --recipe moe_tiny_pretrain model.expert_model_parallel_size=2 model.moe_expert_capacity_factor=1.0 --world-size 2 --dry-run --config-only
+expect_in "$TMP/err" "error [runtime.moe_tp]" "the dry run names the rule"
+rr --recipe moe_tiny_pretrain $MOE_TP_CAP --world-size 2 --dry-run --config-only
 expect_rc 0 "the same recipe under Megatron's rules alone"
 
 # 32 heads and 8 query groups cannot be split over TP 3.

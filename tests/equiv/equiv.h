@@ -20,6 +20,7 @@ typedef struct run_out {
     MPI_Comm mp, pp, emp;
     MPI_Comm ep;        /* the EP group (MPI_COMM_NULL without expert parallelism) */
     int64_t moe_layers; /* the MoE layers this rank runs (MTP depths' included) */
+    int64_t moe_rows;   /* their expert rows, every forward's and backward's (tr_moe_rows_run) */
     float losses[MAX_ITERS];
     int64_t iters, early;
     int64_t overflows;     /* steps skipped for inf/NaN gradients (loss scaling) */
@@ -60,8 +61,12 @@ int equiv_check_memory(const run_out *o, const tr_model *m);
  * received back (all-to-all-v, booked by what each rank sends), and backward the rows' gradients
  * both ways again (T the rank's tokens: mbs x seq / CP, / TP under sequence parallelism). Every
  * row leaves one rank and reaches one, so over the EP group the rows moved are 4 x EP x T x
- * topk per layer and microbatch (2 x forward only, in evaluation). eval_mbs: this rank's
- * evaluation microbatches. Returns the number of mismatches (printed). */
+ * topk per layer and microbatch (2 x forward only, in evaluation). With a capacity factor and
+ * padding each rank's rows are E x capacity instead (capacity = ceil(T topk / E x factor), the
+ * padded rows travel too); without padding the rows kept are data-dependent, so they come from
+ * the layers' counts of their rows (moe_rows: twice each forward's and backward's rows, no more
+ * than the dropless or capacity bound). eval_mbs: this rank's evaluation microbatches. Returns
+ * the number of mismatches (printed). */
 int equiv_check_ep_volume(const tr_config *c, const tr_comm *comm, const run_out *run,
                           int64_t eval_mbs);
 

@@ -102,8 +102,12 @@ static tr_status capture(void *ctx, const tr_model *m) {
             o->sp_grads += p->numel;
     }
     o->buffer_numel = m->n_params;
-    for (int i = 0; m->moe && i < m->full.num_layers + m->full.mtp_layers; i++)
+    for (int i = 0; m->moe && i < m->full.num_layers + m->full.mtp_layers; i++) {
         o->moe_layers += m->moe[i] != NULL;
+        int64_t fwd = 0, bwd = 0;
+        if (m->moe[i]) tr_moe_rows_run(m->moe[i], &fwd, &bwd);
+        o->moe_rows += fwd + bwd;
+    }
     for (int k = 0; k < m->n_parts; k++) {
         o->local_layers += m->parts[k].num_layers;
         o->has_embedding |= m->parts[k].has_embedding;

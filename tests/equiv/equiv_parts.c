@@ -1,5 +1,6 @@
 /* What each rank holds under a parallel layout (tests/equiv/equiv.h): its stages' parameters
  * and activation sets, and with expert parallelism its experts. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,10 +129,27 @@ int equiv_check_ep_volume(const tr_config *c, const tr_comm *comm, const run_out
     MPI_Allreduce(MPI_IN_PLACE, &group_rows, 1, MPI_UINT64_T, MPI_SUM, run->ep);
     int64_t max_layers = run->moe_layers;
     MPI_Allreduce(MPI_IN_PLACE, &max_layers, 1, MPI_INT64_T, MPI_MAX, run->ep);
+    /* a rank's rows per pass: dropless its T topk; padded to the capacity E x capacity */
+    double factor = m->moe_expert_capacity_factor;
+    bool capped = !tr_is_null_float(factor) && factor > 0.0;
+    int64_t cap = capped ? (int64_t)ceil((double)T * k / E * factor) : 0;
+    int64_t R = capped && m->moe_pad_expert_input_to_capacity ? E * cap : T * k;
     /* the EP group's ranks run the same layers (they share the pipeline stage) */
-    uint64_t want_rows = (uint64_t)((4 * passes + 2 * fwd_only) * ep * T * k * h * 4);
+    uint64_t want_rows = (uint64_t)((4 * passes + 2 * fwd_only) * ep * R * h * 4);
     int rank, bad = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (capped && !m->moe_pad_expert_input_to_capacity) {
+        /* drops without padding: the rows the layers kept, each moved twice per pass, at most
+         * the dropless rows and E x capacity a pass */
+        int64_t kept = run->moe_rows, bound = T * k < E * cap ? T * k : E * cap;
+        MPI_Allreduce(MPI_IN_PLACE, &kept, 1, MPI_INT64_T, MPI_SUM, run->ep);
+        bool within = kept <= (2 * passes + fwd_only) * ep * bound;
+        if (!within)
+            printf("rank %d: the layers kept %lld rows, more than the capacity lets\n", rank,
+                   (long long)kept);
+        bad += !within;
+        want_rows = (uint64_t)(2 * kept * h * 4);
+    }
     bool ok_c = counts == want_counts, ok_r = group_rows == want_rows;
     if (rank == 0 || !ok_c || !ok_r)
         printf("rank %d: EP all-to-all (counts): %llu bytes, analytic %llu%s; EP all-to-all-v "

@@ -599,6 +599,26 @@ tr_equiv_test(mixtral_ep2_dp2_distopt_overlap 4 --expect-overlap mixtral_tiny_pr
 tr_equiv_pp_test(moe_ep2_pp2 4 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_PP2}
                  ${TR_EP2})
 tr_equiv_test(deepseek_ep2 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_EP2})
+# Token dropping under EP: each rank drops among its own microbatch's tokens in the router, before
+# the dispatch (Megatron), so EP over data-parallel ranks drops what the single rank drops; 20
+# iterations, the router moving. moe_tiny (4 experts top 2, 32 tokens) at factor 0.5 (capacity 8
+# of the 16 rows an even share gives: drops every pass) by probability; at 1.0 by position, padded
+# to the capacity (the padded rows travel); Mixtral-like (8 experts) on EP 2 x DP 2 with the
+# distributed optimizer padded at 2.5 (capacity 20: a rank sends 80 rows to each peer, more than its 64 dropless rows, which the exchange buffers must hold). The EP
+# bytes: padded from the capacity, unpadded from the layers' kept rows (equiv_parts.c). And two
+# runs of the same EP layout with drops are bitwise equal.
+set(TR_EP_CAP ${TR_EP_CLIP} train.train_iters=20)
+tr_equiv_test(moe_ep2_capacity_probs 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP}
+              model.moe_expert_capacity_factor=0.5 model.moe_token_drop_policy=probs -- ${TR_EP2})
+tr_equiv_test(moe_ep2_capacity_position_pad 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP}
+              model.moe_expert_capacity_factor=1.0 model.moe_token_drop_policy=position
+              model.moe_pad_expert_input_to_capacity=true -- ${TR_EP2})
+tr_equiv_test(mixtral_ep2_dp2_distopt_capacity_pad 4 mixtral_tiny_pretrain ${TR_EQUIV_COMMON}
+              ${TR_EP_CAP} model.moe_expert_capacity_factor=2.5
+              model.moe_pad_expert_input_to_capacity=true -- ${TR_EP2} ${TR_DISTOPT})
+tr_mpirun_test(mpi_equiv_moe_ep2_capacity_deterministic 2 equiv_check --same-layout
+               moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP} model.moe_expert_capacity_factor=0.5
+               -- ${TR_EP2} --)
 # A first stage of dense layers only under EP: its ranks hold no expert and still join the
 # experts' grad-norm and inf/NaN collectives (they hung before).
 tr_equiv_pp_test(moe_ep2_pp2_dense_stage 4 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP}

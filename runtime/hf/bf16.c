@@ -2,20 +2,16 @@
  * where the compiler targets it. The rounding is tr_bf16_bits' (kernels/common/lowp_bits.h):
  * adding 0x7fff plus the kept lsb and dropping the low half is round to nearest, ties to even,
  * and also carries the largest finite values to inf and leaves inf as it is; only NaN needs its
- * own case (0x7fff). No finite or infinite pattern overflows the 32-bit sum. */
+ * own case (0x7fff). No finite or infinite pattern overflows the 32-bit sum. The tail that
+ * fills no whole vector goes through tr_bf16_bits itself. */
 #include <stdint.h>
-#include <string.h>
 
+#include "kernels/common/lowp_bits.h"
 #include "runtime/hf/internal.h"
 
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
-
-static uint16_t one(uint32_t u) {
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 void tr_hf_bf16_from_f32(uint16_t *out, const float *in, int64_t n) {
     int64_t i = 0;
@@ -39,9 +35,5 @@ void tr_hf_bf16_from_f32(uint16_t *out, const float *in, int64_t n) {
         _mm_storeu_si128((__m128i *)(void *)(out + i), _mm_packs_epi32(r[0], r[1]));
     }
 #endif
-    for (; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, in + i, sizeof u);
-        out[i] = one(u);
-    }
+    for (; i < n; i++) out[i] = tr_bf16_bits(in[i]);
 }

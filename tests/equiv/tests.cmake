@@ -604,9 +604,10 @@ tr_equiv_test(deepseek_ep2 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_C
 # iterations, the router moving. moe_tiny (4 experts top 2, 32 tokens) at factor 0.5 (capacity 8
 # of the 16 rows an even share gives: drops every pass) by probability; at 1.0 by position, padded
 # to the capacity (the padded rows travel); Mixtral-like (8 experts) on EP 2 x DP 2 with the
-# distributed optimizer padded at 2.5 (capacity 20: a rank sends 80 rows to each peer, more than its 64 dropless rows, which the exchange buffers must hold). The EP
-# bytes: padded from the capacity, unpadded from the layers' kept rows (equiv_parts.c). And two
-# runs of the same EP layout with drops are bitwise equal.
+# distributed optimizer padded at 2.5 (capacity 20: a rank sends 80 rows to each peer, more than
+# its 64 dropless rows, which the exchange buffers must hold). The EP bytes: padded from the
+# capacity, unpadded from the layers' kept rows (equiv_parts.c). And two runs of the same EP
+# layout with drops are bitwise equal.
 set(TR_EP_CAP ${TR_EP_CLIP} train.train_iters=20)
 tr_equiv_test(moe_ep2_capacity_probs 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP}
               model.moe_expert_capacity_factor=0.5 model.moe_token_drop_policy=probs -- ${TR_EP2})

@@ -4,12 +4,26 @@
 
 #include "kernels/common/loss_mean.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/threadpool.h"
 
 /* The span [first, last) of a strided view, for the overlap check. */
 static void span(const float *p, int64_t ld, int64_t rows, int64_t cols, const char **b,
                  const char **e) {
     *b = (const char *)p;
     *e = (const char *)(p + (rows - 1) * ld + cols);
+}
+
+typedef struct copy_ctx {
+    float *dst;
+    int64_t ldd;
+    const float *src;
+    int64_t lds;
+    size_t bytes;
+} copy_ctx;
+
+static void copy_rows(void *vc, int64_t r0, int64_t r1) {
+    const copy_ctx *c = vc;
+    for (int64_t r = r0; r < r1; r++) memcpy(c->dst + r * c->ldd, c->src + r * c->lds, c->bytes);
 }
 
 tr_status tr_cpu_copy_2d(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
@@ -21,8 +35,11 @@ tr_status tr_cpu_copy_2d(float *dst, int64_t ldd, const float *src, int64_t lds,
     span(dst, ldd, rows, cols, &db, &de);
     span(src, lds, rows, cols, &sb, &se);
     if (db < se && sb < de) return TR_ERR_INVALID;
-    size_t bytes = (size_t)cols * sizeof(float);
-    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * ldd, src + r * lds, bytes);
+    copy_ctx c = {dst, ldd, src, lds, (size_t)cols * sizeof(float)};
+    /* rows over the pool, at least ~64 KiB a chunk: the QKV split's strided copies of a few
+     * hundred bytes a row are latency-bound on one core */
+    int64_t grain = (int64_t)((65536 + c.bytes - 1) / c.bytes);
+    tr_cpu_parallel_for(rows, grain, copy_rows, &c);
     return TR_OK;
 }
 

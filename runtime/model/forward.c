@@ -19,32 +19,25 @@ tr_status tr_model_norm_fwd(const tr_model *m, float *y, float *mean, float *rst
 }
 
 /* Megatron's fused QKV rows are grouped: per KV group, its (heads/groups) query heads, then
- * its key head, then its value head. Attention wants q [B,T,H,D], k and v [B,T,G,D]. Each
- * group's three pieces are strided copies over all rows (3 * groups ops). */
+ * its key head, then its value head. Attention wants q [B,T,H,D], k and v [B,T,G,D]. As the
+ * fused row is G groups of (qd + 2D) floats and q's row G pieces of qd (k's and v's G of D),
+ * (row, group) flattens to one index over rows * G: three strided copies, whatever G. */
 tr_status tr_model_qkv_split(const tr_model *m, const float *qkv, float *q, float *k, float *v,
                              int64_t rows) {
     const tr_model_spec *s = &m->spec;
-    int64_t D = s->head_dim, G = s->groups, hpg = s->heads / s->groups, qd = hpg * D;
-    for (int64_t g = 0; g < G; g++) {
-        const float *src = qkv + g * (qd + 2 * D);
-        TR_TRY(m->ops->copy_2d(q + g * qd, s->heads * D, src, m->qkv_dim, rows, qd));
-        TR_TRY(m->ops->copy_2d(k + g * D, G * D, src + qd, m->qkv_dim, rows, D));
-        TR_TRY(m->ops->copy_2d(v + g * D, G * D, src + qd + D, m->qkv_dim, rows, D));
-    }
-    return TR_OK;
+    int64_t D = s->head_dim, G = s->groups, qd = (s->heads / s->groups) * D, ld = qd + 2 * D;
+    TR_TRY(m->ops->copy_2d(q, qd, qkv, ld, rows * G, qd));
+    TR_TRY(m->ops->copy_2d(k, D, qkv + qd, ld, rows * G, D));
+    return m->ops->copy_2d(v, D, qkv + qd + D, ld, rows * G, D);
 }
 
 tr_status tr_model_qkv_merge(const tr_model *m, float *qkv, const float *q, const float *k,
                              const float *v, int64_t rows) {
     const tr_model_spec *s = &m->spec;
-    int64_t D = s->head_dim, G = s->groups, hpg = s->heads / s->groups, qd = hpg * D;
-    for (int64_t g = 0; g < G; g++) {
-        float *dst = qkv + g * (qd + 2 * D);
-        TR_TRY(m->ops->copy_2d(dst, m->qkv_dim, q + g * qd, s->heads * D, rows, qd));
-        TR_TRY(m->ops->copy_2d(dst + qd, m->qkv_dim, k + g * D, G * D, rows, D));
-        TR_TRY(m->ops->copy_2d(dst + qd + D, m->qkv_dim, v + g * D, G * D, rows, D));
-    }
-    return TR_OK;
+    int64_t D = s->head_dim, G = s->groups, qd = (s->heads / s->groups) * D, ld = qd + 2 * D;
+    TR_TRY(m->ops->copy_2d(qkv, ld, q, qd, rows * G, qd));
+    TR_TRY(m->ops->copy_2d(qkv + qd, ld, k, D, rows * G, D));
+    return m->ops->copy_2d(qkv + qd + D, ld, v, D, rows * G, D);
 }
 
 /* dst = src for n floats of device memory. */

@@ -195,7 +195,9 @@ static tr_status moe_step(trainer *t, step_out *out) {
 static tr_status train_step_single(trainer *t, int64_t iteration, int64_t consumed,
                                    int64_t sched_samples, step_out *out) {
     tr_model *m = &t->model;
-    TR_TRY(tr_device_memset0(t->dev, m->grads, (size_t)m->n_params * sizeof(float)));
+    /* the op (threaded on the CPU) rather than a device memset: +0.0f is all-zero bits too,
+     * and the DP path zeroes its buckets the same way (tr_ddp_start_iteration) */
+    TR_TRY(m->ops->fill(m->grads, m->n_params, 0.0f));
     double sum = 0.0;
     int64_t tokens = 0;
     TR_TRY(accumulate(t, iteration, consumed, &sum, &tokens));

@@ -140,10 +140,9 @@ static tr_status check_adapters(const args *a, const tr_config *c, tr_diags *d) 
     return st;
 }
 
-/* The checkpoint's model, whole on one rank: built from the recipe / config.json and the
- * overrides, then loaded through the training loop's own loading. */
-static tr_status load_ckpt(const args *a, tr_config *c, tr_model *m, bool *have_model,
-                           tr_diags *d) {
+/* The config of the checkpoint's model (the recipe / config.json and the overrides, one rank,
+ * the checkpoint as checkpoint.load), its adapters checked against the peft settings. */
+static tr_status resolve_export(const args *a, tr_config *c, tr_diags *d) {
     char load[4200], step[64];
     snprintf(load, sizeof load, "checkpoint.load=%s", a->ckpt);
     snprintf(step, sizeof step, "checkpoint.ckpt_step=%s", a->step ? a->step : "null");
@@ -156,7 +155,13 @@ static tr_status load_ckpt(const args *a, tr_config *c, tr_model *m, bool *have_
                            "checkpoint.save=null",
                            "checkpoint.ckpt_format=trestle"};
     tr_status st = resolve(a, extra, (int)(sizeof extra / sizeof extra[0]), c, d);
-    if (st == TR_OK) st = check_adapters(a, c, d);
+    return st == TR_OK ? check_adapters(a, c, d) : st;
+}
+
+/* The checkpoint's model, whole on one rank, loaded through the training loop's own loading. */
+static tr_status load_ckpt(const args *a, tr_config *c, tr_model *m, bool *have_model,
+                           tr_diags *d) {
+    tr_status st = resolve_export(a, c, d);
     if (st == TR_OK) st = build_model(c, m, d);
     *have_model = st == TR_OK;
     if (st == TR_OK) {
@@ -199,8 +204,83 @@ static void show_progress(void *ctx, int done, int n, uint64_t bytes, uint64_t t
             done == n ? "\n" : "");
 }
 
+/* The streamed export's parameters: each read from the checkpoint into one buffer of the
+ * largest parameter's size when the export asks for it. */
+typedef struct stream_src {
+    tr_ckpt_reader *r;
+    float *buf;
+} stream_src;
+
+static tr_status stream_param(void *ctx, const tr_model *m, int i, const float **vals,
+                              tr_diags *d) {
+    stream_src *s = ctx;
+    *vals = s->buf;
+    return tr_train_ckpt_read_param(s->r, m, i, s->buf, d);
+}
+
+/* A model without adapters goes from the checkpoint's files to the Hugging Face file a tensor
+ * at a time: the model is never built (its parameter list is enough), so memory is a few
+ * tensors and each byte is read once. */
+static tr_status export_streamed(const args *a, const tr_config *c, tr_diags *d) {
+    tr_model_spec s;
+    TR_TRY(tr_model_spec_from_config(c, &s, d));
+    tr_model_part whole = {0, s.num_layers, true, true, 1};
+    tr_model m;
+    tr_status st = tr_model_shape(&m, &s, (tr_tp_shard){0, 1}, 1, &whole, 1);
+    if (st == TR_OK)
+        st = tr_model_param_list(&s, (tr_tp_shard){0, 1}, &whole, 1, &m.info, &m.n_info,
+                                 &m.n_params);
+    if (st == TR_ERR_INVALID) /* as build_model says it */
+        tr_diag_add(d, TR_SEV_ERROR, "ckpt.model", NULL, NULL,
+                    "run_recipe --dry-run with the same settings names the refusing rule",
+                    "the runtime cannot build this model");
+    char *iter = NULL;
+    int64_t it = 0;
+    stream_src src = {0};
+    if (st == TR_OK)
+        st = tr_ckpt_find(a->ckpt, a->step ? strtoll(a->step, NULL, 10) : -1, &iter, &it, d);
+    if (st == TR_OK) st = tr_ckpt_open(iter, &src.r, d);
+    if (st == TR_OK && c->checkpoint.verify_integrity) st = tr_ckpt_verify(src.r, NULL, d);
+    int64_t largest = 1;
+    for (int i = 0; st == TR_OK && i < m.n_info; i++)
+        if (m.info[i].numel > largest) largest = m.info[i].numel;
+    if (st == TR_OK && !(src.buf = malloc((size_t)largest * sizeof *src.buf))) st = TR_ERR_NOMEM;
+    double t1 = now();
+    if (st == TR_OK) {
+        fprintf(stderr, "export: streaming %lld parameters (%d layers, hidden %d) from %s\n",
+                (long long)m.n_params, s.num_layers, s.hidden, iter);
+        st = tr_hf_export_stream(&m, stream_param, &src, a->hf_out, a->dtype,
+                                 isatty(2) ? show_progress : NULL, &t1, d);
+    }
+    /* The line the training loop's load prints: logs name the iteration read either way. */
+    if (st == TR_OK)
+        fprintf(stderr,
+                "checkpoint: loaded model, optimizer and position from %s (iteration %lld) "
+                "without optimizer state\n",
+                iter, (long long)it);
+    if (st == TR_OK)
+        fprintf(stderr, "export: wrote %s/config.json and model.safetensors in %.2f s\n", a->hf_out,
+                now() - t1);
+    free(src.buf);
+    tr_ckpt_close(src.r);
+    free(iter);
+    free(m.info);
+    return st;
+}
+
 static int run_export(const args *a, tr_diags *d) {
     tr_config c;
+    if (!a->adapter_only) {
+        tr_status st = resolve_export(a, &c, d);
+        /* Adapters are merged into the whole model first: the loop's load below. */
+        bool stream = st == TR_OK && c.peft.scheme < 0;
+        if (st == TR_OK && stream) st = export_streamed(a, &c, d);
+        if (st != TR_OK || stream) {
+            tr_config_free(&c);
+            return st == TR_OK ? 0 : 2;
+        }
+        tr_config_free(&c);
+    }
     double t0 = now();
     tr_model m = {0};
     bool have_model = false;

@@ -465,8 +465,43 @@ static void give(progress *pr, float *v, int64_t cap) {
  * allocated once, where one of each tensor's size cost a page fault per 4 KiB. */
 #define TR_HF_CHUNK ((int64_t)1 << 16)
 
-static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
-                              tr_diags *d);
+/* Where export_plain takes each parameter's host values from. */
+typedef struct param_src {
+    tr_hf_param_fn get;
+    void *ctx;
+} param_src;
+
+static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, param_src src,
+                              progress *pr, tr_diags *d);
+
+/* An in-memory model's parameter i: its own values on the host, or (a device model) a copy in
+ * a buffer of one parameter. */
+typedef struct model_params {
+    float *host;
+} model_params;
+
+static tr_status model_param(void *ctx, const tr_model *m, int i, const float **vals, tr_diags *d) {
+    (void)d;
+    model_params *mp = ctx;
+    const tr_param_info *p = &m->info[i];
+    const float *from = m->params + p->offset;
+    *vals = from;
+    if (tr_device_host_visible(m->dev)) return TR_OK;
+    free(mp->host);
+    mp->host = malloc((size_t)(p->numel ? p->numel : 1) * sizeof *mp->host);
+    if (!mp->host) return TR_ERR_NOMEM;
+    *vals = mp->host;
+    return tr_device_to_host(m->dev, mp->host, from, (size_t)p->numel * sizeof *mp->host);
+}
+
+/* An in-memory model exported through model_param. */
+static tr_status export_model(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
+                              tr_diags *d) {
+    model_params mp = {0};
+    tr_status st = export_plain(m, dir, dtype, (param_src){model_param, &mp}, pr, d);
+    free(mp.host);
+    return st;
+}
 
 /* The adapters merged into a model without them (the merged model computes the adapted one's
  * forward), which is then exported: writing the base weights alone would drop what the
@@ -487,7 +522,7 @@ static tr_status export_merged(const tr_model *m, const char *dir, tr_st_dtype d
     TR_TRY(tr_model_create(&base, &bs, (tr_tp_shard){0, 1}, m->ops, 1));
     tr_status st = tr_lora_merge(m, &base);
     if (st != TR_OK) st = export_error(d, dir, "the adapters could not be merged into the weights");
-    if (st == TR_OK) st = export_plain(&base, dir, dtype, pr, d);
+    if (st == TR_OK) st = export_model(&base, dir, dtype, pr, d);
     tr_model_free(&base);
     return st;
 }
@@ -496,8 +531,10 @@ tr_status tr_hf_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr
     return tr_hf_export_progress(m, dir, dtype, NULL, NULL, d);
 }
 
-tr_status tr_hf_export_progress(const tr_model *m, const char *dir, tr_st_dtype dtype,
-                                tr_hf_progress_fn fn, void *ctx, tr_diags *d) {
+/* What every export refuses: a model that is not whole on one rank, of an architecture or a
+ * routing config.json cannot express, or another dtype. */
+static tr_status check_exportable(const tr_model *m, const char *dir, tr_st_dtype dtype,
+                                  tr_diags *d) {
     const tr_model_spec *s = &m->full;
     if (m->tp.size != 1 || m->n_parts != 1 || m->parts[0].num_layers != s->num_layers ||
         (!is_llama(s) && !is_gpt2(s) && !is_deepseek(s)))
@@ -508,9 +545,26 @@ tr_status tr_hf_export_progress(const tr_model *m, const char *dir, tr_st_dtype 
     if (why) return export_error(d, dir, why);
     if (dtype != TR_ST_F32 && dtype != TR_ST_BF16 && dtype != TR_ST_F16)
         return export_error(d, dir, "export writes F32, BF16 or F16");
+    return TR_OK;
+}
+
+tr_status tr_hf_export_progress(const tr_model *m, const char *dir, tr_st_dtype dtype,
+                                tr_hf_progress_fn fn, void *ctx, tr_diags *d) {
+    TR_TRY(check_exportable(m, dir, dtype, d));
     progress pr = {.fn = fn, .ctx = ctx};
-    return s->lora_rank ? export_merged(m, dir, dtype, &pr, d)
-                        : export_plain(m, dir, dtype, &pr, d);
+    return m->full.lora_rank ? export_merged(m, dir, dtype, &pr, d)
+                             : export_model(m, dir, dtype, &pr, d);
+}
+
+tr_status tr_hf_export_stream(const tr_model *m, tr_hf_param_fn get, void *get_ctx, const char *dir,
+                              tr_st_dtype dtype, tr_hf_progress_fn fn, void *ctx, tr_diags *d) {
+    TR_TRY(check_exportable(m, dir, dtype, d));
+    if (m->full.lora_rank)
+        return export_error(d, dir,
+                            "merging LoRA adapters needs the whole model: export it with "
+                            "tr_hf_export");
+    progress pr = {.fn = fn, .ctx = ctx};
+    return export_plain(m, dir, dtype, (param_src){get, get_ctx}, &pr, d);
 }
 
 /* One output tensor's fp32 values while the parameters that feed it are read; written out (in
@@ -574,8 +628,8 @@ static tr_status feed(const tr_model *m, const tr_param_info *p, const float *fr
     return st;
 }
 
-static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, progress *pr,
-                              tr_diags *d) {
+static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dtype, param_src ps,
+                              progress *pr, tr_diags *d) {
     const tr_model_spec *s = &m->full;
     bool gpt2 = is_gpt2(s);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -635,21 +689,12 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
     bool open_ = false;
     if (st == TR_OK)
         open_ = (st = tr_st_stream_open(&out, path, e, n, keys, values, 1, d)) == TR_OK;
-    /* A device model is read a parameter at a time to the host. */
-    bool direct = tr_device_host_visible(m->dev);
-    float *host = NULL;
     for (int i = 0; st == TR_OK && i < m->n_info; i++) {
         const tr_param_info *p = &m->info[i];
         tr_hf_source src = {0};
         st = arch->source(p->name, &k, &w, &src, d);
-        const float *from = m->params + p->offset;
-        if (st == TR_OK && !direct) {
-            free(host);
-            host = malloc((size_t)(p->numel ? p->numel : 1) * sizeof *host);
-            st = host ? tr_device_to_host(m->dev, host, from, (size_t)p->numel * sizeof *host)
-                      : TR_ERR_NOMEM;
-            from = host;
-        }
+        const float *from = NULL;
+        if (st == TR_OK) st = ps.get(ps.ctx, m, i, &from, d);
         if (st == TR_OK) st = feed(m, p, from, arch, &k, &src, q, sorted, dtype, &out, pr, d);
         /* DeepSeek's MTP layers hold copies of the embedding and the output layer, which
          * Megatron shares with the main model: each depth's copy is fed the same elements. */
@@ -669,7 +714,6 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
             }
         }
     }
-    free(host);
     /* What no parameter fed (none in these maps) is written as zeros, as before. */
     for (int j = 0; st == TR_OK && j < n; j++) st = flush(&q[j], dtype, &out, pr, d);
     if (open_) {

@@ -64,6 +64,16 @@ tr_status tr_hf_export(const tr_model *m, const char *dir, tr_st_dtype dtype, tr
 typedef void (*tr_hf_progress_fn)(void *ctx, int done, int n, uint64_t bytes, uint64_t total);
 tr_status tr_hf_export_progress(const tr_model *m, const char *dir, tr_st_dtype dtype,
                                 tr_hf_progress_fn fn, void *ctx, tr_diags *d);
+/* The same export of a model whose parameters are not in memory: m gives the spec and the
+ * parameter list (tr_model_shape and tr_model_param_list make one without buffers), and `get`
+ * hands over each parameter in turn (index i of m->info, in order, each once): its numel fp32
+ * values at *vals, valid until the next call. The export then holds the few tensors it is
+ * writing, not the model. The bytes are tr_hf_export_progress's for the same values. A model
+ * with adapters is "hf.export": merging them needs the whole model (tr_hf_export). */
+typedef tr_status (*tr_hf_param_fn)(void *ctx, const tr_model *m, int i, const float **vals,
+                                    tr_diags *d);
+tr_status tr_hf_export_stream(const tr_model *m, tr_hf_param_fn get, void *get_ctx, const char *dir,
+                              tr_st_dtype dtype, tr_hf_progress_fn fn, void *ctx, tr_diags *d);
 
 /* LoRA adapters alone, as PEFT saves them (runtime/hf/adapter.c): DIR/adapter_config.json
  * (peft_type LORA, r, lora_alpha, target_modules, base_model_name_or_path: base_model, or

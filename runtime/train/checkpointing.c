@@ -603,3 +603,24 @@ tr_status tr_train_ckpt_setup(tr_train_ckpt *k, const tr_train_ckpt_env *env, tr
     free(dir);
     return st;
 }
+
+tr_status tr_train_ckpt_read_param(tr_ckpt_reader *r, const tr_model *m, int i, float *dst,
+                                   tr_diags *d) {
+    if (m->tp.size != 1 || i < 0 || i >= m->n_info) return TR_ERR_INVALID;
+    /* One rank of one: every slice is its own, so the list is the parameter's logical pieces. */
+    tr_train_ckpt k = {.env = {.model = (tr_model *)(uintptr_t)m},
+                       .d = d,
+                       .world = 1,
+                       .tp = 1,
+                       .dp = 1,
+                       .pp = 1,
+                       .ep = 1,
+                       .edp = 1};
+    const tr_param_info *p = &m->info[i];
+    memset(dst, 0, (size_t)p->numel * sizeof *dst);
+    tr_ckpt_list l = {0};
+    tr_status st = tr_ckpt_list_add_param(&l, &k, "", i, dst, 0, false);
+    if (st == TR_OK) st = tr_ckpt_load_tensors(r, l.t, l.n, d);
+    tr_ckpt_list_free(&l);
+    return st;
+}

@@ -15,6 +15,7 @@
 #include "core/config.h"
 #include "core/diag.h"
 #include "runtime/checkpoint/ckpt.h"
+#include "runtime/checkpoint/reader.h"
 #include "runtime/comm/comm.h"
 #include "runtime/optimizer/loss_scaler.h"
 #include "runtime/model/model.h"
@@ -79,5 +80,12 @@ tr_status tr_train_ckpt_finish(tr_train_ckpt *k);
 
 /* Releases what a failed run left (an uncommitted async save is joined and dropped). */
 void tr_train_ckpt_free(tr_train_ckpt *k);
+
+/* Parameter i of m, a whole one-rank model (its parameter list is enough: no buffers are read),
+ * from checkpoint r into dst (the parameter's numel floats): the slices a load registers for it,
+ * so a checkpoint saved under any layout reads back; rows the checkpoint does not hold (the
+ * vocabulary padding) are zero. For converters that stream a model a tensor at a time. */
+tr_status tr_train_ckpt_read_param(tr_ckpt_reader *r, const tr_model *m, int i, float *dst,
+                                   tr_diags *d);
 
 #endif

@@ -156,74 +156,75 @@ tr_status tr_ckpt_list_add_params(tr_ckpt_list *l, const tr_train_ckpt *k, const
                                   float *base, int turn0, bool for_save) {
     const tr_model *m = k->env.model;
     for (int i = 0; i < m->n_info; i++) {
-        const tr_param_info *p = &m->info[i];
-        if (k->trainable_only && p->frozen) continue;
-        tr_ckpt_param_role role = tr_train_ckpt_param_role(k, i);
-        block b = {.kind = p->name,
-                   .layer = -1,
-                   .full_rows = p->full_rows,
-                   .full_cols = p->full_cols,
-                   .rows = p->rows,
-                   .cols = p->cols,
-                   .tp_dim = p->split_dim,
-                   .expert = p->expert,
-                   .data = base + p->offset};
-        int consumed = 0;
-        /* An MoE model's MLP tensors (routers, experts, the dense layers' MLPs) exist in some
-         * layers only: one logical tensor per layer (and per expert), not a stack. */
-        if (sscanf(p->name, "decoder.layers.%d.%n", &b.layer, &consumed) == 1 && consumed > 0 &&
-            !(m->full.moe.experts > 0 && strncmp(p->name + consumed, "mlp.", 4) == 0))
-            b.kind = p->name + consumed;
-        else
-            b.layer = -1;
-        /* The same kind of parameter in successive layers goes to successive writers. */
-        int layer_turn = b.layer > 0 ? b.layer : 0;
-        if (p->kv_rep > 1) {
-            TR_TRY(add_kv_blocks(l, k, prefix, &b, p, role, turn0 + i + layer_turn, for_save));
-            continue;
+        if (k->trainable_only && m->info[i].frozen) continue;
+        TR_TRY(tr_ckpt_list_add_param(l, k, prefix, i, base + m->info[i].offset, turn0, for_save));
+    }
+    return TR_OK;
+}
+
+tr_status tr_ckpt_list_add_param(tr_ckpt_list *l, const tr_train_ckpt *k, const char *prefix, int i,
+                                 float *data, int turn0, bool for_save) {
+    const tr_model *m = k->env.model;
+    const tr_param_info *p = &m->info[i];
+    tr_ckpt_param_role role = tr_train_ckpt_param_role(k, i);
+    block b = {.kind = p->name,
+               .layer = -1,
+               .full_rows = p->full_rows,
+               .full_cols = p->full_cols,
+               .rows = p->rows,
+               .cols = p->cols,
+               .tp_dim = p->split_dim,
+               .expert = p->expert,
+               .data = data};
+    int consumed = 0;
+    /* An MoE model's MLP tensors (routers, experts, the dense layers' MLPs) exist in some
+     * layers only: one logical tensor per layer (and per expert), not a stack. */
+    if (sscanf(p->name, "decoder.layers.%d.%n", &b.layer, &consumed) == 1 && consumed > 0 &&
+        !(m->full.moe.experts > 0 && strncmp(p->name + consumed, "mlp.", 4) == 0))
+        b.kind = p->name + consumed;
+    else
+        b.layer = -1;
+    /* The same kind of parameter in successive layers goes to successive writers. */
+    int layer_turn = b.layer > 0 ? b.layer : 0;
+    if (p->kv_rep > 1)
+        return add_kv_blocks(l, k, prefix, &b, p, role, turn0 + i + layer_turn, for_save);
+    if (p->split_dim == 0) b.row0 = (int64_t)m->tp.rank * p->rows;
+    if (p->split_dim == 1) b.col0 = (int64_t)m->tp.rank * p->cols;
+    /* Padding rows of the vocabulary depend on TP: only the real ids are stored. */
+    if (is_vocab_param(p->name) && m->full.vocab_real > 0 && m->full.vocab_real < b.full_rows) {
+        b.full_rows = m->full.vocab_real;
+        if (b.row0 + b.rows > b.full_rows) b.rows = b.full_rows - b.row0;
+        if (b.rows <= 0) return TR_OK;
+    }
+    /* LoRA's fc1 adapter: B's rows are [gate; up] like the layer's, A is one tensor. */
+    bool gate_up = m->full.swiglu && b.layer >= 0 && strncmp(b.kind, "mlp.linear_fc1.", 15) == 0 &&
+                   !strstr(b.kind, "adapter.linear_in");
+    if (!gate_up)
+        return add_block(l, k, prefix, &b, role, p->split_dim, turn0 + i + layer_turn, for_save);
+    /* SwiGLU's fc1 holds [gate; up] (each TP rank its slice of both, see
+     * tr_model_logical_index): two logical tensors, so that any TP concatenates them the
+     * same way. The weight stacks along rows, the bias (one row) along columns. */
+    int dim = p->rows > 1 ? 0 : 1;
+    char kind[96];
+    const char *leaf = b.kind + 15;
+    block half = b;
+    half.kind = kind;
+    half.tp_dim = dim;
+    for (int part = 0; part < 2; part++) {
+        snprintf(kind, sizeof kind, "mlp.linear_fc1.%s.%s", part ? "up" : "gate", leaf);
+        if (dim == 0) {
+            half.full_rows = b.full_rows / 2;
+            half.rows = b.rows / 2;
+            half.row0 = (int64_t)m->tp.rank * half.rows;
+            half.data = b.data + (int64_t)part * half.rows * b.cols;
+        } else {
+            half.full_cols = b.full_cols / 2;
+            half.cols = b.cols / 2;
+            half.col0 = (int64_t)m->tp.rank * half.cols;
+            half.data = b.data + (int64_t)part * half.cols;
         }
-        if (p->split_dim == 0) b.row0 = (int64_t)m->tp.rank * p->rows;
-        if (p->split_dim == 1) b.col0 = (int64_t)m->tp.rank * p->cols;
-        /* Padding rows of the vocabulary depend on TP: only the real ids are stored. */
-        if (is_vocab_param(p->name) && m->full.vocab_real > 0 && m->full.vocab_real < b.full_rows) {
-            b.full_rows = m->full.vocab_real;
-            if (b.row0 + b.rows > b.full_rows) b.rows = b.full_rows - b.row0;
-            if (b.rows <= 0) continue;
-        }
-        /* LoRA's fc1 adapter: B's rows are [gate; up] like the layer's, A is one tensor. */
-        bool gate_up = m->full.swiglu && b.layer >= 0 &&
-                       strncmp(b.kind, "mlp.linear_fc1.", 15) == 0 &&
-                       !strstr(b.kind, "adapter.linear_in");
-        if (!gate_up) {
-            TR_TRY(
-                add_block(l, k, prefix, &b, role, p->split_dim, turn0 + i + layer_turn, for_save));
-            continue;
-        }
-        /* SwiGLU's fc1 holds [gate; up] (each TP rank its slice of both, see
-         * tr_model_logical_index): two logical tensors, so that any TP concatenates them the
-         * same way. The weight stacks along rows, the bias (one row) along columns. */
-        int dim = p->rows > 1 ? 0 : 1;
-        char kind[96];
-        const char *leaf = b.kind + 15;
-        block half = b;
-        half.kind = kind;
-        half.tp_dim = dim;
-        for (int part = 0; part < 2; part++) {
-            snprintf(kind, sizeof kind, "mlp.linear_fc1.%s.%s", part ? "up" : "gate", leaf);
-            if (dim == 0) {
-                half.full_rows = b.full_rows / 2;
-                half.rows = b.rows / 2;
-                half.row0 = (int64_t)m->tp.rank * half.rows;
-                half.data = b.data + (int64_t)part * half.rows * b.cols;
-            } else {
-                half.full_cols = b.full_cols / 2;
-                half.cols = b.cols / 2;
-                half.col0 = (int64_t)m->tp.rank * half.cols;
-                half.data = b.data + (int64_t)part * half.cols;
-            }
-            TR_TRY(add_block(l, k, prefix, &half, role, p->split_dim, turn0 + i + layer_turn + part,
-                             for_save));
-        }
+        TR_TRY(add_block(l, k, prefix, &half, role, p->split_dim, turn0 + i + layer_turn + part,
+                         for_save));
     }
     return TR_OK;
 }

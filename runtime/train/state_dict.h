@@ -32,6 +32,10 @@ tr_ckpt_param_role tr_train_ckpt_param_role(const tr_train_ckpt *k, int i);
  * shifts the rotation of writers, so that the state tensors of a parameter land elsewhere. */
 tr_status tr_ckpt_list_add_params(tr_ckpt_list *l, const tr_train_ckpt *k, const char *prefix,
                                   float *base, int turn0, bool for_save);
+/* The slices of parameter i alone, with data taken from `data` (laid out as the parameter):
+ * what tr_ckpt_list_add_params registers for it (a converter reads one parameter at a time). */
+tr_status tr_ckpt_list_add_param(tr_ckpt_list *l, const tr_train_ckpt *k, const char *prefix, int i,
+                                 float *data, int turn0, bool for_save);
 
 /* A scalar every rank registers; rank 0 writes it. */
 tr_status tr_ckpt_list_add_scalar(tr_ckpt_list *l, const tr_train_ckpt *k, const char *name,

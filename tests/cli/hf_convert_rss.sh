@@ -1,9 +1,10 @@
-# trestle_ckpt export's memory is the model it loads plus a few tensors, not a second copy: a
-# Llama of 48 layers (its largest tensor under 1/200 of the model) is imported, then exported to
-# bf16 while the child's peak RSS (getrusage ru_maxrss) is read. The same export of a one-layer
-# model of the same widths is the baseline (the program, the config, the reader); the difference
-# must stay under 1.5 x the model's fp32 bytes (the export before streaming held the model, an
-# fp32 copy of every output tensor and a bf16 copy: about 2.5 x).
+# trestle_ckpt export streams: a checkpoint without adapters goes to the Hugging Face file a
+# tensor at a time, the model never built, so its memory is a few tensors. A Llama of 48 layers
+# (its largest tensor under 1/200 of the model) is imported, then exported to bf16 while the
+# child's peak RSS (getrusage ru_maxrss) is read. The same export of a one-layer model of the same
+# widths is the baseline (the program, the config, the reader); the difference must stay under
+# 1/8 of the model's fp32 bytes (the export that loaded the model first grew by about 0.8 x; the
+# one before it streamed its output, by 2.5 x).
 . "$(dirname "$0")/lib.sh"
 CK="$(dirname "$RR")/trestle_ckpt"
 # AddressSanitizer's shadow memory and quarantine make peak RSS measure the sanitizer.
@@ -74,5 +75,5 @@ done
 model=$(cat "$TMP/hf48/bytes")
 grow=$(((rss48 - rss1) * 1024))
 echo "peak RSS: 1 layer $rss1 KiB, 48 layers $rss48 KiB; growth $grow bytes for a model of $model bytes"
-[ $((2 * grow)) -lt $((3 * model)) ] ||
-    fail "the export's peak RSS grew by $grow bytes for a model of $model fp32 bytes (limit 1.5x)"
+[ $((8 * grow)) -lt "$model" ] ||
+    fail "the export's peak RSS grew by $grow bytes for a model of $model fp32 bytes (limit 1/8)"

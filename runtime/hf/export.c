@@ -426,32 +426,34 @@ typedef struct progress {
     void *ctx;
     int done, n;
     uint64_t bytes, total;
-    uint16_t *chunk; /* TR_HF_CHUNK half-precision values, reused by every tensor's write */
-    /* The value buffers of tensors written, kept for the next ones: freeing a large buffer
-     * unmaps it, and a fresh one costs a page fault per 4 KiB, the export's largest cost. Two
-     * at most, so the export still holds a few tensors beside the model. */
-    float *spare[2];
-    int64_t spare_cap[2];
+    /* The buffers of tensors written, kept for the next ones: freeing a large buffer unmaps it,
+     * and a fresh one costs a page fault per 4 KiB, the export's largest cost once. Three at
+     * most (a layer's q, k and v are pending at once), so the export holds a few tensors. */
+    void *spare[3];
+    size_t spare_cap[3];
 } progress;
 
-/* A zeroed buffer of numel values (at least one), a spare one when one is large enough. */
-static float *take(progress *pr, int64_t numel) {
-    if (numel < 1) numel = 1;
+/* A buffer of `bytes` (at least one), a spare one when one is large enough; zeroed on request
+ * (a tensor no parameter feeds), else left as it is (the feeds fill every byte). */
+static void *take(progress *pr, size_t bytes, bool zero) {
+    if (bytes < 1) bytes = 1;
     int best = -1;
-    for (int i = 0; i < 2; i++)
-        if (pr->spare[i] && pr->spare_cap[i] >= numel &&
+    for (int i = 0; i < 3; i++)
+        if (pr->spare[i] && pr->spare_cap[i] >= bytes &&
             (best < 0 || pr->spare_cap[i] < pr->spare_cap[best]))
             best = i;
-    if (best < 0) return calloc((size_t)numel, sizeof(float));
-    float *v = pr->spare[best];
+    if (best < 0) return zero ? calloc(bytes, 1) : malloc(bytes);
+    void *v = pr->spare[best];
     pr->spare[best] = NULL;
-    memset(v, 0, (size_t)numel * sizeof *v);
+    if (zero) memset(v, 0, bytes);
     return v;
 }
 
-/* v (of cap values) kept as a spare in place of the smallest, or freed. */
-static void give(progress *pr, float *v, int64_t cap) {
-    int slot = !pr->spare[0] ? 0 : !pr->spare[1] ? 1 : pr->spare_cap[0] < pr->spare_cap[1] ? 0 : 1;
+/* v (of cap bytes) kept as a spare in place of the smallest (an empty slot first), or freed. */
+static void give(progress *pr, void *v, size_t cap) {
+    int slot = 0;
+    for (int i = 1; i < 3; i++)
+        if (pr->spare[slot] && (!pr->spare[i] || pr->spare_cap[i] < pr->spare_cap[slot])) slot = i;
     if (pr->spare[slot] && pr->spare_cap[slot] >= cap) {
         free(v);
         return;
@@ -460,10 +462,6 @@ static void give(progress *pr, float *v, int64_t cap) {
     pr->spare[slot] = v;
     pr->spare_cap[slot] = cap;
 }
-
-/* A tensor goes out in pieces of this many values: a buffer that stays in cache and is
- * allocated once, where one of each tensor's size cost a page fault per 4 KiB. */
-#define TR_HF_CHUNK ((int64_t)1 << 16)
 
 /* Where export_plain takes each parameter's host values from. */
 typedef struct param_src {
@@ -567,11 +565,12 @@ tr_status tr_hf_export_stream(const tr_model *m, tr_hf_param_fn get, void *get_c
     return export_plain(m, dir, dtype, (param_src){get, get_ctx}, &pr, d);
 }
 
-/* One output tensor's fp32 values while the parameters that feed it are read; written out (in
- * the file's dtype) and freed once every element has come, so the export holds a few tensors
- * beside the model, not a second copy of it. */
+/* One output tensor's values, already in the file's dtype, while the parameters that feed it
+ * are read (each run converted as it comes: no fp32 copy of the tensor); written out and its
+ * buffer kept for the next once every element has come, so the export holds a few tensors, not
+ * a second copy of the model. */
 typedef struct pending {
-    float *vals;
+    void *vals;
     int64_t filled, numel;
     int out; /* its index in the file (transformers' order) */
     bool written;
@@ -579,29 +578,32 @@ typedef struct pending {
 
 static tr_status flush(pending *q, tr_st_dtype dtype, tr_st_stream *w, progress *pr, tr_diags *d) {
     if (q->written) return TR_OK;
-    if (!q->vals && !(q->vals = take(pr, q->numel))) return TR_ERR_NOMEM;
-    tr_status st = TR_OK;
-    if (dtype == TR_ST_F32) {
-        st = tr_st_stream_put(w, q->out, q->vals, d);
-    } else {
-        if (!q->numel) st = tr_st_stream_put(w, q->out, pr->chunk, d);
-        for (int64_t at = 0; st == TR_OK && at < q->numel; at += TR_HF_CHUNK) {
-            int64_t n = q->numel - at < TR_HF_CHUNK ? q->numel - at : TR_HF_CHUNK;
-            const float *x = q->vals + at;
-            if (dtype == TR_ST_BF16)
-                tr_hf_bf16_from_f32(pr->chunk, x, n);
-            else
-                for (int64_t j = 0; j < n; j++) pr->chunk[j] = tr_f16_bits(x[j]);
-            st = tr_st_stream_put_range(w, q->out, (uint64_t)at * 2, pr->chunk, (uint64_t)n * 2, d);
-        }
-    }
-    give(pr, q->vals, q->numel ? q->numel : 1);
+    size_t bytes = (size_t)q->numel * tr_st_dtype_size(dtype);
+    /* What no parameter fed (none in these maps) is written as zeros, as before; a tensor fed in
+     * part would hold stale bytes: the map is broken, say so rather than write them. */
+    if (q->vals && q->filled < q->numel)
+        return export_error(d, "model.safetensors", "a tensor was fed only in part");
+    if (!q->vals && !(q->vals = take(pr, bytes, true))) return TR_ERR_NOMEM;
+    tr_status st = tr_st_stream_put(w, q->out, q->vals, d);
+    give(pr, q->vals, bytes ? bytes : 1);
     q->vals = NULL;
     q->written = true;
     pr->done++;
-    pr->bytes += (uint64_t)q->numel * tr_st_dtype_size(dtype);
+    pr->bytes += bytes;
     if (pr->fn && st == TR_OK) pr->fn(pr->ctx, pr->done, pr->n, pr->bytes, pr->total);
     return st;
+}
+
+/* n fp32 values to the file's dtype at element idx of buffer v (rounded to nearest even). */
+static void put_values(void *v, int64_t idx, const float *x, int64_t n, tr_st_dtype dtype) {
+    if (dtype == TR_ST_F32) {
+        memcpy((float *)v + idx, x, (size_t)n * sizeof *x);
+    } else if (dtype == TR_ST_BF16) {
+        tr_hf_bf16_from_f32((uint16_t *)v + idx, x, n);
+    } else {
+        uint16_t *h = (uint16_t *)v + idx;
+        for (int64_t j = 0; j < n; j++) h[j] = tr_f16_bits(x[j]);
+    }
 }
 
 /* Parameter p's elements (host values `from`) into the output tensors src names, each flushed
@@ -617,8 +619,9 @@ static tr_status feed(const tr_model *m, const tr_param_info *p, const float *fr
         if (which < 0) continue;
         pending *t = &q[src->t[which] - sorted];
         if (t->written) continue;
-        if (!t->vals && !(t->vals = take(pr, t->numel))) return TR_ERR_NOMEM;
-        memcpy(t->vals + idx, from + x, (size_t)n * sizeof *from);
+        if (!t->vals && !(t->vals = take(pr, (size_t)t->numel * tr_st_dtype_size(dtype), false)))
+            return TR_ERR_NOMEM;
+        put_values(t->vals, idx, from + x, n, dtype);
         t->filled += n;
     }
     tr_status st = TR_OK;
@@ -648,8 +651,7 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
      * map is run against: each model element goes where the import would read it from. */
     tr_st_tensor *sorted = calloc((size_t)n, sizeof *sorted);
     pending *q = calloc((size_t)n, sizeof *q);
-    pr->chunk = malloc((size_t)TR_HF_CHUNK * sizeof *pr->chunk);
-    tr_status st = sorted && q && pr->chunk ? TR_OK : TR_ERR_NOMEM;
+    tr_status st = sorted && q ? TR_OK : TR_ERR_NOMEM;
     for (int i = 0; st == TR_OK && i < n; i++) {
         int64_t numel = o[i].rows * (o[i].cols ? o[i].cols : 1);
         sorted[i] = (tr_st_tensor){.name = o[i].name,
@@ -728,9 +730,9 @@ static tr_status export_plain(const tr_model *m, const char *dir, tr_st_dtype dt
              : s->mla.on ? write_deepseek_config(dir, s, vocab, dt, d)
                          : write_llama_config(dir, s, vocab, dt, d);
     for (int j = 0; q && j < n; j++) free(q[j].vals);
-    free(sorted), free(q), free(pr->chunk), free(pr->spare[0]), free(pr->spare[1]);
-    pr->chunk = NULL;
-    pr->spare[0] = pr->spare[1] = NULL;
+    free(sorted), free(q);
+    for (int j = 0; j < 3; j++) free(pr->spare[j]);
+    memset(pr->spare, 0, sizeof pr->spare);
     free(o), free(e), free(shape);
     return st;
 }

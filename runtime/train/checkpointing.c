@@ -617,9 +617,12 @@ tr_status tr_train_ckpt_read_param(tr_ckpt_reader *r, const tr_model *m, int i, 
                        .ep = 1,
                        .edp = 1};
     const tr_param_info *p = &m->info[i];
-    memset(dst, 0, (size_t)p->numel * sizeof *dst);
     tr_ckpt_list l = {0};
     tr_status st = tr_ckpt_list_add_param(&l, &k, "", i, dst, 0, false);
+    /* The slices tile the parameter but for the vocabulary padding: zeroed only then. */
+    int64_t covered = 0;
+    for (int j = 0; j < l.n; j++) covered += tr_ckpt_slice_volume(&l.t[j].slice);
+    if (st == TR_OK && covered < p->numel) memset(dst, 0, (size_t)p->numel * sizeof *dst);
     if (st == TR_OK) st = tr_ckpt_load_tensors(r, l.t, l.n, d);
     tr_ckpt_list_free(&l);
     return st;

@@ -4,7 +4,9 @@
 # them, from the page cache once warm) and, when the safetensors Python package is present, its
 # load of the same file (safetensors.torch.load_file), in the same run. Every round is printed, then the best of each and
 # the ratios; import and export each against its disk ceiling (cat of what it reads + a dd write
-# of what it writes, with fsync) in the same round. Not a ctest:  bench/hf_convert.sh BUILD_DIR [ROUNDS]   (env MB, DIR)
+# of what it writes, with fsync) in the same round. OLD_CK=path/to/another/trestle_ckpt adds its
+# export of the same checkpoint to each round (an A/B of two builds under the same load).
+# Not a ctest:  bench/hf_convert.sh BUILD_DIR [ROUNDS]   (env MB, DIR, OLD_CK)
 set -u
 B=${1:?usage: bench/hf_convert.sh BUILD_DIR [ROUNDS]}
 ROUNDS=${2:-3}
@@ -59,7 +61,7 @@ has_st=0
 python3 -c "import safetensors.torch" 2>/dev/null && has_st=1
 t() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>"$W/err" || { cat "$W/err"; exit 1; }; e=$(date +%s.%N); echo "$e - $s" | bc; }
 best() { sort -g | head -1; }
-: >"$W/cat" ; : >"$W/imp"; : >"$W/exp"; : >"$W/st"; : >"$W/ddw"; : >"$W/ckcat"; : >"$W/ddx"
+: >"$W/old"; : >"$W/cat" ; : >"$W/imp"; : >"$W/exp"; : >"$W/st"; : >"$W/ddw"; : >"$W/ckcat"; : >"$W/ddx"
 # import writes an fp32 checkpoint (twice the bf16 file) with fsync: its disk ceiling is reading
 # the file plus writing that many bytes, timed with dd in the same round.
 CKMB=$(python3 -c "import os;print(int(2 * os.path.getsize('$W/hf/model.safetensors') / 2**20))")
@@ -93,6 +95,15 @@ for k, v in ha.items():
     assert a.read(n) == b.read(n), "export differs from the file imported: " + k
 PY
     }
+    o=-
+    if [ -n "${OLD_CK:-}" ]; then
+        rm -rf "$W/out_old"
+        o=$(t "$OLD_CK" export "$W/ck" --hf-out "$W/out_old" --hf-config "$W/hf" --dtype bf16 "${tok[@]}")
+        cmp -s "$W/out/model.safetensors" "$W/out_old/model.safetensors" ||
+            { echo "OLD_CK's export differs from this build's"; exit 1; }
+        rm -rf "$W/out_old"
+        echo "$o" >>"$W/old"
+    fi
     s=-
     # Timed inside Python: the interpreter's and torch's start are not the load's.
     [ $has_st = 1 ] && s=$(python3 -c "import time; from safetensors.torch import load_file
@@ -103,6 +114,7 @@ print('%.3f' % (time.monotonic() - t))")
     printf 'round %d: cat %.3f s  dd write %.3f s  import %.3f s (%.0f%% of cat + dd)  cat ckpt %.3f s  dd write %.3f s  export %.3f s (%.0f%% of cat + dd)  safetensors %s s\n' \
         "$r" "$c" "$w" "$i" "$(echo "100 * ($c + $w) / $i" | bc -l)" "$k" "$y" "$x" \
         "$(echo "100 * ($k + $y) / $x" | bc -l)" "$s"
+    [ "$o" != - ] && printf '         OLD_CK export %.3f s (this build %.2f x faster)\n' "$o" "$(echo "$o / $x" | bc -l)"
 done
 bc_=$(best <"$W/cat"); bi=$(best <"$W/imp"); bx=$(best <"$W/exp"); bw=$(best <"$W/ddw")
 bk=$(best <"$W/ckcat"); by=$(best <"$W/ddx")
@@ -113,6 +125,7 @@ printf 'export against its disk ceiling (read the checkpoint, write %d MB with f
 printf 'best (%.3f GB): cat %.2f GB/s  import %.2f GB/s (%.0f%% of cat)  export %.2f GB/s (%.0f%% of cat)\n' \
     "$GB" "$(echo "$GB / $bc_" | bc -l)" "$(echo "$GB / $bi" | bc -l)" "$(echo "100 * $bc_ / $bi" | bc -l)" \
     "$(echo "$GB / $bx" | bc -l)" "$(echo "100 * $bc_ / $bx" | bc -l)"
+[ -s "$W/old" ] && printf 'export: this build %.2f s, OLD_CK %.2f s (best of each)\n' "$bx" "$(best <"$W/old")"
 if [ $has_st = 1 ]; then
     bs=$(best <"$W/st")
     printf 'safetensors (python, torch): %.2f GB/s; import / safetensors %.2f\n' \

@@ -19,8 +19,8 @@ static void in_flight(const tr_pp_schedule *s, int *max, int vpp) {
 }
 
 /* The sum of the stages' parameters over the pipeline group, tied copy left out, is the whole TP
- * shard's; under EP that holds for the dense ones, and the experts' sum over the expert
- * model-parallel group is every logical expert's. */
+ * shard's; under EP or expert TP that holds for the dense ones, and the experts' sum over the
+ * expert model-parallel group is every logical expert's. */
 int equiv_check_memory(const run_out *o, const tr_model *m) {
     const tr_config *c = o->c;
     int pp = (int)c->model.pipeline_model_parallel_size, rank, bad = 0, pp_rank = 0;
@@ -31,7 +31,7 @@ int equiv_check_memory(const run_out *o, const tr_model *m) {
     int n_info = 0;
     int64_t whole_numel = 0, whole_shard = 0, mine = 0, copy = 0, sum = 0;
     int64_t whole_experts = 0, experts = 0;
-    bool ep = m->spec.moe.ep_size > 1;
+    bool ep = m->spec.moe.ep_size > 1 || m->spec.moe.etp_size > 1; /* an expert buffer */
     if (tr_model_param_list(&m->full, m->tp, &whole, 1, &info, &n_info, &whole_numel) != TR_OK)
         return 1;
     for (int i = 0; i < n_info; i++) {
@@ -95,7 +95,7 @@ static int tensor_of(const run_out *o, const char *name) {
 }
 
 tr_status equiv_gather_experts(run_out *o, const tr_model *m) {
-    if (m->spec.moe.ep_size <= 1) return TR_OK;
+    if (m->spec.moe.ep_size <= 1 && m->spec.moe.etp_size <= 1) return TR_OK;
     float *mine = calloc((size_t)o->n, sizeof *mine);
     if (!mine) return TR_ERR_NOMEM;
     tr_status s = TR_OK;
@@ -103,7 +103,9 @@ tr_status equiv_gather_experts(run_out *o, const tr_model *m) {
         const tr_param_info *p = &m->info[i];
         int t = p->expert ? tensor_of(o, p->name) : -1;
         if (p->expert && t < 0) s = TR_ERR_INVALID;
-        if (t >= 0) memcpy(mine + o->starts[t], m->params + p->offset, (size_t)p->numel * 4);
+        /* an expert-TP shard at its logical elements (the group's shards are disjoint) */
+        for (int64_t e = 0; t >= 0 && e < p->numel; e++)
+            mine[o->starts[t] + tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
     }
     if (s == TR_OK) MPI_Allreduce(MPI_IN_PLACE, mine, (int)o->n, MPI_FLOAT, MPI_SUM, o->emp);
     /* The dense assembly left the experts' elements zero: nobody of the TP-PP group wrote them. */

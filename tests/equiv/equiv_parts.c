@@ -162,3 +162,44 @@ int equiv_check_ep_volume(const tr_config *c, const tr_comm *comm, const run_out
     bad += !ok_c + !ok_r + (max_layers != run->moe_layers);
     return bad;
 }
+
+int equiv_check_etp_volume(const tr_config *c, const tr_comm *comm, const run_out *run,
+                           int64_t eval_mbs) {
+    const tr_model_config *m = &c->model;
+    int64_t etp = m->expert_tensor_parallel_size;
+    if (m->num_moe_experts == TR_NULL_INT || etp <= 1) return 0;
+    int64_t cp = m->context_parallel_size > 1 ? m->context_parallel_size : 1;
+    int64_t tp = m->tensor_model_parallel_size, ep = m->expert_model_parallel_size;
+    int64_t T = c->train.micro_batch_size * m->seq_length / cp / (m->sequence_parallel ? tp : 1);
+    int64_t E = m->num_moe_experts, k = m->moe_router_topk, h = m->hidden_size, El = E / ep;
+    int64_t passes = run->iters * c->derived.num_microbatches * run->moe_layers;
+    int64_t fwd_only = eval_mbs * run->moe_layers;
+    uint64_t counts =
+        tr_comm_counters_bytes(&comm->counters, TR_GROUP_EXPERT_TP, TR_COMM_ALL_GATHER);
+    uint64_t rows =
+        tr_comm_counters_bytes(&comm->counters, TR_GROUP_EXPERT_TP, TR_COMM_ALL_TO_ALLV);
+    uint64_t want_counts = (uint64_t)((passes + fwd_only) * 4 * El);
+    double factor = m->moe_expert_capacity_factor;
+    bool capped = !tr_is_null_float(factor) && factor > 0.0;
+    int64_t cap = capped ? (int64_t)ceil((double)T * k / E * factor) : 0;
+    int64_t R = capped && m->moe_pad_expert_input_to_capacity ? E * cap : T * k;
+    /* this rank's own rows, each in etp x (4 a training pass, 2 an evaluation one) */
+    int64_t mine = (4 * passes + 2 * fwd_only) * R;
+    if (capped && !m->moe_pad_expert_input_to_capacity) mine = 2 * run->moe_rows;
+    uint64_t want_rows = (uint64_t)(etp * mine * h * 4), group_rows = rows;
+    if (run->emp != MPI_COMM_NULL) {
+        MPI_Allreduce(MPI_IN_PLACE, &want_rows, 1, MPI_UINT64_T, MPI_SUM, run->emp);
+        MPI_Allreduce(MPI_IN_PLACE, &group_rows, 1, MPI_UINT64_T, MPI_SUM, run->emp);
+    }
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    bool ok_c = counts == want_counts, ok_r = group_rows == want_rows && rows > 0;
+    if (rank == 0 || !ok_c || !ok_r)
+        printf("rank %d: expert-TP all-gather (counts): %llu bytes, analytic %llu%s; expert-TP "
+               "all-to-all-v (rows gathered, partial sums reduce-scattered), the expert "
+               "model-parallel group's sum: %llu bytes, analytic %llu%s\n",
+               rank, (unsigned long long)counts, (unsigned long long)want_counts,
+               ok_c ? "" : "  MISMATCH", (unsigned long long)group_rows,
+               (unsigned long long)want_rows, ok_r ? "" : "  MISMATCH");
+    return !ok_c + !ok_r;
+}

@@ -242,9 +242,9 @@
     X(tr_check_runtime_moe_layers, "runtime.moe_layers", E, false,                                 \
       "An MoE model has at most 1024 experts and 256 layers.")                                     \
     X(tr_check_runtime_moe_tp, "runtime.moe_tp", E, false,                                         \
-      "MoE layers: expert TP 1; under TP or CP no input jitter, dropless.")                        \
+      "MoE layers: expert TP divides the experts' ffn; under TP or CP no input jitter, dropless.") \
     X(tr_check_runtime_moe_peft, "runtime.moe_peft", E, false,                                     \
-      "LoRA on MoE models runs without DoRA and expert parallelism (not built yet).")              \
+      "LoRA on MoE models runs without DoRA, expert parallelism and expert TP (not built yet).")   \
     X(tr_check_runtime_moe_bias, "runtime.moe_bias", E, false,                                     \
       "MoE models have no linear-layer biases (not built yet).")                                   \
     X(tr_check_runtime_moe_router, "runtime.moe_router", E, false,                                 \

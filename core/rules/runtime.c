@@ -103,22 +103,23 @@ TR_RULE_FN(tr_check_runtime_moe_layers) {
             NOT_YET, "MoE models with more than 1024 experts or 256 layers");
 }
 
-/* MoE layers under TP run with sequence parallelism (Megatron's rule, moe.tp_needs_sp) and whole
- * experts (expert TP 1: each TP rank routes its sequence chunk, EP may fold onto TP); expert TP
- * and what would draw or drop differently on a part of a sequence (TP or CP) than on the whole
- * are refused. */
+/* MoE layers under TP run with sequence parallelism (Megatron's rule, moe.tp_needs_sp): each TP
+ * rank routes its sequence chunk, EP may fold onto TP, and expert TP splits every expert's ffn
+ * over the expert-TP group (runtime/moe/etp.c), which must divide it; what would draw or drop
+ * differently on a part of a sequence (TP or CP) than on the whole is refused. */
 TR_RULE_FN(tr_check_runtime_moe_tp) {
     const tr_model_config *m = &c->model;
     if (!moe(c)) return;
     int64_t tp = m->tensor_model_parallel_size;
     int64_t etp = tr_or(m->expert_tensor_parallel_size, tp);
+    int64_t ffn = tr_or(m->moe_ffn_hidden_size, tr_or(m->ffn_hidden_size, 0));
     bool split = tp > 1 || m->context_parallel_size > 1; /* each rank routes part of a sequence */
-    char what[96];
-    if (etp > 1)
-        TR_FAIL("model.expert_tensor_parallel_size,model.num_moe_experts",
-                "set model.expert_tensor_parallel_size=1 (whole experts; TP still splits the "
-                "dense layers)",
-                NOT_YET, TR_FMT(what, "expert tensor parallelism (ETP %lld)", tr_ll(etp)));
+    char hint[96];
+    if (etp > 1 && ffn % etp != 0)
+        TR_FAIL("model.expert_tensor_parallel_size,model.moe_ffn_hidden_size",
+                TR_FMT(hint, "choose an expert_tensor_parallel_size dividing %lld", tr_ll(ffn)),
+                "expert TP %lld does not divide the experts' ffn width %lld", tr_ll(etp),
+                tr_ll(ffn));
     else if (split && !tr_is_null_float(m->moe_input_jitter_eps))
         TR_FAIL("model.moe_input_jitter_eps,model.tensor_model_parallel_size,"
                 "model.context_parallel_size",
@@ -133,8 +134,8 @@ TR_RULE_FN(tr_check_runtime_moe_tp) {
 }
 
 /* LoRA on MoE layers adapts each expert's and the shared expert's fc1 / fc2 (runtime/moe/lora.c)
- * on one expert rank: DoRA's magnitudes there and the adapters under expert parallelism (whose
- * received rows the dropout keys cannot name) are not built. */
+ * on one expert rank: DoRA's magnitudes there, the adapters under expert parallelism (whose
+ * received rows the dropout keys cannot name) and on expert-TP shards are not built. */
 TR_RULE_FN(tr_check_runtime_moe_peft) {
     if (!moe(c) || c->peft.scheme < 0) return;
     if (c->peft.scheme == TR_PEFT_DORA)
@@ -144,6 +145,11 @@ TR_RULE_FN(tr_check_runtime_moe_peft) {
         TR_FAIL("peft.scheme,model.expert_model_parallel_size",
                 "set model.expert_model_parallel_size=1 (use data or pipeline parallelism)",
                 NOT_YET, "LoRA adapters with expert parallelism");
+    else if (tr_or(c->model.expert_tensor_parallel_size, c->model.tensor_model_parallel_size) > 1)
+        TR_FAIL("peft.scheme,model.expert_tensor_parallel_size",
+                "set model.expert_tensor_parallel_size=1 (whole experts; TP still splits the "
+                "dense layers)",
+                NOT_YET, "LoRA adapters on expert-TP shards");
 }
 
 TR_RULE_FN(tr_check_runtime_moe_bias) {

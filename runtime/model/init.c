@@ -44,16 +44,23 @@ static int64_t kv_coord(int64_t x, const tr_param_info *p, tr_tp_shard tp) {
     return group * per_group + (int64_t)p->kv_rep * p->kv_q + (x - p->kv_q);
 }
 
+tr_tp_shard tr_model_param_shard(const tr_model *m, const tr_param_info *p) {
+    if (p->expert && m->spec.moe.etp_size > 1)
+        return (tr_tp_shard){m->spec.moe.etp_rank, m->spec.moe.etp_size};
+    return m->tp;
+}
+
 int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_t e) {
     int64_t r = e / p->cols, c = e % p->cols;
+    tr_tp_shard sh = tr_model_param_shard(m, p);
     if (p->kv_rep > 1 && p->split_dim == 0)
         r = kv_coord(r, p, m->tp);
     else if (p->split_dim == 0)
-        r = logical_coord(r, p->rows, m->tp, p->swiglu_split);
+        r = logical_coord(r, p->rows, sh, p->swiglu_split);
     if (p->kv_rep > 1 && p->split_dim == 1)
         c = kv_coord(c, p, m->tp);
     else if (p->split_dim == 1)
-        c = logical_coord(c, p->cols, m->tp, p->swiglu_split);
+        c = logical_coord(c, p->cols, sh, p->swiglu_split);
     return r * p->full_cols + c;
 }
 

@@ -201,9 +201,11 @@ static tr_status add_word_embedding(layout *l, const tr_model_spec *s, int tp, b
 }
 
 /* An MoE layer's router, experts and shared expert in place of the MLP (runtime/moe/moe.h). Under
- * TP (sequence parallel, expert TP 1) each rank holds them whole and runs them on its sequence
- * chunk, so their gradients are partial per rank (sp_partial), except an expert-parallel rank's
- * own experts, which no other TP rank holds (their buffer's expert-DP reduction covers them). */
+ * TP (sequence parallel) each rank holds the router and shared expert whole and runs them on its
+ * sequence chunk, so their gradients are partial per rank (sp_partial); so are the experts with
+ * expert TP 1 and EP 1. An expert-parallel rank's own experts, or an expert-TP rank's slices of
+ * them (split over the expert-TP group, whose gathered rows make each slice's gradient whole),
+ * go to the expert buffer, whose expert-DP reduction covers them. */
 static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
     const int init[] = {TR_INIT_NORMAL, TR_INIT_SCALED_NORMAL, TR_INIT_ZERO, s->lora_a_init,
                         s->lora_b_init};
@@ -212,11 +214,13 @@ static tr_status add_moe(layout *l, const tr_model_spec *s, const char *base) {
     if (!p) return TR_ERR_NOMEM;
     tr_status st = tr_moe_params_at(&s->moe, base, s->hidden, s->swiglu, p);
     for (int k = 0; k < n && st == TR_OK; k++) {
-        st = add_param(l, p[k].name, p[k].rows, p[k].cols, p[k].no_decay, init[p[k].init]);
+        split sp = {p[k].split_dim, p[k].swiglu_split, s->moe.etp_size};
+        st =
+            add_param_split(l, p[k].name, p[k].rows, p[k].cols, p[k].no_decay, init[p[k].init], sp);
         if (st != TR_OK) break;
         tr_param_info *q = &l->info[l->n - 1];
         q->frozen |= p[k].frozen;
-        q->expert = p[k].expert && s->moe.ep_size > 1;
+        q->expert = p[k].expert && (s->moe.ep_size > 1 || s->moe.etp_size > 1);
         q->sp_partial = s->sequence_parallel && !q->expert && !q->frozen;
     }
     /* LoRA on the experts (runtime/moe/lora.c): the adapters train, the rest is frozen */
@@ -672,6 +676,8 @@ tr_status tr_model_shape(tr_model *m, const tr_model_spec *s, tr_tp_shard tp, in
     /* The logical model holds every expert; this rank's spec keeps its EP place. */
     m->full.moe.ep_size = 1;
     m->full.moe.ep_rank = 0;
+    m->full.moe.etp_size = 1;
+    m->full.moe.etp_rank = 0;
     m->tp = tp;
     m->tp_group = TR_GROUP_TP;
     m->batch = batch;

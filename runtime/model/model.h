@@ -178,8 +178,10 @@ typedef struct tr_param_info {
      * partial per rank (tr_model_reduce_kv_grad sums them); kv_rep 1: nothing replicated. */
     int kv_rep, kv_q, kv_len;
     int full_rows, full_cols; /* the logical tensor */
-    /* A routed expert's weight held by this EP rank only (spec.moe.ep_size > 1): its gradient
-     * goes to the expert buffer, reduced over the expert-data-parallel group. */
+    /* A routed expert's weight held by this EP rank only (spec.moe.ep_size > 1), or this
+     * expert-TP rank's shard of it (spec.moe.etp_size > 1: split_dim over the expert-TP group,
+     * tr_model_param_shard): its gradient goes to the expert buffer, reduced over the
+     * expert-data-parallel group. */
     bool expert;
 } tr_param_info;
 
@@ -542,6 +544,9 @@ int tr_model_kv_replicas(const tr_model_spec *s, tr_tp_shard tp);
  * heads, copies of which other TP ranks hold (p->kv_rep > 1); *numel 0 when none. */
 void tr_param_kv_range(const tr_param_info *p, int64_t *off, int64_t *numel);
 
+/* The shard p is on this rank: its TP shard, or for an expert weight split over expert TP its
+ * expert-TP rank and size (split_dim then names the expert-TP split). */
+tr_tp_shard tr_model_param_shard(const tr_model *m, const tr_param_info *p);
 /* The logical element (row-major in the full_rows x full_cols tensor) of element e of p's shard
  * on this rank. */
 int64_t tr_model_logical_index(const tr_model *m, const tr_param_info *p, int64_t e);

@@ -1,4 +1,5 @@
-/* The alltoall token dispatcher (Megatron-Core's MoEAlltoAllTokenDispatcher without expert TP):
+/* The alltoall token dispatcher (Megatron-Core's MoEAlltoAllTokenDispatcher; expert TP between
+ * the exchanges, runtime/moe/etp.c):
  * the per-expert row counts go first over the EP group (all-to-all), then the rows (all-to-all-v,
  * each rank's block being the rows of the experts it holds, contiguous because rows are sorted by
  * global expert), are sorted by local expert, run through the local experts, unsorted and sent
@@ -103,7 +104,7 @@ tr_status tr_moe_dispatch_fwd(tr_moe_layer *L, tr_moe_state *st) {
                                       z->rd, TR_COMM_F32);
     if (s == TR_OK) {
         sort_rows(L, st, L->a2a, st->loc.xp, true);
-        s = tr_moe_experts_fwd(L, &st->loc);
+        s = tr_moe_local_fwd(L, st, &st->loc);
     }
     if (s == TR_OK) {
         sort_rows(L, st, st->loc.ye, L->a2a, false);
@@ -122,7 +123,7 @@ tr_status tr_moe_dispatch_bwd(tr_moe_layer *L, tr_moe_state *st) {
                                       z->rc, z->rd, TR_COMM_F32);
     if (s == TR_OK) {
         sort_rows(L, st, L->a2a, L->d_loc, true);
-        s = tr_moe_experts_bwd(L, &st->loc, L->d_loc, L->dx_loc);
+        s = tr_moe_local_bwd(L, st, &st->loc, L->d_loc, L->dx_loc);
     }
     if (s == TR_OK) {
         sort_rows(L, st, L->dx_loc, L->a2a, false);

@@ -67,6 +67,7 @@ static tr_status lin_bwd(const tr_moe_layer *L, const float *x, const float *w, 
     return tr_moe_gemm(L, true, TR_NOTRANS, TR_NOTRANS, n, in, out, dy, out, w, in, beta, dx, in);
 }
 
+/* Block e of r is local expert e % El (ETP's gathered rows: El blocks per expert-TP rank). */
 tr_status tr_moe_experts_fwd(tr_moe_layer *L, const tr_moe_rows *r) {
     int h = L->d.hidden, F = L->s.ffn, F1 = L->fc1_dim;
     for (int e = 0; e < r->n; e++) {
@@ -74,10 +75,10 @@ tr_status tr_moe_experts_fwd(tr_moe_layer *L, const tr_moe_rows *r) {
         if (n == 0) continue;
         float *fc1 = r->fc1 + (int64_t)r0 * F1, *act = r->act + (int64_t)r0 * F;
         float *xp = r->xp + (int64_t)r0 * h, *ye = r->ye + (int64_t)r0 * h;
-        TR_TRY(lin_fwd(L, xp, L->p.fc1[e], fc1, n, F1, h, 0.0f));
+        TR_TRY(lin_fwd(L, xp, L->p.fc1[e % L->El], fc1, n, F1, h, 0.0f));
         TR_TRY(tr_moe_lora_fwd(L, TR_MOE_LORA_FC1, e, r0, xp, fc1, n));
         TR_TRY(act_fwd(L, act, fc1, n, F));
-        TR_TRY(lin_fwd(L, act, L->p.fc2[e], ye, n, h, F, 0.0f));
+        TR_TRY(lin_fwd(L, act, L->p.fc2[e % L->El], ye, n, h, F, 0.0f));
         TR_TRY(tr_moe_lora_fwd(L, TR_MOE_LORA_FC2, e, r0, act, ye, n));
     }
     return TR_OK;
@@ -102,10 +103,10 @@ tr_status tr_moe_experts_bwd(tr_moe_layer *L, const tr_moe_rows *r, const float 
         float *dact = L->d_act + (int64_t)r0 * F, *dfc1 = L->d_fc1 + (int64_t)r0 * F1;
         const float *act = r->act + (int64_t)r0 * F, *xp = r->xp + (int64_t)r0 * h;
         float *dx = dx_rows + (int64_t)r0 * h;
-        TR_TRY(lin_bwd(L, act, L->p.fc2[e], dy, L->g.fc2[e], dact, n, h, F, 0.0f));
+        TR_TRY(lin_bwd(L, act, L->p.fc2[e % L->El], dy, L->g.fc2[e % L->El], dact, n, h, F, 0.0f));
         TR_TRY(tr_moe_lora_bwd(L, TR_MOE_LORA_FC2, e, r0, act, dy, dact, n));
         TR_TRY(act_bwd(L, dfc1, dact, r->fc1 + (int64_t)r0 * F1, n, F));
-        TR_TRY(lin_bwd(L, xp, L->p.fc1[e], dfc1, L->g.fc1[e], dx, n, F1, h, 0.0f));
+        TR_TRY(lin_bwd(L, xp, L->p.fc1[e % L->El], dfc1, L->g.fc1[e % L->El], dx, n, F1, h, 0.0f));
         TR_TRY(tr_moe_lora_bwd(L, TR_MOE_LORA_FC1, e, r0, xp, dfc1, dx, n));
     }
     return TR_OK;

@@ -33,6 +33,11 @@ typedef struct tr_moe_state {
      * this rank's experts received, sorted by local expert (loc.off [El + 1]) */
     int32_t *cnt, *loc_off;
     tr_moe_rows loc;
+    /* ETP > 1: etp_cnt [etp * El] the rows expert-TP rank j has for local expert le (j * El +
+     * le), and the gathered rows the experts' slices ran on, by rank then local expert (blocks
+     * of etp.off [etp * El + 1]; etp.ye is the layer's scratch) */
+    int32_t *etp_cnt, *etp_off;
+    tr_moe_rows etp;
 } tr_moe_state;
 
 typedef struct tr_moe_view {
@@ -51,9 +56,16 @@ struct tr_moe_layer {
     float *ep_buf;       /* EP > 1: the states' received rows and the exchange scratch */
     int32_t *ep_ibuf;
     float *a2a, *d_loc, *dx_loc; /* [ep_rows, h]: rows by source rank; gradients by expert */
-    int capacity;                /* 0: dropless */
-    int64_t rows_fwd, rows_bwd;  /* expert rows of every forward and backward (tr_moe_rows_run) */
-    int max_rows;                /* expert rows one microbatch may need */
+    /* ETP > 1 (runtime/moe/etp.c): the expert-TP size and place (s.ffn and fc1_dim are then
+     * this rank's slice), the most rows gathered, the states' gathered rows and the scratch:
+     * the gathered fc2 output or gradient, the gathered input gradient, the reduce-scatter's
+     * received partial sums */
+    int etp, etp_rank, etp_rows;
+    float *etp_buf, *etp_y, *etp_dx, *etp_rs;
+    int32_t *etp_ibuf;
+    int capacity;               /* 0: dropless */
+    int64_t rows_fwd, rows_bwd; /* expert rows of every forward and backward (tr_moe_rows_run) */
+    int max_rows;               /* expert rows one microbatch may need */
     tr_moe_view p, g;
     tr_moe_state *st;
     float *buf; /* every float of the states and the scratch */
@@ -104,6 +116,16 @@ void *tr_moe_buf_alloc(const tr_moe_layer *L, int64_t bytes);
 void tr_moe_buf_free(const tr_moe_layer *L, void *p);
 tr_status tr_moe_dispatch_fwd(tr_moe_layer *L, tr_moe_state *st);
 tr_status tr_moe_dispatch_bwd(tr_moe_layer *L, tr_moe_state *st);
+/* The rows this rank's experts run on (r, by local expert: the layer's own rows, or the EP
+ * exchange's) through the local experts; with ETP > 1 gathered over the expert-TP group, each
+ * rank's slices run on all of them and fc2's partial sums are reduce-scattered back into
+ * r->ye; the backward does the same with dy (r's rows) into dx. */
+tr_status tr_moe_local_fwd(tr_moe_layer *L, tr_moe_state *st, const tr_moe_rows *r);
+tr_status tr_moe_local_bwd(tr_moe_layer *L, tr_moe_state *st, const tr_moe_rows *r, const float *dy,
+                           float *dx);
+/* ETP > 1: the states' gathered rows and the scratch (tr_moe_buffer_bytes sizes them). */
+void tr_moe_etp_sizes(const tr_moe_layer *L, int64_t *floats, int64_t *ints);
+tr_status tr_moe_etp_alloc(tr_moe_layer *L);
 /* The shared expert: adds its (gated) output to y; backward adds its input gradient to dx. */
 tr_status tr_moe_shared_fwd(tr_moe_layer *L, tr_moe_state *st, float *y);
 tr_status tr_moe_shared_bwd(tr_moe_layer *L, const tr_moe_state *st, const float *dy, float *dx);

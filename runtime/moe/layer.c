@@ -24,7 +24,8 @@ int tr_moe_param_count(const tr_moe_spec *s) {
 }
 
 static tr_moe_param param(const char *name, int rows, int cols, int init, bool no_decay) {
-    tr_moe_param p = {.rows = rows, .cols = cols, .init = init, .no_decay = no_decay};
+    tr_moe_param p = {
+        .rows = rows, .cols = cols, .init = init, .no_decay = no_decay, .split_dim = -1};
     memcpy(p.name, name, sizeof p.name);
     return p;
 }
@@ -55,13 +56,19 @@ tr_status tr_moe_params_at(const tr_moe_spec *s, const char *base, int hidden, b
         out[at++].frozen = true;
     }
     int ep = s->ep_size > 1 ? s->ep_size : 1, local = s->experts / ep;
-    if (s->experts % ep || s->ep_rank < 0 || s->ep_rank >= ep) return TR_ERR_INVALID;
+    int etp = s->etp_size > 1 ? s->etp_size : 1;
+    if (s->experts % ep || s->ep_rank < 0 || s->ep_rank >= ep || s->ffn % etp)
+        return TR_ERR_INVALID;
     for (int e = s->ep_rank * local; e < (s->ep_rank + 1) * local; e++) {
+        /* ETP: fc1 column-parallel (its output rows split), fc2 row-parallel (its input columns) */
         NAME("%s.mlp.experts.local_experts.%d.linear_fc1.weight", base, e);
-        out[at] = param(n, fc1, hidden, TR_MOE_INIT_NORMAL, false);
+        out[at] = param(n, fc1 / etp, hidden, TR_MOE_INIT_NORMAL, false);
+        out[at].split_dim = etp > 1 ? 0 : -1;
+        out[at].swiglu_split = etp > 1 && swiglu;
         out[at++].expert = true;
         NAME("%s.mlp.experts.local_experts.%d.linear_fc2.weight", base, e);
-        out[at] = param(n, hidden, s->ffn, TR_MOE_INIT_SCALED, false);
+        out[at] = param(n, hidden, s->ffn / etp, TR_MOE_INIT_SCALED, false);
+        out[at].split_dim = etp > 1 ? 1 : -1;
         out[at++].expert = true;
     }
     if (s->shared_ffn > 0) {
@@ -190,6 +197,7 @@ static void state_sizes(const tr_moe_layer *L, int64_t *per, int64_t *iper, int6
 static int64_t layout_scratch(tr_moe_layer *L, float *at, bool bind) {
     int64_t T = L->T, h = L->d.hidden, R = L->max_rows, SF = L->s.shared_ffn;
     int64_t RE = L->ep_rows > R ? L->ep_rows : R; /* rows the local experts run over */
+    if (L->etp_rows > RE) RE = L->etp_rows;
     int64_t o = 0;
     float *d_rows = carve(at, &o, R * h), *d_act = carve(at, &o, RE * L->s.ffn);
     float *d_fc1 = carve(at, &o, RE * L->fc1_dim), *d_x = carve(at, &o, R * h);
@@ -232,7 +240,14 @@ static tr_status layer_dims(tr_moe_layer *L, const tr_moe_spec *s, const tr_moe_
     L->T = d->batch * d->seq;
     L->E = s->experts;
     L->k = s->topk;
-    L->fc1_dim = d->swiglu ? 2 * s->ffn : s->ffn;
+    /* ETP: this rank's slice of every expert's ffn (the spec's whole ffn stays in the names) */
+    L->etp = s->etp_size > 1 ? s->etp_size : 1;
+    L->etp_rank = L->etp > 1 ? s->etp_rank : 0;
+    if (L->etp > 1 && (s->ffn % L->etp || L->etp_rank < 0 || L->etp_rank >= L->etp ||
+                       L->etp > TR_MOE_MAX_EXPERTS || s->lora_rank > 0))
+        return TR_ERR_INVALID; /* LoRA on expert-TP shards: refused by runtime.moe_peft */
+    L->s.ffn = s->ffn / L->etp;
+    L->fc1_dim = d->swiglu ? 2 * L->s.ffn : L->s.ffn;
     L->s_fc1_dim = d->swiglu ? 2 * s->shared_ffn : s->shared_ffn;
     L->max_rows = L->T * L->k;
     L->ep = s->ep_size > 1 ? s->ep_size : 1;
@@ -253,6 +268,8 @@ static tr_status layer_dims(tr_moe_layer *L, const tr_moe_spec *s, const tr_moe_
         if (L->capacity > 0 && cap < per) per = cap;
         L->ep_rows = (int)(L->ep * per);
     }
+    /* ETP: the rows of every expert-TP rank's local experts, gathered */
+    if (L->etp > 1) L->etp_rows = L->etp * (L->ep > 1 ? L->ep_rows : L->max_rows);
     return TR_OK;
 }
 
@@ -280,6 +297,12 @@ int tr_moe_buffer_bytes(const tr_moe_spec *s, const tr_moe_dims *d,
     if (L.ep > 1) {
         int64_t floats, ints;
         tr_moe_ep_sizes(&L, &floats, &ints);
+        out[n++] = floats * (int64_t)sizeof(float);
+        out[n++] = ints * (int64_t)sizeof(int32_t);
+    }
+    if (L.etp > 1) {
+        int64_t floats, ints;
+        tr_moe_etp_sizes(&L, &floats, &ints);
         out[n++] = floats * (int64_t)sizeof(float);
         out[n++] = ints * (int64_t)sizeof(int32_t);
     }
@@ -338,12 +361,11 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
         tr_moe_free(L);
         return lst;
     }
-    if (L->ep > 1) {
-        tr_status st = tr_moe_ep_alloc(L);
-        if (st != TR_OK) {
-            tr_moe_free(L);
-            return st;
-        }
+    tr_status xs = L->ep > 1 ? tr_moe_ep_alloc(L) : TR_OK;
+    if (xs == TR_OK && L->etp > 1) xs = tr_moe_etp_alloc(L);
+    if (xs != TR_OK) {
+        tr_moe_free(L);
+        return xs;
     }
     *out = L;
     return TR_OK;
@@ -364,13 +386,15 @@ void tr_moe_free(tr_moe_layer *L) {
     free(L->aux_N);
     tr_moe_buf_free(L, L->ep_buf);
     tr_moe_buf_free(L, L->ep_ibuf);
+    tr_moe_buf_free(L, L->etp_buf);
+    tr_moe_buf_free(L, L->etp_ibuf);
     free(L);
 }
 
 tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bool training,
                          uint64_t seed, uint64_t round) {
     if (slot < 0 || slot >= L->d.slots || !L->p.router ||
-        ((L->ep > 1 || L->d.sp > 1) && !L->d.comm))
+        ((L->ep > 1 || L->etp > 1 || L->d.sp > 1) && !L->d.comm))
         return TR_ERR_INVALID;
     tr_moe_state *st = &L->st[slot];
     int T = L->T, h = L->d.hidden, k = L->k;
@@ -398,7 +422,7 @@ tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bo
     double t2 = now();
     tr_moe_rows rows = {L->E, st->off, st->xp, st->fc1, st->act, st->ye};
     L->rows_fwd += st->off[L->E];
-    TR_TRY(L->ep > 1 ? tr_moe_dispatch_fwd(L, st) : tr_moe_experts_fwd(L, &rows));
+    TR_TRY(L->ep > 1 ? tr_moe_dispatch_fwd(L, st) : tr_moe_local_fwd(L, st, &rows));
     double t3 = now();
     /* unpermute: each token sums its experts' outputs weighted by their probabilities */
     for (int t = 0; t < T; t++) {
@@ -452,7 +476,7 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
     tr_moe_rows rows = {E, st->off, st->xp, st->fc1, st->act, st->ye};
     L->rows_bwd += st->off[E];
     TR_TRY(L->ep > 1 ? tr_moe_dispatch_bwd(L, st)
-                     : tr_moe_experts_bwd(L, &rows, L->d_rows, L->d_x));
+                     : tr_moe_local_bwd(L, st, &rows, L->d_rows, L->d_x));
     double t2 = now();
     for (int t = 0; t < T; t++) {
         float *d = dx + (int64_t)t * h;

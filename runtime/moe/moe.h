@@ -51,6 +51,12 @@ typedef struct tr_moe_spec {
      * 1 and 0): this rank holds experts [ep_rank * experts / ep_size, ...) of experts / ep_size,
      * and tokens travel to them over the EP group (the alltoall dispatcher). */
     int ep_size, ep_rank;
+    /* Expert tensor parallelism (Megatron's ETP; set by the model like ep_size, 1 and 0 from the
+     * config): each of this rank's experts is split over the TR_GROUP_EXPERT_TP group, fc1's
+     * columns (SwiGLU: gate and up each) and fc2's rows, ffn / etp_size of them here; the rows
+     * the experts run on are gathered over that group and fc2's partial sums reduce-scattered
+     * back (runtime/moe/etp.c). */
+    int etp_size, etp_rank;
     /* LoRA (runtime/moe/lora.c): 0, or the rank of the adapters on every expert's and the shared
      * expert's linear_fc1 / linear_fc2 (where lora_fc1 / lora_fc2 say); every base tensor of the
      * layer, the router included, is then frozen. */
@@ -95,12 +101,12 @@ enum { TR_MOE_RC_ALL = 1, TR_MOE_RC_ACT = 2, TR_MOE_RC_SHARED = 4 };
 
 /* The buffers tr_moe_create allocates for its states and scratch, bytes each in allocation order
  * (the states' floats and the backward's scratch, the states' ints; with EP > 1 the exchange's
- * floats and ints; not the recompute state): the one sizing the runtime allocates with and the
- * planner plans with. The expert rows are dropless' worst case (every token's top-k rows; with
- * EP, EP times that on one rank) unless a capacity factor pads them (E x capacity rows); with
- * EP and a capacity a rank receives from each peer at most its experts x capacity rows (padded:
- * exactly that). Returns how many (0: invalid). */
-#define TR_MOE_MAX_BUFFERS 4
+ * floats and ints; with ETP > 1 the gathered rows' floats and ints; not the recompute state): the
+ * one sizing the runtime allocates with and the planner plans with. The expert rows are dropless'
+ * worst case (every token's top-k rows; with EP, EP times that on one rank) unless a capacity
+ * factor pads them (E x capacity rows); with EP and a capacity a rank receives from each peer at
+ * most its experts x capacity rows (padded: exactly that). Returns how many (0: invalid). */
+#define TR_MOE_MAX_BUFFERS 6
 int tr_moe_buffer_bytes(const struct tr_moe_spec *s, const tr_moe_dims *d,
                         int64_t out[TR_MOE_MAX_BUFFERS]);
 /* The bytes of the recompute state's floats (returned) and ints (*int_bytes) for dims.rc; 0
@@ -126,6 +132,11 @@ typedef struct tr_moe_param {
     /* A routed expert's weight: it lives on one EP rank, so its gradient is reduced over the
      * expert-data-parallel group (Megatron's expert buffers), not the dense DP group. */
     bool expert;
+    /* With ETP > 1 an expert weight is this rank's shard of the logical [rows * etp, cols]
+     * (split_dim 0, fc1; swiglu_split: its slice of gate and of up) or [rows, cols * etp]
+     * (split_dim 1, fc2) tensor; -1: whole. */
+    int split_dim;
+    bool swiglu_split;
 } tr_moe_param;
 
 typedef struct tr_moe_layer tr_moe_layer;
@@ -147,7 +158,8 @@ tr_status tr_moe_params_at(const tr_moe_spec *s, const char *base, int hidden, b
 tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_dims *d,
                         const tr_ops *ops);
 void tr_moe_free(tr_moe_layer *L);
-/* The comm whose TR_GROUP_EP carries the dispatcher's transfers (EP > 1). */
+/* The comm whose TR_GROUP_EP carries the dispatcher's transfers (EP > 1), and TR_GROUP_EXPERT_TP
+ * the expert-TP gathers (ETP > 1). */
 void tr_moe_set_comm(tr_moe_layer *L, struct tr_comm *comm);
 /* The tensors of tr_moe_params at params + offsets[i] and their gradients at grads + the same. */
 void tr_moe_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *offsets);

@@ -22,7 +22,7 @@ tr_status tr_moe_recompute(tr_moe_layer *L, int slot, const float *x, float *y, 
     if (rc & TR_MOE_RC_SHARED) TR_TRY(tr_moe_shared_fwd(L, st, L->d_out));
     if (rc & TR_MOE_RC_ACT) {
         tr_moe_rows rows = {L->E, st->off, st->xp, st->fc1, st->act, st->ye};
-        TR_TRY(tr_moe_experts_act(L, L->ep > 1 ? &st->loc : &rows));
+        TR_TRY(tr_moe_experts_act(L, L->etp > 1 ? &st->etp : L->ep > 1 ? &st->loc : &rows));
     }
     return TR_OK;
 }

@@ -24,7 +24,7 @@ static void mark_layers(const tr_model_config *m, tr_moe_spec *s) {
 
 tr_status tr_moe_spec_from_config(const tr_config *c, tr_moe_spec *s) {
     const tr_model_config *m = &c->model;
-    *s = (tr_moe_spec){.ep_size = 1};
+    *s = (tr_moe_spec){.ep_size = 1, .etp_size = 1};
     if (m->num_moe_experts == TR_NULL_INT) return TR_OK;
     if (m->num_moe_experts > TR_MOE_MAX_EXPERTS || m->num_layers > TR_MOE_MAX_LAYERS)
         return TR_ERR_INVALID; /* runtime.moe_layers refused it */

@@ -65,7 +65,7 @@ static tr_grad_param *grad_params(const tr_config *c, const tr_model_spec *s, tr
         gp[i].numel = info[i].numel;
         gp[i].no_weight_decay = info[i].no_decay;
         gp[i].frozen = info[i].frozen;
-        gp[i].tp_replicated = tp.size > 1 && info[i].split_dim < 0;
+        gp[i].tp_replicated = tp.size > 1 && info[i].split_dim < 0 && !info[i].expert;
         gp[i].own_bucket = pipelined && tr_model_spec_shares_embedding(s) &&
                            strcmp(info[i].name, "embedding.word_embeddings.weight") == 0;
     }
@@ -312,8 +312,8 @@ static tr_status param_sizes(const tr_config *c, const tr_model_spec *ms, tr_tp_
             v->L = gv.numel;
             v->state = gv.state > 0 ? gv.state : 1;
             v->n_buckets = gv.n_buckets;
-            /* predicted (EP or expert TP > 1): Megatron shards the experts' optimizer state over
-             * the expert data-parallel group (world / (PP x EP x ETP)), not DP x CP */
+            /* EP or expert TP > 1: the experts' optimizer state is sharded over the expert
+             * data-parallel group (world / (PP x EP x ETP)), not DP x CP */
             if (k.sharded && edp != dp && edp > 0) {
                 int64_t experts = 0;
                 for (int i = 0; i < n_info; i++)
@@ -587,11 +587,11 @@ tr_status tr_plan_rank_rest(const tr_config *c, const tr_model_spec *ms, const t
 tr_status tr_plan_model_spec(const tr_config *c, tr_model_spec *ms, tr_diags *d) {
     TR_TRY(tr_model_spec_from_config(c, ms, d));
     ms->sizing_only = true;
-    /* The expert layout as Megatron lays it out (expert TP above 1 predicted only: the runtime
-     * refuses it, runtime.moe_tp): a rank holds experts / EP of them, each expert's fc1 columns
-     * and fc2 rows split over ETP. */
+    /* The expert layout the runtime builds (runtime/train/setup.c): a rank holds experts / EP
+     * of them, each expert's fc1 columns and fc2 rows split over ETP (rank 0's shapes: every
+     * rank's are the same), and the MoE buffers gain the expert-TP gathers' rows. */
     int64_t ep = c->model.expert_model_parallel_size, etp = c->model.expert_tensor_parallel_size;
     if (ms->moe.experts > 0 && ep > 1) ms->moe.ep_size = (int)ep;
-    if (ms->moe.experts > 0 && etp > 1) ms->moe.ffn = (int)((ms->moe.ffn + etp - 1) / etp);
+    if (ms->moe.experts > 0 && etp > 1) ms->moe.etp_size = (int)etp;
     return tr_lora_spec_from_config(c, ms, d);
 }

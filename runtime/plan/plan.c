@@ -95,9 +95,9 @@ static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
                  cp_cross ? g->net_gbs : g->nvlink_gbs,
                  cp_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK, 0.0, cp_cross);
     }
-    /* expert parallel (predicted only: the runtime runs EP 1 today): per MoE layer and
-     * microbatch the alltoall dispatcher sends each routed row (top-k per token) and brings its
-     * output back, forward and backward, (EP - 1) / EP of them to other ranks */
+    /* expert parallel: per MoE layer and microbatch the alltoall dispatcher sends each routed
+     * row (top-k per token) and brings its output back, forward and backward, (EP - 1) / EP of
+     * them to other ranks */
     if (p->ep > 1 && ms->moe.experts > 0) {
         int n_moe = 0;
         for (int i = 0; i < ms->num_layers; i++) n_moe += tr_model_is_moe_layer(ms, i);
@@ -107,6 +107,20 @@ static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
         add_comm(p, "ep", p->ep, (double)n_moe / p->pp * p->nmb * per,
                  ep_cross ? g->net_gbs : g->nvlink_gbs,
                  ep_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK, 0.0, ep_cross);
+    }
+    /* expert TP (runtime/moe/etp.c): per MoE layer and microbatch the rows a rank's experts
+     * receive (on average its own routed rows) all-gathered over ETP and fc2's partial sums
+     * reduce-scattered back, forward and backward: four collectives of ETP x those rows, of which
+     * (ETP - 1) / ETP cross the links */
+    if (p->etp > 1 && ms->moe.experts > 0) {
+        int n_moe = 0;
+        for (int i = 0; i < ms->num_layers; i++) n_moe += tr_model_is_moe_layer(ms, i);
+        double rows = (double)p->mbs * seq_local / (p->sp ? p->tp : 1) * ms->moe.topk;
+        double per = 4.0 * ring(p->etp) * p->etp * rows * ms->hidden * dtype;
+        bool etp_cross = (int64_t)p->etp * (p->sp ? 1 : p->tp) > gpn;
+        add_comm(p, "etp", p->etp, (double)n_moe / p->pp * p->nmb * per,
+                 etp_cross ? g->net_gbs : g->nvlink_gbs,
+                 etp_cross ? TR_PLAN_EFF_NET : TR_PLAN_EFF_NVLINK, 0.0, etp_cross);
     }
     double msg = msg_full / (p->sp ? p->tp : 1);
     bool pp_cross = (int64_t)p->tp * cp * p->dp >= gpn && p->world > gpn;

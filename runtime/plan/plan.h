@@ -104,8 +104,8 @@ typedef struct tr_plan {
     double model_flops; /* per step, forward + backward (6 N T + attention) */
     double hw_flops;    /* per step including recomputation */
     double t_compute, t_bubble, t_optimizer, t_comm, step_s, mfu;
-    double bubble; /* (p - 1) / (v m) of the compute time */
-    tr_plan_comm comm[6];
+    double bubble;        /* (p - 1) / (v m) of the compute time */
+    tr_plan_comm comm[8]; /* tp, cp, ep, etp, pp, dp, ... */
     int n_comm;
 } tr_plan;
 

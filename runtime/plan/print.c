@@ -24,10 +24,7 @@ void tr_plan_print(FILE *out, const tr_config *c, const tr_plan *p) {
             c->recipe_name ? c->recipe_name : "(config)", p->world, p->gpu->name, p->tp, p->pp,
             p->vpp, p->cp, p->dp, p->mbs, p->gbs, p->nmb, p->sp ? "on" : "off",
             p->dist_opt ? "on" : "off", rc[p->recompute], p->lowp ? "bf16/fp16 mixed" : "fp32");
-    if (p->ep > 1 || p->etp > 1)
-        fprintf(out,
-                "experts: EP %d, ETP %d (Megatron's layout; the runtime runs EP 1 and ETP 1)\n",
-                p->ep, p->etp);
+    if (p->ep > 1 || p->etp > 1) fprintf(out, "experts: EP %d, ETP %d\n", p->ep, p->etp);
     if (p->predicted_only)
         fprintf(out,
                 "PREDICTED ONLY: the runtime refuses this configuration (%s); the numbers follow "

@@ -544,7 +544,7 @@ tr_status tr_train_ckpt_setup(tr_train_ckpt *k, const tr_train_ckpt_env *env, tr
         k->dp_rank = tr_comm_group_rank(env->comm, TR_GROUP_DP_CP);
         k->pp = tr_comm_group_size(env->comm, TR_GROUP_PP);
         k->pp_rank = tr_comm_group_rank(env->comm, TR_GROUP_PP);
-        if (env->model->spec.moe.ep_size > 1) {
+        if (env->model->spec.moe.ep_size > 1 || env->model->spec.moe.etp_size > 1) {
             k->ep = env->model->spec.moe.ep_size;
             k->edp = tr_comm_group_size(env->comm, TR_GROUP_EXPERT_DP);
             k->edp_rank = tr_comm_group_rank(env->comm, TR_GROUP_EXPERT_DP);

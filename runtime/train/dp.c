@@ -57,7 +57,8 @@ static tr_status build_layout(tr_train_dp *t, int k, const tr_config *c, const t
         g->numel = m->info[i].numel;
         g->no_weight_decay = m->info[i].no_decay;
         g->frozen = m->info[i].frozen;
-        /* An expert is this rank's own under EP, whatever TP does to the dense layers. */
+        /* An expert is this rank's own under EP (or its expert-TP shard), whatever TP does to
+         * the dense layers. */
         g->tp_replicated = m->tp.size > 1 && m->info[i].split_dim < 0 && !m->info[i].expert;
         /* Key-value copies (TP larger than the query groups): the group's first rank counts. */
         if (m->info[i].kv_rep > 1 && m->tp.rank % m->info[i].kv_rep != 0)
@@ -135,8 +136,8 @@ tr_status tr_train_dp_setup(tr_train_dp *t, const tr_config *c, tr_comm *comm, t
             t->buf_of[i] = 1;
             t->n_bufs = 2;
         }
-    for (int l = 0;
-         t->n_bufs == 1 && m->spec.moe.ep_size > 1 && l < m->full.num_layers + m->full.mtp_layers;
+    for (int l = 0; t->n_bufs == 1 && (m->spec.moe.ep_size > 1 || m->spec.moe.etp_size > 1) &&
+                    l < m->full.num_layers + m->full.mtp_layers;
          l++)
         t->experts_elsewhere |= tr_model_is_moe_layer(&m->full, l);
     bool sharded = c->ddp.use_distributed_optimizer || c->optimizer.use_distributed_optimizer;

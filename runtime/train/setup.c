@@ -87,6 +87,13 @@ tr_status tr_trainer_setup(trainer *t, const tr_config *c, tr_diags *d) {
         ms.moe.ep_rank = tr_comm_group_rank(t->o->comm, TR_GROUP_EP);
         if (ms.moe.ep_size != c->model.expert_model_parallel_size) return TR_ERR_INVALID;
     }
+    /* Expert TP: its slice of each of those experts, over the expert-TP group (runtime/moe/etp.c)
+     */
+    if (t->distributed && ms.moe.experts > 0 && c->model.expert_tensor_parallel_size > 1) {
+        ms.moe.etp_size = tr_comm_group_size(t->o->comm, TR_GROUP_EXPERT_TP);
+        ms.moe.etp_rank = tr_comm_group_rank(t->o->comm, TR_GROUP_EXPERT_TP);
+        if (ms.moe.etp_size != c->model.expert_tensor_parallel_size) return TR_ERR_INVALID;
+    }
     tr_tp_shard tp = {0, 1};
     if (t->distributed)
         tp = (tr_tp_shard){tr_comm_group_rank(t->o->comm, TR_GROUP_TP),

@@ -147,6 +147,27 @@ static tr_status add_kv_blocks(tr_ckpt_list *l, const tr_train_ckpt *k, const ch
     return add_block(l, k, prefix, &kv, role, p->split_dim, turn + 1, for_save);
 }
 
+/* SwiGLU's split fc1 kept as one logical [gate; up] tensor: this shard's slice of each half
+ * (tr_model_logical_index), at rank x half in the gate half and again in the up half. */
+static tr_status add_gate_up_blocks(tr_ckpt_list *l, const tr_train_ckpt *k, const char *prefix,
+                                    const block *b, const tr_param_info *p, tr_tp_shard sh,
+                                    tr_ckpt_param_role role, int turn, bool for_save) {
+    for (int part = 0; part < 2; part++) {
+        block half = *b;
+        if (p->split_dim == 0) {
+            half.rows = b->rows / 2;
+            half.row0 = (int64_t)part * b->full_rows / 2 + (int64_t)sh.rank * half.rows;
+            half.data = b->data + (int64_t)part * half.rows * b->cols;
+        } else {
+            half.cols = b->cols / 2;
+            half.col0 = (int64_t)part * b->full_cols / 2 + (int64_t)sh.rank * half.cols;
+            half.data = b->data + (int64_t)part * half.cols;
+        }
+        TR_TRY(add_block(l, k, prefix, &half, role, p->split_dim, turn + part, for_save));
+    }
+    return TR_OK;
+}
+
 static bool is_vocab_param(const char *name) {
     return strcmp(name, "embedding.word_embeddings.weight") == 0 ||
            strcmp(name, "output_layer.weight") == 0;
@@ -188,8 +209,12 @@ tr_status tr_ckpt_list_add_param(tr_ckpt_list *l, const tr_train_ckpt *k, const 
     int layer_turn = b.layer > 0 ? b.layer : 0;
     if (p->kv_rep > 1)
         return add_kv_blocks(l, k, prefix, &b, p, role, turn0 + i + layer_turn, for_save);
-    if (p->split_dim == 0) b.row0 = (int64_t)m->tp.rank * p->rows;
-    if (p->split_dim == 1) b.col0 = (int64_t)m->tp.rank * p->cols;
+    /* an expert's shard under expert TP is replicated over expert DP only, like its whole
+     * tensor under EP: no TP axis (any TP loads it) */
+    tr_tp_shard sh = tr_model_param_shard(m, p);
+    if (p->expert) b.tp_dim = -1;
+    if (p->split_dim == 0) b.row0 = (int64_t)sh.rank * p->rows;
+    if (p->split_dim == 1) b.col0 = (int64_t)sh.rank * p->cols;
     /* Padding rows of the vocabulary depend on TP: only the real ids are stored. */
     if (is_vocab_param(p->name) && m->full.vocab_real > 0 && m->full.vocab_real < b.full_rows) {
         b.full_rows = m->full.vocab_real;
@@ -199,6 +224,10 @@ tr_status tr_ckpt_list_add_param(tr_ckpt_list *l, const tr_train_ckpt *k, const 
     /* LoRA's fc1 adapter: B's rows are [gate; up] like the layer's, A is one tensor. */
     bool gate_up = m->full.swiglu && b.layer >= 0 && strncmp(b.kind, "mlp.linear_fc1.", 15) == 0 &&
                    !strstr(b.kind, "adapter.linear_in");
+    /* A whole-named SwiGLU fc1 (an MoE model's experts and dense MLPs): the shard's slices of
+     * gate and of up are two blocks of the one logical [gate; up] tensor. */
+    if (!gate_up && p->swiglu_split && b.layer < 0)
+        return add_gate_up_blocks(l, k, prefix, &b, p, sh, role, turn0 + i, for_save);
     if (!gate_up)
         return add_block(l, k, prefix, &b, role, p->split_dim, turn0 + i + layer_turn, for_save);
     /* SwiGLU's fc1 holds [gate; up] (each TP rank its slice of both, see

@@ -112,9 +112,9 @@ PY
 
 # MoE: deepseek_v3 at 1024 x H100 (Bridge's TP 2, PP 16, EP 64) runs in this runtime: --plan
 # plans it (not predicted only; the EP exchange in the bytes per group, MoE token buffers on
-# every role); the search counts the refusals of other layouts by rule id (expert TP,
-# recomputation of MoE layers, ...) and ranks the runtime-refused layouts apart, EP and ETP among
-# the axes.
+# every role); the search counts the refusals of other layouts by rule id (MLA under context
+# parallelism, ...) and ranks the runtime-refused layouts apart, EP and ETP among the axes; expert
+# TP (ETP = TP) runs, so no layout is refused for it (runtime.moe_tp).
 rr --recipe deepseek_v3_pretrain --plan --world-size 1024 --json >"$TMP/out" 2>"$TMP/err"
 expect_rc 0 "deepseek_v3 plan"
 grep -q "plan.model_refused" "$TMP/err" && fail "deepseek_v3 plan: refused by the runtime"
@@ -135,13 +135,15 @@ python3 - "$TMP/out" <<'PY' || exit 1
 import json, sys
 s = json.load(open(sys.argv[1]))
 r = s["rejected"]
-if r.get("runtime.moe_tp", 0) == 0:
+if r.get("runtime.moe_tp", 0) != 0 or r.get("runtime.mla_context_parallel", 0) == 0:
     sys.exit(f"FAIL: deepseek_v3 search: refusals {r}")
 pt = s["predicted_top"]
 if s["predicted"] == 0 or not pt or not all(k["plan"]["predicted_only"] and k["plan"]["fits"] for k in pt):
     sys.exit(f"FAIL: deepseek_v3 search: predicted {s['predicted']}, top {len(pt)}")
-if not any(k["plan"]["ep"] > 1 for k in pt) or "expert_model_parallel_size" not in pt[0]["overrides"]:
-    sys.exit("FAIL: deepseek_v3 search: no EP > 1 among the predicted top")
+if not all("expert_model_parallel_size" in k["overrides"] for k in pt + s["top"]):
+    sys.exit("FAIL: deepseek_v3 search: EP is not among the axes")
+if not any(k["plan"]["etp"] > 1 for k in pt + s["top"]):
+    sys.exit("FAIL: deepseek_v3 search: no ETP > 1 among the top")
 print(f"deepseek_v3 search ok: {s['tried']} tried, {s['predicted']} predicted only, "
       f"{s['predicted_fit']} fit; #1 {pt[0]['overrides']}")
 PY

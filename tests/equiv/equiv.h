@@ -70,6 +70,19 @@ int equiv_check_memory(const run_out *o, const tr_model *m);
 int equiv_check_ep_volume(const tr_config *c, const tr_comm *comm, const run_out *run,
                           int64_t eval_mbs);
 
+/* With expert TP, the expert-TP group's bytes against the theory from the token counts: per MoE
+ * layer and forward the El local experts' row counts (int32, all-gathered), then the rows the
+ * rank's experts received (n: T x topk without EP, its share of EP x T x topk with it) gathered
+ * to every expert-TP peer and fc2's partial sums reduce-scattered back, and backward the same
+ * with the gradients: four row collectives per layer and training microbatch, two in evaluation.
+ * Both go through all-to-all-v: a gather is booked etp x n rows by each rank, a reduce-scatter
+ * the group's gathered rows, so over the expert model-parallel group (o->emp) every rank's own
+ * T x topk rows count etp times a collective. With drops the rows are the layers' counts
+ * (moe_rows), as for EP. No recomputation (its reruns gather again). Returns the number of
+ * mismatches (printed). */
+int equiv_check_etp_volume(const tr_config *c, const tr_comm *comm, const run_out *run,
+                           int64_t eval_mbs);
+
 /* With expert parallelism: the logical expert tensors (names, starts: o's) in o->params from the
  * ranks holding them, every rank's own experts summed over o->emp (each expert held once there).
  */

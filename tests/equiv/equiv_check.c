@@ -458,6 +458,7 @@ static int check_volume(const tr_config *c, const tr_comm *comm, const run_out *
         {"PP send", TR_GROUP_PP, TR_COMM_SEND, pp_send},
         {"PP receive", TR_GROUP_PP, TR_COMM_RECV, pp_recv}};
     int bad = equiv_check_ep_volume(c, comm, run, eval_mbs), rank;
+    bad += equiv_check_etp_volume(c, comm, run, eval_mbs);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         uint64_t got = comm->counters.bytes[want[i].group][want[i].kind];

@@ -19,8 +19,8 @@ static void in_flight(const tr_pp_schedule *s, int *max, int vpp) {
 }
 
 /* The sum of the stages' parameters over the pipeline group, tied copy left out, is the whole TP
- * shard's; under EP that holds for the dense ones, and the experts' sum over the expert
- * model-parallel group is every logical expert's. */
+ * shard's; under EP or expert TP that holds for the dense ones, and the experts' sum over the
+ * expert model-parallel group is every logical expert's. */
 int equiv_check_memory(const run_out *o, const tr_model *m) {
     const tr_config *c = o->c;
     int pp = (int)c->model.pipeline_model_parallel_size, rank, bad = 0, pp_rank = 0;
@@ -31,7 +31,7 @@ int equiv_check_memory(const run_out *o, const tr_model *m) {
     int n_info = 0;
     int64_t whole_numel = 0, whole_shard = 0, mine = 0, copy = 0, sum = 0;
     int64_t whole_experts = 0, experts = 0;
-    bool ep = m->spec.moe.ep_size > 1;
+    bool ep = m->spec.moe.ep_size > 1 || m->spec.moe.etp_size > 1; /* an expert buffer */
     if (tr_model_param_list(&m->full, m->tp, &whole, 1, &info, &n_info, &whole_numel) != TR_OK)
         return 1;
     for (int i = 0; i < n_info; i++) {
@@ -95,7 +95,7 @@ static int tensor_of(const run_out *o, const char *name) {
 }
 
 tr_status equiv_gather_experts(run_out *o, const tr_model *m) {
-    if (m->spec.moe.ep_size <= 1) return TR_OK;
+    if (m->spec.moe.ep_size <= 1 && m->spec.moe.etp_size <= 1) return TR_OK;
     float *mine = calloc((size_t)o->n, sizeof *mine);
     if (!mine) return TR_ERR_NOMEM;
     tr_status s = TR_OK;
@@ -103,7 +103,9 @@ tr_status equiv_gather_experts(run_out *o, const tr_model *m) {
         const tr_param_info *p = &m->info[i];
         int t = p->expert ? tensor_of(o, p->name) : -1;
         if (p->expert && t < 0) s = TR_ERR_INVALID;
-        if (t >= 0) memcpy(mine + o->starts[t], m->params + p->offset, (size_t)p->numel * 4);
+        /* an expert-TP shard at its logical elements (the group's shards are disjoint) */
+        for (int64_t e = 0; t >= 0 && e < p->numel; e++)
+            mine[o->starts[t] + tr_model_logical_index(m, p, e)] = m->params[p->offset + e];
     }
     if (s == TR_OK) MPI_Allreduce(MPI_IN_PLACE, mine, (int)o->n, MPI_FLOAT, MPI_SUM, o->emp);
     /* The dense assembly left the experts' elements zero: nobody of the TP-PP group wrote them. */
@@ -159,4 +161,45 @@ int equiv_check_ep_volume(const tr_config *c, const tr_comm *comm, const run_out
                (unsigned long long)want_rows, ok_r ? "" : "  MISMATCH");
     bad += !ok_c + !ok_r + (max_layers != run->moe_layers);
     return bad;
+}
+
+int equiv_check_etp_volume(const tr_config *c, const tr_comm *comm, const run_out *run,
+                           int64_t eval_mbs) {
+    const tr_model_config *m = &c->model;
+    int64_t etp = m->expert_tensor_parallel_size;
+    if (m->num_moe_experts == TR_NULL_INT || etp <= 1) return 0;
+    int64_t cp = m->context_parallel_size > 1 ? m->context_parallel_size : 1;
+    int64_t tp = m->tensor_model_parallel_size, ep = m->expert_model_parallel_size;
+    int64_t T = c->train.micro_batch_size * m->seq_length / cp / (m->sequence_parallel ? tp : 1);
+    int64_t E = m->num_moe_experts, k = m->moe_router_topk, h = m->hidden_size, El = E / ep;
+    int64_t passes = run->iters * c->derived.num_microbatches * run->moe_layers;
+    int64_t fwd_only = eval_mbs * run->moe_layers;
+    uint64_t counts =
+        tr_comm_counters_bytes(&comm->counters, TR_GROUP_EXPERT_TP, TR_COMM_ALL_GATHER);
+    uint64_t rows =
+        tr_comm_counters_bytes(&comm->counters, TR_GROUP_EXPERT_TP, TR_COMM_ALL_TO_ALLV);
+    uint64_t want_counts = (uint64_t)((passes + fwd_only) * 4 * El);
+    double factor = m->moe_expert_capacity_factor;
+    bool capped = !tr_is_null_float(factor) && factor > 0.0;
+    int64_t cap = capped ? (int64_t)ceil((double)T * k / E * factor) : 0;
+    int64_t R = capped && m->moe_pad_expert_input_to_capacity ? E * cap : T * k;
+    /* this rank's own rows, each in etp x (4 a training pass, 2 an evaluation one) */
+    int64_t mine = (4 * passes + 2 * fwd_only) * R;
+    if (capped && !m->moe_pad_expert_input_to_capacity) mine = 2 * run->moe_rows;
+    uint64_t want_rows = (uint64_t)(etp * mine * h * 4), group_rows = rows;
+    if (run->emp != MPI_COMM_NULL) {
+        MPI_Allreduce(MPI_IN_PLACE, &want_rows, 1, MPI_UINT64_T, MPI_SUM, run->emp);
+        MPI_Allreduce(MPI_IN_PLACE, &group_rows, 1, MPI_UINT64_T, MPI_SUM, run->emp);
+    }
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    bool ok_c = counts == want_counts, ok_r = group_rows == want_rows && rows > 0;
+    if (rank == 0 || !ok_c || !ok_r)
+        printf("rank %d: expert-TP all-gather (counts): %llu bytes, analytic %llu%s; expert-TP "
+               "all-to-all-v (rows gathered, partial sums reduce-scattered), the expert "
+               "model-parallel group's sum: %llu bytes, analytic %llu%s\n",
+               rank, (unsigned long long)counts, (unsigned long long)want_counts,
+               ok_c ? "" : "  MISMATCH", (unsigned long long)group_rows,
+               (unsigned long long)want_rows, ok_r ? "" : "  MISMATCH");
+    return !ok_c + !ok_r;
 }

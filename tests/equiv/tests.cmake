@@ -638,6 +638,26 @@ tr_equiv_test(moe_tp2_sp_zloss 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CL
               model.moe_z_loss_coeff=0.001 -- ${TR_MOE_TP2})
 tr_equiv_test(mixtral_ep4_tp2_dp2_sp 4 mixtral_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} --
               ${TR_MOE_TP2} model.expert_model_parallel_size=4 ${TR_DISTOPT})
+# Expert TP (runtime/moe/etp.c): every expert's fc1 columns (SwiGLU: gate and up each) and fc2
+# rows split over the expert-TP group; the rows the local experts receive are all-gathered over it
+# (variable counts), each rank runs its slices on all of them, fc2's partial sums are
+# reduce-scattered back; the backward mirrors it. The shards' gradients are whole (no TP sum) and
+# reduce over expert DP; the grad norm counts each shard once (clip_grad small). The expert-TP
+# bytes against the token counts (equiv_parts.c). EP 2 x ETP 2 on TP 2 + SP (expert-TP group = TP
+# group, expert DP 1) with the distributed optimizer, 20 iterations; ETP 2 alone on TP 2 + SP
+# (Qwen3-MoE-like, seq aux loss); DeepSeek-like (shared expert, expert bias, MTP) on EP 2 x ETP
+# 2; ETP over data-parallel ranks (TP 1: each rank routes its own microbatch) with drops.
+set(TR_MOE_ETP2 ${TR_TP2} ${TR_SP} model.expert_tensor_parallel_size=2)
+tr_equiv_test(mixtral_ep2_etp2_tp2_sp 4 mixtral_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP} --
+              ${TR_MOE_ETP2} ${TR_EP2} ${TR_DISTOPT})
+tr_equiv_test(qwen3_moe_etp2_tp2_sp 2 qwen3_moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP}
+              train.micro_batch_size=2 model.moe_router_load_balancing_type=seq_aux_loss
+              model.moe_aux_loss_coeff=0.01 -- ${TR_MOE_ETP2})
+tr_equiv_test(deepseek_ep2_etp2_tp2_sp 4 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} --
+              ${TR_MOE_ETP2} ${TR_EP2})
+tr_equiv_test(moe_etp2_dp2_capacity_probs 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP}
+              model.moe_expert_capacity_factor=0.5 model.moe_token_drop_policy=probs --
+              model.expert_tensor_parallel_size=2)
 # DeepSeek-like whole (MLA, sigmoid routing with expert bias, a shared expert, the MTP depth)
 # under TP 2 with SP.
 tr_equiv_test(deepseek_tp2_sp 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} --

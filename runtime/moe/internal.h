@@ -33,6 +33,11 @@ typedef struct tr_moe_state {
      * this rank's experts received, sorted by local expert (loc.off [El + 1]) */
     int32_t *cnt, *loc_off;
     tr_moe_rows loc;
+    /* the allgather dispatcher (EP > 1): the group's routing probabilities [ep * T * k] (rank
+     * i's tokens in block i), and the gathered assignment (token g * k + choice) of each of loc's
+     * rows */
+    float *ag_prob;
+    int32_t *ag_a;
 } tr_moe_state;
 
 typedef struct tr_moe_view {
@@ -51,9 +56,15 @@ struct tr_moe_layer {
     float *ep_buf;       /* EP > 1: the states' received rows and the exchange scratch */
     int32_t *ep_ibuf;
     float *a2a, *d_loc, *dx_loc; /* [ep_rows, h]: rows by source rank; gradients by expert */
-    int capacity;                /* 0: dropless */
-    int64_t rows_fwd, rows_bwd;  /* expert rows of every forward and backward (tr_moe_rows_run) */
-    int max_rows;                /* expert rows one microbatch may need */
+    /* the allgather dispatcher's scratch: the group's tokens (or their output gradients) [ep T,
+     * h], the outputs (or input gradients) to reduce-scatter [ep T, h], the probabilities'
+     * gradients [ep T k], the routed expert of each assignment (-1: dropped) [ep T k] and this
+     * rank's own [T k] */
+    float *ag_x, *ag_out, *ag_dprob;
+    int32_t *ag_sel;
+    int capacity;               /* 0: dropless */
+    int64_t rows_fwd, rows_bwd; /* expert rows of every forward and backward (tr_moe_rows_run) */
+    int max_rows;               /* expert rows one microbatch may need */
     tr_moe_view p, g;
     tr_moe_state *st;
     float *buf; /* every float of the states and the scratch */
@@ -104,6 +115,18 @@ void *tr_moe_buf_alloc(const tr_moe_layer *L, int64_t bytes);
 void tr_moe_buf_free(const tr_moe_layer *L, void *p);
 tr_status tr_moe_dispatch_fwd(tr_moe_layer *L, tr_moe_state *st);
 tr_status tr_moe_dispatch_bwd(tr_moe_layer *L, tr_moe_state *st);
+/* The allgather dispatcher (dispatch_ag.c; EP > 1 with TR_MOE_DISPATCH_ALLGATHER): the EP
+ * group (TR_GROUP_TP_EP, expert TP 1) gathers every rank's tokens, probabilities and choices;
+ * this rank runs the rows routed to its experts and reduce-scatters their weighted outputs, so
+ * y [T, h] (overwritten) is its tokens' routed sum. The backward gathers dy, runs the experts'
+ * backward and reduce-scatters dL/dx into dx (overwritten) and dL/dprob into L->d_prob. */
+static inline bool tr_moe_allgather(const tr_moe_layer *L) {
+    return L->ep > 1 && L->s.dispatcher == TR_MOE_DISPATCH_ALLGATHER;
+}
+tr_status tr_moe_ag_alloc(tr_moe_layer *L);
+void tr_moe_ag_sizes(const tr_moe_layer *L, int64_t *floats, int64_t *ints);
+tr_status tr_moe_ag_fwd(tr_moe_layer *L, tr_moe_state *st, float *y);
+tr_status tr_moe_ag_bwd(tr_moe_layer *L, tr_moe_state *st, const float *dy, float *dx);
 /* The shared expert: adds its (gated) output to y; backward adds its input gradient to dx. */
 tr_status tr_moe_shared_fwd(tr_moe_layer *L, tr_moe_state *st, float *y);
 tr_status tr_moe_shared_bwd(tr_moe_layer *L, const tr_moe_state *st, const float *dy, float *dx);

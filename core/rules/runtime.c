@@ -133,6 +133,35 @@ TR_RULE_FN(tr_check_runtime_moe_tp) {
                 NOT_YET, "token dropping on a part of each sequence (TP or CP)");
 }
 
+/* The allgather dispatcher (runtime/moe/dispatch_ag.c) runs whole experts (expert TP 1) and
+ * moves each rank's kept rows, never padded ones: expert TP and padding to the capacity under EP
+ * run with the alltoall dispatcher. */
+TR_RULE_FN(tr_check_runtime_moe_allgather) {
+    const tr_model_config *m = &c->model;
+    if (!moe(c) || m->moe_token_dispatcher_type != TR_DISPATCH_ALLGATHER) return;
+    int64_t etp = tr_or(m->expert_tensor_parallel_size, m->tensor_model_parallel_size);
+    char what[128];
+    if (etp > 1)
+        TR_FAIL("model.moe_token_dispatcher_type,model.expert_tensor_parallel_size",
+                "set model.moe_token_dispatcher_type=alltoall, or "
+                "model.expert_tensor_parallel_size=1",
+                NOT_YET,
+                TR_FMT(what,
+                       "the allgather MoE dispatcher with expert tensor parallelism (ETP %lld)",
+                       tr_ll(etp)));
+    else if (m->expert_model_parallel_size > 1 &&
+             !tr_is_null_float(m->moe_expert_capacity_factor) &&
+             m->moe_pad_expert_input_to_capacity)
+        TR_FAIL("model.moe_token_dispatcher_type,model.moe_pad_expert_input_to_capacity",
+                "set model.moe_token_dispatcher_type=alltoall, or "
+                "model.moe_pad_expert_input_to_capacity=false",
+                NOT_YET,
+                TR_FMT(what,
+                       "the allgather MoE dispatcher padding expert inputs to the capacity "
+                       "(EP %lld)",
+                       tr_ll(m->expert_model_parallel_size)));
+}
+
 /* LoRA on MoE layers adapts each expert's and the shared expert's fc1 / fc2 (runtime/moe/lora.c)
  * on one expert rank: DoRA's magnitudes there, the adapters under expert parallelism (whose
  * received rows the dropout keys cannot name) and on expert-TP shards are not built. */

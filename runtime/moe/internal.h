@@ -38,6 +38,11 @@ typedef struct tr_moe_state {
      * of etp.off [etp * El + 1]; etp.ye is the layer's scratch) */
     int32_t *etp_cnt, *etp_off;
     tr_moe_rows etp;
+    /* the allgather dispatcher (EP > 1): the group's routing probabilities [ep * T * k] (rank
+     * i's tokens in block i), and the gathered assignment (token g * k + choice) of each of loc's
+     * rows */
+    float *ag_prob;
+    int32_t *ag_a;
 } tr_moe_state;
 
 typedef struct tr_moe_view {
@@ -63,6 +68,12 @@ struct tr_moe_layer {
     int etp, etp_rank, etp_rows;
     float *etp_buf, *etp_y, *etp_dx, *etp_rs;
     int32_t *etp_ibuf;
+    /* the allgather dispatcher's scratch: the group's tokens (or their output gradients) [ep T,
+     * h], the outputs (or input gradients) to reduce-scatter [ep T, h], the probabilities'
+     * gradients [ep T k], the routed expert of each assignment (-1: dropped) [ep T k] and this
+     * rank's own [T k] */
+    float *ag_x, *ag_out, *ag_dprob;
+    int32_t *ag_sel;
     int capacity;               /* 0: dropless */
     int64_t rows_fwd, rows_bwd; /* expert rows of every forward and backward (tr_moe_rows_run) */
     int max_rows;               /* expert rows one microbatch may need */
@@ -126,6 +137,18 @@ tr_status tr_moe_local_bwd(tr_moe_layer *L, tr_moe_state *st, const tr_moe_rows 
 /* ETP > 1: the states' gathered rows and the scratch (tr_moe_buffer_bytes sizes them). */
 void tr_moe_etp_sizes(const tr_moe_layer *L, int64_t *floats, int64_t *ints);
 tr_status tr_moe_etp_alloc(tr_moe_layer *L);
+/* The allgather dispatcher (dispatch_ag.c; EP > 1 with TR_MOE_DISPATCH_ALLGATHER): the EP
+ * group (TR_GROUP_TP_EP, expert TP 1) gathers every rank's tokens, probabilities and choices;
+ * this rank runs the rows routed to its experts and reduce-scatters their weighted outputs, so
+ * y [T, h] (overwritten) is its tokens' routed sum. The backward gathers dy, runs the experts'
+ * backward and reduce-scatters dL/dx into dx (overwritten) and dL/dprob into L->d_prob. */
+static inline bool tr_moe_allgather(const tr_moe_layer *L) {
+    return L->ep > 1 && L->s.dispatcher == TR_MOE_DISPATCH_ALLGATHER;
+}
+tr_status tr_moe_ag_alloc(tr_moe_layer *L);
+void tr_moe_ag_sizes(const tr_moe_layer *L, int64_t *floats, int64_t *ints);
+tr_status tr_moe_ag_fwd(tr_moe_layer *L, tr_moe_state *st, float *y);
+tr_status tr_moe_ag_bwd(tr_moe_layer *L, tr_moe_state *st, const float *dy, float *dx);
 /* The shared expert: adds its (gated) output to y; backward adds its input gradient to dx. */
 tr_status tr_moe_shared_fwd(tr_moe_layer *L, tr_moe_state *st, float *y);
 tr_status tr_moe_shared_bwd(tr_moe_layer *L, const tr_moe_state *st, const float *dy, float *dx);

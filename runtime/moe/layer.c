@@ -296,7 +296,7 @@ int tr_moe_buffer_bytes(const tr_moe_spec *s, const tr_moe_dims *d,
     out[n++] = iper * L.d.slots * (int64_t)sizeof(int32_t);
     if (L.ep > 1) {
         int64_t floats, ints;
-        tr_moe_ep_sizes(&L, &floats, &ints);
+        (tr_moe_allgather(&L) ? tr_moe_ag_sizes : tr_moe_ep_sizes)(&L, &floats, &ints);
         out[n++] = floats * (int64_t)sizeof(float);
         out[n++] = ints * (int64_t)sizeof(int32_t);
     }
@@ -361,7 +361,8 @@ tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_d
         tr_moe_free(L);
         return lst;
     }
-    tr_status xs = L->ep > 1 ? tr_moe_ep_alloc(L) : TR_OK;
+    tr_status xs = TR_OK;
+    if (L->ep > 1) xs = tr_moe_allgather(L) ? tr_moe_ag_alloc(L) : tr_moe_ep_alloc(L);
     if (xs == TR_OK && L->etp > 1) xs = tr_moe_etp_alloc(L);
     if (xs != TR_OK) {
         tr_moe_free(L);
@@ -410,8 +411,10 @@ tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bo
         L->z_sum += z;
         L->n_stats++;
     }
-    /* permute: expert rows gathered from their tokens (padding rows zero) */
-    for (int r = 0; r < st->off[L->E]; r++) {
+    /* permute: expert rows gathered from their tokens (padding rows zero); the allgather
+     * dispatcher permutes the group's gathered tokens itself and writes y */
+    bool ag = tr_moe_allgather(L);
+    for (int r = 0; !ag && r < st->off[L->E]; r++) {
         float *dst = st->xp + (int64_t)r * h;
         int a = st->row_a[r];
         if (a < 0)
@@ -422,10 +425,12 @@ tr_status tr_moe_forward(tr_moe_layer *L, int slot, const float *x, float *y, bo
     double t2 = now();
     tr_moe_rows rows = {L->E, st->off, st->xp, st->fc1, st->act, st->ye};
     L->rows_fwd += st->off[L->E];
-    TR_TRY(L->ep > 1 ? tr_moe_dispatch_fwd(L, st) : tr_moe_local_fwd(L, st, &rows));
+    TR_TRY(ag          ? tr_moe_ag_fwd(L, st, y)
+           : L->ep > 1 ? tr_moe_dispatch_fwd(L, st)
+                       : tr_moe_local_fwd(L, st, &rows));
     double t3 = now();
     /* unpermute: each token sums its experts' outputs weighted by their probabilities */
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; !ag && t < T; t++) {
         float *yt = y + (int64_t)t * h;
         memset(yt, 0, (size_t)h * sizeof(float));
         for (int j = 0; j < k; j++) {
@@ -452,8 +457,10 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
     int T = L->T, h = L->d.hidden, k = L->k, E = L->E;
     double t0 = now();
     tr_moe_lora_begin(L, slot, false, false, 0, 0);
-    /* the combine: d prob = <dy, expert output>, d expert output = prob dy */
-    for (int r = 0; r < st->off[E]; r++) {
+    /* the combine: d prob = <dy, expert output>, d expert output = prob dy (the allgather
+     * dispatcher's own on the gathered rows) */
+    bool ag = tr_moe_allgather(L);
+    for (int r = 0; !ag && r < st->off[E]; r++) {
         int a = st->row_a[r];
         float *d = L->d_rows + (int64_t)r * h;
         if (a < 0) {
@@ -463,7 +470,7 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
         const float *g = dy + (int64_t)(a / k) * h;
         for (int c = 0; c < h; c++) d[c] = st->prob[a] * g[c];
     }
-    for (int a = 0; a < T * k; a++) {
+    for (int a = 0; !ag && a < T * k; a++) {
         int r = st->pos[a];
         double dot = 0.0;
         if (r >= 0) {
@@ -475,10 +482,11 @@ tr_status tr_moe_backward(tr_moe_layer *L, int slot, const float *dy, float *dx_
     double t1 = now();
     tr_moe_rows rows = {E, st->off, st->xp, st->fc1, st->act, st->ye};
     L->rows_bwd += st->off[E];
-    TR_TRY(L->ep > 1 ? tr_moe_dispatch_bwd(L, st)
-                     : tr_moe_local_bwd(L, st, &rows, L->d_rows, L->d_x));
+    TR_TRY(ag          ? tr_moe_ag_bwd(L, st, dy, dx)
+           : L->ep > 1 ? tr_moe_dispatch_bwd(L, st)
+                       : tr_moe_local_bwd(L, st, &rows, L->d_rows, L->d_x));
     double t2 = now();
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; !ag && t < T; t++) {
         float *d = dx + (int64_t)t * h;
         memset(d, 0, (size_t)h * sizeof(float));
         for (int j = 0; j < k; j++) {

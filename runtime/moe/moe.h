@@ -1,4 +1,5 @@
-/* A mixture-of-experts MLP (Megatron-Core's MoELayer, with the alltoall dispatcher over EP): the
+/* A mixture-of-experts MLP (Megatron-Core's MoELayer, with the alltoall or allgather dispatcher
+ * over EP): the
  * TopKRouter, the balancing losses, capacity and token dropping, the routed experts and the shared
  * experts, written against the op table with explicit forward and backward.
  *
@@ -24,6 +25,10 @@ struct tr_device;
 
 enum { TR_MOE_SOFTMAX, TR_MOE_SIGMOID, TR_MOE_SQRTSOFTPLUS };
 enum { TR_MOE_LB_NONE, TR_MOE_LB_AUX, TR_MOE_LB_SEQ_AUX, TR_MOE_LB_GLOBAL_AUX };
+/* How tokens reach the experts under EP (moe_token_dispatcher_type; flex runs the alltoall
+ * exchange): rows to their experts' ranks and back (dispatch.c), or every rank gathering the
+ * group's tokens and reduce-scattering its experts' outputs (dispatch_ag.c). */
+enum { TR_MOE_DISPATCH_ALLTOALL, TR_MOE_DISPATCH_ALLGATHER };
 #define TR_MOE_MAX_LAYERS 256
 /* The most experts (and top-k) one layer routes to: per-token work arrays live on the stack. */
 #define TR_MOE_MAX_EXPERTS 1024
@@ -49,7 +54,8 @@ typedef struct tr_moe_spec {
     uint64_t layers[TR_MOE_MAX_LAYERS / 64]; /* bit i: layer i is MoE */
     /* The expert layout the model builds (not from the config: tr_moe_spec_from_config leaves
      * 1 and 0): this rank holds experts [ep_rank * experts / ep_size, ...) of experts / ep_size,
-     * and tokens travel to them over the EP group (the alltoall dispatcher). */
+     * and tokens travel to them over the EP group by `dispatcher` (TR_MOE_DISPATCH_*, which
+     * tr_moe_spec_from_config does set). */
     int ep_size, ep_rank;
     /* Expert tensor parallelism (Megatron's ETP; set by the model like ep_size, 1 and 0 from the
      * config): each of this rank's experts is split over the TR_GROUP_EXPERT_TP group, fc1's
@@ -57,6 +63,7 @@ typedef struct tr_moe_spec {
      * the experts run on are gathered over that group and fc2's partial sums reduce-scattered
      * back (runtime/moe/etp.c). */
     int etp_size, etp_rank;
+    int dispatcher;
     /* LoRA (runtime/moe/lora.c): 0, or the rank of the adapters on every expert's and the shared
      * expert's linear_fc1 / linear_fc2 (where lora_fc1 / lora_fc2 say); every base tensor of the
      * layer, the router included, is then frozen. */
@@ -158,8 +165,8 @@ tr_status tr_moe_params_at(const tr_moe_spec *s, const char *base, int hidden, b
 tr_status tr_moe_create(tr_moe_layer **out, const tr_moe_spec *s, const tr_moe_dims *d,
                         const tr_ops *ops);
 void tr_moe_free(tr_moe_layer *L);
-/* The comm whose TR_GROUP_EP carries the dispatcher's transfers (EP > 1), and TR_GROUP_EXPERT_TP
- * the expert-TP gathers (ETP > 1). */
+/* The comm whose TR_GROUP_EP (alltoall) or TR_GROUP_TP_EP (allgather) carries the dispatcher's
+ * transfers (EP > 1), and TR_GROUP_EXPERT_TP the expert-TP gathers (ETP > 1). */
 void tr_moe_set_comm(tr_moe_layer *L, struct tr_comm *comm);
 /* The tensors of tr_moe_params at params + offsets[i] and their gradients at grads + the same. */
 void tr_moe_bind(tr_moe_layer *L, float *params, float *grads, const int64_t *offsets);

@@ -76,6 +76,9 @@ tr_status tr_moe_spec_from_config(const tr_config *c, tr_moe_spec *s) {
     if (m->moe_router_dtype == TR_RDTYPE_FP64) return TR_ERR_INVALID; /* refused */
     s->router_lowp = m->moe_router_dtype != TR_RDTYPE_FP32;
     s->per_token = m->calculate_per_token_loss;
+    s->dispatcher = m->moe_token_dispatcher_type == TR_DISPATCH_ALLGATHER
+                        ? TR_MOE_DISPATCH_ALLGATHER
+                        : TR_MOE_DISPATCH_ALLTOALL; /* alltoall and flex */
     mark_layers(m, s);
     return TR_OK;
 }

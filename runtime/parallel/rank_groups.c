@@ -34,7 +34,7 @@ static const struct {
     [TR_GROUP_EXPERT_TP] = {"expert-tp", "expert weight tensor parallel", SRC_EXPERT, M(AX_TP)},
     [TR_GROUP_EXPERT_DP] = {"expert-dp", "expert gradient reduction and shards", SRC_EXPERT,
                             M(AX_DP)},
-    [TR_GROUP_TP_EP] = {"tp-ep", "expert TP x EP: dispatcher count gathering", SRC_EXPERT,
+    [TR_GROUP_TP_EP] = {"tp-ep", "expert TP x EP: the allgather MoE dispatcher", SRC_EXPERT,
                         M(AX_TP) | M(AX_EP)},
     [TR_GROUP_TP_EP_PP] = {"tp-ep-pp", "expert grad stats without the distributed optimizer",
                            SRC_EXPERT, M(AX_TP) | M(AX_EP) | M(AX_PP)},

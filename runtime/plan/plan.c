@@ -97,12 +97,17 @@ static void step_time(const tr_config *c, const tr_model_spec *ms, tr_plan *p) {
     }
     /* expert parallel: per MoE layer and microbatch the alltoall dispatcher sends each routed
      * row (top-k per token) and brings its output back, forward and backward, (EP - 1) / EP of
-     * them to other ranks */
+     * them to other ranks; the allgather dispatcher gathers the group's tokens (with their top-k
+     * probabilities and choices) and the output gradients, and reduce-scatters the outputs, the
+     * input gradients and the probabilities' gradients: four hidden-wide and three top-k-wide
+     * collectives over EP x the rank's tokens */
     if (p->ep > 1 && ms->moe.experts > 0) {
         int n_moe = 0;
         for (int i = 0; i < ms->num_layers; i++) n_moe += tr_model_is_moe_layer(ms, i);
-        double rows = (double)p->mbs * seq_local / (p->sp ? p->tp : 1) * ms->moe.topk;
-        double per = 4.0 * ring(p->ep) * rows * ms->hidden * dtype;
+        double toks = (double)p->mbs * seq_local / (p->sp ? p->tp : 1), k = ms->moe.topk;
+        double per = ms->moe.dispatcher == TR_MOE_DISPATCH_ALLGATHER
+                         ? ring(p->ep) * p->ep * toks * (4.0 * ms->hidden * dtype + 3.0 * k * 4.0)
+                         : 4.0 * ring(p->ep) * toks * k * ms->hidden * dtype;
         bool ep_cross = (int64_t)p->ep * (p->sp ? 1 : p->tp) > gpn;
         add_comm(p, "ep", p->ep, (double)n_moe / p->pp * p->nmb * per,
                  ep_cross ? g->net_gbs : g->nvlink_gbs,

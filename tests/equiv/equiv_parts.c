@@ -114,6 +114,29 @@ tr_status equiv_gather_experts(run_out *o, const tr_model *m) {
     return s;
 }
 
+/* The allgather dispatcher's bytes on TR_GROUP_TP_EP (EP at expert TP 1), per rank and whatever
+ * the router dropped: per forward the T tokens' hidden states, probabilities and choices
+ * (topk each, f32 and i32) gathered and the outputs of the group's EP x T tokens reduce-scattered;
+ * per backward the output gradient gathered, the input gradient (EP x T x h) and the
+ * probabilities' gradient (EP x T x topk) reduce-scattered; and nothing on the EP group. */
+static int ag_volume(const tr_comm *comm, int rank, int64_t T, int64_t h, int64_t k, int64_t ep,
+                     int64_t fwds, int64_t bwds) {
+    const tr_comm_counters *n = &comm->counters;
+    uint64_t gat = tr_comm_counters_bytes(n, TR_GROUP_TP_EP, TR_COMM_ALL_GATHER);
+    uint64_t rs = tr_comm_counters_bytes(n, TR_GROUP_TP_EP, TR_COMM_REDUCE_SCATTER);
+    uint64_t a2a = tr_comm_counters_bytes(n, TR_GROUP_EP, TR_COMM_ALL_TO_ALL) +
+                   tr_comm_counters_bytes(n, TR_GROUP_EP, TR_COMM_ALL_TO_ALLV);
+    uint64_t want_gat = (uint64_t)(4 * T * (fwds * (h + 2 * k) + bwds * h));
+    uint64_t want_rs = (uint64_t)(4 * ep * T * (fwds * h + bwds * (h + k)));
+    bool ok = gat == want_gat && rs == want_rs && a2a == 0;
+    if (rank == 0 || !ok)
+        printf("rank %d: allgather dispatcher: TP x EP all-gather %llu bytes, analytic %llu; "
+               "reduce-scatter %llu bytes, analytic %llu; EP all-to-all(v) %llu bytes%s\n",
+               rank, (unsigned long long)gat, (unsigned long long)want_gat, (unsigned long long)rs,
+               (unsigned long long)want_rs, (unsigned long long)a2a, ok ? "" : "  MISMATCH");
+    return !ok;
+}
+
 int equiv_check_ep_volume(const tr_config *c, const tr_comm *comm, const run_out *run,
                           int64_t eval_mbs) {
     const tr_model_config *m = &c->model;
@@ -124,6 +147,10 @@ int equiv_check_ep_volume(const tr_config *c, const tr_comm *comm, const run_out
     int64_t E = m->num_moe_experts, k = m->moe_router_topk, h = m->hidden_size;
     int64_t passes = run->iters * c->derived.num_microbatches * run->moe_layers;
     int64_t fwd_only = eval_mbs * run->moe_layers;
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (m->moe_token_dispatcher_type == TR_DISPATCH_ALLGATHER)
+        return ag_volume(comm, rank, T, h, k, ep, passes + fwd_only, passes);
     uint64_t counts = tr_comm_counters_bytes(&comm->counters, TR_GROUP_EP, TR_COMM_ALL_TO_ALL);
     uint64_t rows = tr_comm_counters_bytes(&comm->counters, TR_GROUP_EP, TR_COMM_ALL_TO_ALLV);
     uint64_t want_counts = (uint64_t)((passes + fwd_only) * 4 * E);
@@ -138,8 +165,7 @@ int equiv_check_ep_volume(const tr_config *c, const tr_comm *comm, const run_out
     int64_t R = capped && m->moe_pad_expert_input_to_capacity ? E * cap : T * k;
     /* the EP group's ranks run the same layers (they share the pipeline stage) */
     uint64_t want_rows = (uint64_t)((4 * passes + 2 * fwd_only) * ep * R * h * 4);
-    int rank, bad = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int bad = 0;
     if (capped && !m->moe_pad_expert_input_to_capacity) {
         /* drops without padding: the rows the layers kept, each moved twice per pass, at most
          * the dropless rows and E x capacity a pass */

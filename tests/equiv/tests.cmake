@@ -588,11 +588,14 @@ tr_equiv_moe_lora_test(qwen3_moe_lora_dropout_recompute_moe_act_shared 1 --same-
 # norm sums the dense and expert norms (clip_grad small, so clipping acts). EP 2 and EP 4 alone
 # (expert DP 1; EP 4 with the per-token loss, both buffers divided by the global token count), EP 2 x DP 2 with the distributed optimizer and overlap (expert DP 2), EP 2 x PP 2
 # (each stage only its layers' experts), DeepSeek-like routing (expert bias, shared expert, MTP).
-set(TR_EP2 model.expert_model_parallel_size=2)
+# These name the alltoall dispatcher (Megatron's default, and the tiny recipes', is allgather; its
+# tests follow the token-dropping ones).
+set(TR_A2A model.moe_token_dispatcher_type=alltoall)
+set(TR_EP2 model.expert_model_parallel_size=2 ${TR_A2A})
 set(TR_EP_CLIP optimizer.clip_grad=0.05)
 tr_equiv_test(moe_ep2 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_EP2})
 tr_equiv_test(moe_ep4_pertoken 4 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP}
-              model.calculate_per_token_loss=true -- model.expert_model_parallel_size=4)
+              model.calculate_per_token_loss=true -- model.expert_model_parallel_size=4 ${TR_A2A})
 tr_equiv_test(mixtral_ep2_dp2_distopt_overlap 4 --expect-overlap mixtral_tiny_pretrain
               ${TR_EQUIV_COMMON} ${TR_EP_CLIP} -- ${TR_EP2} ${TR_DISTOPT} ${TR_OVERLAP}
               ddp.overlap_param_gather=true optimizer.overlap_param_gather=true)
@@ -620,6 +623,27 @@ tr_equiv_test(mixtral_ep2_dp2_distopt_capacity_pad 4 mixtral_tiny_pretrain ${TR_
 tr_mpirun_test(mpi_equiv_moe_ep2_capacity_deterministic 2 equiv_check --same-layout
                moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP} model.moe_expert_capacity_factor=0.5
                -- ${TR_EP2} --)
+# The allgather dispatcher (runtime/moe/dispatch_ag.c): every EP rank gathers the group's tokens,
+# probabilities and choices, runs the rows routed to its experts and reduce-scatters their
+# weighted outputs (backward: the output gradient gathered, the input and probability gradients
+# reduce-scattered back to the tokens' owners); 20 iterations, the router moving. EP 2 alone;
+# DeepSeek-like (expert bias, group-limited sigmoid routing, shared expert, MTP depth); EP 2 x DP
+# 2 with the distributed optimizer (expert DP 2); EP 2 folded onto TP 2 with SP (each TP rank
+# gathers the other's sequence chunk) x DP 2; and token dropping (factor 0.5, each rank dropping
+# among its own tokens in the router). The bytes on the TP x EP group against the theory from the
+# token counts (equiv_parts.c), none on the EP group's all-to-alls.
+set(TR_EP2_AG model.expert_model_parallel_size=2 model.moe_token_dispatcher_type=allgather)
+tr_equiv_test(moe_ep2_allgather 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP} --
+              ${TR_EP2_AG})
+tr_equiv_test(deepseek_ep2_allgather 2 deepseek_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP} --
+              ${TR_EP2_AG})
+tr_equiv_test(mixtral_ep2_dp2_distopt_allgather 4 mixtral_tiny_pretrain ${TR_EQUIV_COMMON}
+              ${TR_EP_CAP} -- ${TR_EP2_AG} ${TR_DISTOPT})
+tr_equiv_test(mixtral_ep2_tp2_sp_allgather 4 mixtral_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP}
+              -- ${TR_TP2} ${TR_SP} model.expert_tensor_parallel_size=1 ${TR_EP2_AG})
+tr_equiv_test(moe_ep2_allgather_capacity_probs 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CAP}
+              model.moe_expert_capacity_factor=0.5 model.moe_token_drop_policy=probs --
+              ${TR_EP2_AG})
 # A first stage of dense layers only under EP: its ranks hold no expert and still join the
 # experts' grad-norm and inf/NaN collectives (they hung before).
 tr_equiv_pp_test(moe_ep2_pp2_dense_stage 4 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP}
@@ -637,7 +661,7 @@ tr_equiv_test(qwen3_moe_tp2_sp 2 qwen3_moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR
 tr_equiv_test(moe_tp2_sp_zloss 2 moe_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP}
               model.moe_z_loss_coeff=0.001 -- ${TR_MOE_TP2})
 tr_equiv_test(mixtral_ep4_tp2_dp2_sp 4 mixtral_tiny_pretrain ${TR_EQUIV_COMMON} ${TR_EP_CLIP} --
-              ${TR_MOE_TP2} model.expert_model_parallel_size=4 ${TR_DISTOPT})
+              ${TR_MOE_TP2} model.expert_model_parallel_size=4 ${TR_A2A} ${TR_DISTOPT})
 # Expert TP (runtime/moe/etp.c): every expert's fc1 columns (SwiGLU: gate and up each) and fc2
 # rows split over the expert-TP group; the rows the local experts receive are all-gathered over it
 # (variable counts), each rank runs its slices on all of them, fc2's partial sums are

@@ -1,14 +1,17 @@
-/* The MoE layer's alltoall dispatcher on real ranks (mpirun; EP = world, or the argument ep=N with
- * the other ranks data-parallel replicas, each EP group on its own tokens): each rank holds
- * experts / EP experts, and its layer must equal the single-rank layer (every expert local) run
- * on the same rank's tokens: the outputs and input gradients on each rank, the replicated
- * router's and shared expert's gradients on each rank, and each local expert's gradient equal to
- * the sum over its EP group of the single-rank layers' gradients of that expert (the tokens of
- * every rank reach it). Two microbatches are in flight (forward, forward, backward, backward). The
- * EP group's bytes are checked against the theory from the single-rank routing: the counts'
- * all-to-all moves `experts` int32 per forward; the row all-to-all-v moves, per microbatch, the
- * rank's routed rows out and the rows its experts received back, each way, in the forward and
- * the backward. */
+/* The MoE layer's alltoall and allgather dispatchers on real ranks (mpirun; EP = world, or the
+ * argument ep=N with the other ranks data-parallel replicas, each EP group on its own tokens): each
+ * rank holds experts / EP experts, and its layer must equal the single-rank layer (every expert
+ * local) run on the same rank's tokens: the outputs and input gradients on each rank, the
+ * replicated router's and shared expert's gradients on each rank, and each local expert's gradient
+ * equal to the sum over its EP group of the single-rank layers' gradients of that expert (the
+ * tokens of every rank reach it). Two microbatches are in flight (forward, forward, backward,
+ * backward). The EP group's bytes are checked against the theory from the single-rank routing: the
+ * counts' all-to-all moves `experts` int32 per forward; the row all-to-all-v moves, per microbatch,
+ * the rank's routed rows out and the rows its experts received back, each way, in the forward and
+ * the backward. The allgather dispatcher's bytes on TR_GROUP_TP_EP: per forward the tokens [T, h],
+ * their probabilities and choices [T, topk] all-gathered (f32, i32) and the outputs [EP T, h]
+ * reduce-scattered; per backward the output gradient gathered, the input gradient [EP T, h] and
+ * the probabilities' gradient [EP T, topk] reduce-scattered; nothing on the EP group. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -162,15 +165,26 @@ static void check(tr_comm *c, int ep, int ep_rank, tr_moe_spec s, bool swiglu, c
     free(gsum);
     uint64_t a2a = tr_comm_counters_bytes(&c->counters, TR_GROUP_EP, TR_COMM_ALL_TO_ALL);
     uint64_t a2av = tr_comm_counters_bytes(&c->counters, TR_GROUP_EP, TR_COMM_ALL_TO_ALLV);
-    uint64_t want_a2a = (uint64_t)SLOTS * s.experts * sizeof(int32_t);
-    uint64_t want_a2av = (uint64_t)(2.0 * (rows_out + rows_in)) * H * sizeof(float);
+    bool ag = s.dispatcher == TR_MOE_DISPATCH_ALLGATHER;
+    uint64_t want_a2a = ag ? 0 : (uint64_t)SLOTS * s.experts * sizeof(int32_t);
+    uint64_t want_a2av = ag ? 0 : (uint64_t)(2.0 * (rows_out + rows_in)) * H * sizeof(float);
+    uint64_t gat = tr_comm_counters_bytes(&c->counters, TR_GROUP_TP_EP, TR_COMM_ALL_GATHER);
+    uint64_t rs = tr_comm_counters_bytes(&c->counters, TR_GROUP_TP_EP, TR_COMM_REDUCE_SCATTER);
+    uint64_t want_gat = ag ? (uint64_t)SLOTS * T * (2 * H + 2 * s.topk) * 4 : 0;
+    uint64_t want_rs = ag ? (uint64_t)SLOTS * ep * T * (2 * H + s.topk) * 4 : 0;
+    EXPECT(gat == want_gat, "%s: all-gather %llu bytes, theory %llu", what, (unsigned long long)gat,
+           (unsigned long long)want_gat);
+    EXPECT(rs == want_rs, "%s: reduce-scatter %llu bytes, theory %llu", what,
+           (unsigned long long)rs, (unsigned long long)want_rs);
     EXPECT(a2a == want_a2a, "%s: counts all-to-all %llu bytes, theory %llu", what,
            (unsigned long long)a2a, (unsigned long long)want_a2a);
     EXPECT(a2av == want_a2av, "%s: rows all-to-all-v %llu bytes, theory %llu", what,
            (unsigned long long)a2av, (unsigned long long)want_a2av);
     if (g_rank == 0)
-        printf("%s: EP %d of world %d, y %.2g, dx %.2g, a2a %llu B, a2av %llu B\n", what, ep,
-               g_size, ey, edx, (unsigned long long)a2a, (unsigned long long)a2av);
+        printf("%s (%s): EP %d of world %d, y %.2g, dx %.2g, a2a %llu B, a2av %llu B, all-gather "
+               "%llu B, reduce-scatter %llu B\n",
+               what, ag ? "allgather" : "alltoall", ep, g_size, ey, edx, (unsigned long long)a2a,
+               (unsigned long long)a2av, (unsigned long long)gat, (unsigned long long)rs);
     drop(&ref);
     drop(&epl);
 }
@@ -204,11 +218,15 @@ int main(int argc, char **argv) {
     s.aux_coeff = 0.01f;
     s.z_coeff = 0.001f;
     check(c, size, ep_rank, s, true, "softmax top-2, swiglu, gated shared expert, aux + z");
+    s.dispatcher = TR_MOE_DISPATCH_ALLGATHER;
+    check(c, size, ep_rank, s, true, "softmax top-2, swiglu, gated shared expert, aux + z");
     tr_moe_spec g = {.experts = 8, .topk = 3, .ffn = 5, .topk_scale = 1.0f};
     g.layers[0] = 1;
     g.score = TR_MOE_SIGMOID;
     g.expert_bias = true;
     g.bias_rate = 1e-3f;
+    check(c, size, ep_rank, g, false, "sigmoid top-3 with expert bias, gelu");
+    g.dispatcher = TR_MOE_DISPATCH_ALLGATHER;
     check(c, size, ep_rank, g, false, "sigmoid top-3 with expert bias, gelu");
     tr_comm_destroy(c);
     tr_parallel_state_free(&ps);

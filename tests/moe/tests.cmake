@@ -1,4 +1,4 @@
-# The MoE layer's alltoall dispatcher on real ranks (mpirun, oversubscribed): EP 2, EP 4 and
+# The MoE layer's alltoall and allgather dispatchers on real ranks (mpirun, oversubscribed): EP 2, EP 4 and
 # EP 2 x DP 2 (world 4) against the single-rank layer, with the EP group's bytes against the
 # theory from the routing.
 add_executable(moe_ep_check ${CMAKE_SOURCE_DIR}/tests/moe/moe_ep_check.c)

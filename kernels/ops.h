@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "kernels/common/moe_desc.h"
 #include "kernels/common/rope_freq.h"
 
 typedef enum tr_transpose { TR_NOTRANS = 0, TR_TRANS = 1 } tr_transpose;
@@ -241,6 +242,34 @@ typedef struct tr_ops {
     tr_status (*col_dot)(float *out, const float *a, const float *b, const float *s, int rows,
                          int cols);
     tr_status (*norm_scale)(float *scale, float *inv, const float *mag, const float *sq, int n);
+
+    /* MoE. moe_topk: idx and prob from logits as tr_route_desc says (overwrites).
+     * moe_topk_bwd: dlogits [tokens, experts] (overwritten) from dprob, the gradient of prob,
+     * through the scores of the chosen idx (the selection itself has no gradient). */
+    tr_status (*moe_topk)(int32_t *idx, float *prob, const float *logits, const tr_route_desc *d);
+    tr_status (*moe_topk_bwd)(float *dlogits, const float *dprob, const float *logits,
+                              const int32_t *idx, const tr_route_desc *d);
+    /* Token rows to expert rows and back. An assignment a = t * topk + j is token t's j-th
+     * choice; row_a [rows] names each expert row's assignment (-1: a padding row) and pos
+     * [tokens * topk] each assignment's row (-1: dropped), the two inverse where both are >= 0.
+     * moe_permute: xp[r] = x[row_a[r] / topk], padding rows zero (overwrites).
+     * moe_permute_bwd: dx[t] = sum over j of dxp[pos[t * topk + j]], in j order (overwrites).
+     * moe_unpermute: y[t] = sum over j of prob[a] ye[pos[a]], a = t * topk + j, in j order,
+     * dropped assignments skipped (overwrites).
+     * moe_unpermute_bwd: dye[r] = prob[a] dy[a / topk] for a = row_a[r] (padding rows zero) and
+     * dprob[a] = <dy[t], ye[pos[a]]> summed in double (0 when dropped); both overwritten.
+     * An index outside its range (row_a outside [0, tokens * topk), pos outside [0, rows)) reads
+     * as -1, so no values of the index arrays (backend memory) touch memory out of range; the
+     * same holds for moe_topk_bwd's idx outside [0, experts) (skipped). */
+    tr_status (*moe_permute)(float *xp, const float *x, const int32_t *row_a, int rows, int tokens,
+                             int topk, int dim);
+    tr_status (*moe_permute_bwd)(float *dx, const float *dxp, const int32_t *pos, int rows,
+                                 int tokens, int topk, int dim);
+    tr_status (*moe_unpermute)(float *y, const float *ye, const float *prob, const int32_t *pos,
+                               int rows, int tokens, int topk, int dim);
+    tr_status (*moe_unpermute_bwd)(float *dye, float *dprob, const float *dy, const float *ye,
+                                   const float *prob, const int32_t *row_a, const int32_t *pos,
+                                   int rows, int tokens, int topk, int dim);
 } tr_ops;
 
 const tr_ops *tr_ops_cpu(void);

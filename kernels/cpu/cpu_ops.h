@@ -89,4 +89,17 @@ tr_status tr_cpu_adamw(float *param, const float *grad, float *m, float *v, int6
 tr_status tr_cpu_sgd(float *param, const float *grad, float *momentum_buf, int64_t n,
                      const tr_sgd_params *p);
 
+tr_status tr_cpu_moe_topk(int32_t *idx, float *prob, const float *logits, const tr_route_desc *d);
+tr_status tr_cpu_moe_topk_bwd(float *dlogits, const float *dprob, const float *logits,
+                              const int32_t *idx, const tr_route_desc *d);
+tr_status tr_cpu_moe_permute(float *xp, const float *x, const int32_t *row_a, int rows, int tokens,
+                             int topk, int dim);
+tr_status tr_cpu_moe_permute_bwd(float *dx, const float *dxp, const int32_t *pos, int rows,
+                                 int tokens, int topk, int dim);
+tr_status tr_cpu_moe_unpermute(float *y, const float *ye, const float *prob, const int32_t *pos,
+                               int rows, int tokens, int topk, int dim);
+tr_status tr_cpu_moe_unpermute_bwd(float *dye, float *dprob, const float *dy, const float *ye,
+                                   const float *prob, const int32_t *row_a, const int32_t *pos,
+                                   int rows, int tokens, int topk, int dim);
+
 #endif

@@ -49,6 +49,12 @@ static const tr_ops g_cpu_ops = {
     .col_scale = tr_cpu_col_scale,
     .col_dot = tr_cpu_col_dot,
     .norm_scale = tr_cpu_norm_scale,
+    .moe_topk = tr_cpu_moe_topk,
+    .moe_topk_bwd = tr_cpu_moe_topk_bwd,
+    .moe_permute = tr_cpu_moe_permute,
+    .moe_permute_bwd = tr_cpu_moe_permute_bwd,
+    .moe_unpermute = tr_cpu_moe_unpermute,
+    .moe_unpermute_bwd = tr_cpu_moe_unpermute_bwd,
 };
 
 const tr_ops *tr_ops_cpu(void) {

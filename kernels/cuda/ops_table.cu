@@ -50,11 +50,17 @@ static const tr_ops g_cuda_ops = {
     tr_cuda_col_scale,
     tr_cuda_col_dot,
     tr_cuda_norm_scale,
+    tr_cuda_moe_topk,
+    tr_cuda_moe_topk_bwd,
+    tr_cuda_moe_permute,
+    tr_cuda_moe_permute_bwd,
+    tr_cuda_moe_unpermute,
+    tr_cuda_moe_unpermute_bwd,
 };
 
 /* C++ before C++20 has no designated initialisers, so the order above must follow tr_ops; this
  * catches a member added to ops.h without a CUDA entry. */
-static_assert(sizeof(tr_ops) == sizeof(void *) * 48, "tr_ops changed: update kernels/cuda");
+static_assert(sizeof(tr_ops) == sizeof(void *) * 54, "tr_ops changed: update kernels/cuda");
 
 extern "C" const tr_ops *tr_ops_cuda(void) {
     return &g_cuda_ops;

@@ -319,6 +319,39 @@ static tr_status g_norm_scale(float *scale, float *inv, const float *mag, const 
     LEAVE(CPU->norm_scale(scale, inv, mag, sq, n));
 }
 
+/* The MoE ops: the desc is a host struct, its bias backend memory. */
+static tr_status g_moe_topk(int32_t *idx, float *prob, const float *logits,
+                            const tr_route_desc *d) {
+    ENTER("moe_topk", idx, prob, logits, d ? d->bias : NULL);
+    LEAVE(CPU->moe_topk(idx, prob, logits, d));
+}
+static tr_status g_moe_topk_bwd(float *dlogits, const float *dprob, const float *logits,
+                                const int32_t *idx, const tr_route_desc *d) {
+    ENTER("moe_topk_bwd", dlogits, dprob, logits, idx, d ? d->bias : NULL);
+    LEAVE(CPU->moe_topk_bwd(dlogits, dprob, logits, idx, d));
+}
+static tr_status g_moe_permute(float *xp, const float *x, const int32_t *row_a, int rows,
+                               int tokens, int topk, int dim) {
+    ENTER("moe_permute", xp, x, row_a);
+    LEAVE(CPU->moe_permute(xp, x, row_a, rows, tokens, topk, dim));
+}
+static tr_status g_moe_permute_bwd(float *dx, const float *dxp, const int32_t *pos, int rows,
+                                   int tokens, int topk, int dim) {
+    ENTER("moe_permute_bwd", dx, dxp, pos);
+    LEAVE(CPU->moe_permute_bwd(dx, dxp, pos, rows, tokens, topk, dim));
+}
+static tr_status g_moe_unpermute(float *y, const float *ye, const float *prob, const int32_t *pos,
+                                 int rows, int tokens, int topk, int dim) {
+    ENTER("moe_unpermute", y, ye, prob, pos);
+    LEAVE(CPU->moe_unpermute(y, ye, prob, pos, rows, tokens, topk, dim));
+}
+static tr_status g_moe_unpermute_bwd(float *dye, float *dprob, const float *dy, const float *ye,
+                                     const float *prob, const int32_t *row_a, const int32_t *pos,
+                                     int rows, int tokens, int topk, int dim) {
+    ENTER("moe_unpermute_bwd", dye, dprob, dy, ye, prob, row_a, pos);
+    LEAVE(CPU->moe_unpermute_bwd(dye, dprob, dy, ye, prob, row_a, pos, rows, tokens, topk, dim));
+}
+
 static const tr_ops strict_ops = {
     .name = "cpu-strict",
     .gemm = g_gemm,
@@ -368,6 +401,12 @@ static const tr_ops strict_ops = {
     .col_scale = g_col_scale,
     .col_dot = g_col_dot,
     .norm_scale = g_norm_scale,
+    .moe_topk = g_moe_topk,
+    .moe_topk_bwd = g_moe_topk_bwd,
+    .moe_permute = g_moe_permute,
+    .moe_permute_bwd = g_moe_permute_bwd,
+    .moe_unpermute = g_moe_unpermute,
+    .moe_unpermute_bwd = g_moe_unpermute_bwd,
 };
 
 /* ------------------------------------------------------------------ memory ------------- */

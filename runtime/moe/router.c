@@ -3,110 +3,46 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/common/moe_route.h"
 #include "kernels/common/philox.h"
 #include "runtime/comm/comm.h"
 #include "runtime/moe/internal.h"
 
-static float sigmoidf_(float x) {
-    return 1.0f / (1.0f + expf(-x));
-}
-
-/* sqrt(softplus(x)), softplus computed without overflow. */
-static float sqrtsoftplus(float x) {
-    float sp = x > 20.0f ? x : log1pf(expf(x));
-    return sqrtf(sp);
-}
-
-/* The score of logit x and its derivative. */
+/* The score of logit x and its derivative; softmax; top-k with ties to the lower index: the
+ * router op's own per-token helpers (kernels/common/moe_route.h), so the aux loss ranks and scores
+ * as the routing does. */
 static float score_of(int fn, float x, float *deriv) {
-    if (fn == TR_MOE_SIGMOID) {
-        float s = sigmoidf_(x);
-        *deriv = s * (1.0f - s);
-        return s;
-    }
-    float s = sqrtsoftplus(x);
-    *deriv = s > 0.0f ? sigmoidf_(x) / (2.0f * s) : 0.0f;
-    return s;
+    return tr_route_score(fn == TR_MOE_SIGMOID ? TR_ROUTE_SIGMOID : TR_ROUTE_SQRTSOFTPLUS, x,
+                          deriv);
 }
 
 static void softmax(const float *l, int n, float *p, double *lse) {
-    float mx = l[0];
-    for (int i = 1; i < n; i++) mx = l[i] > mx ? l[i] : mx;
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += exp((double)(l[i] - mx));
-    for (int i = 0; i < n; i++) p[i] = (float)(exp((double)(l[i] - mx)) / sum);
-    if (lse) *lse = (double)mx + log(sum);
+    tr_route_softmax(l, n, p, lse);
 }
 
-/* The k largest of v[0..n) not masked out, largest first; ties go to the lower index. */
-static void top_k(const float *v, const bool *allowed, int n, int k, int32_t *out) {
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int i = 0; i < n; i++) {
-            if (allowed && !allowed[i]) continue;
-            bool taken = false;
-            for (int q = 0; q < j; q++) taken |= out[q] == i;
-            if (taken) continue;
-            if (best < 0 || v[i] > v[best]) best = i;
-        }
-        out[j] = best;
-    }
+static void top_k(const float *v, int n, int k, int32_t *out) {
+    tr_route_top_k(v, NULL, n, k, out);
 }
 
-/* Group-limited routing: each group scored by the sum of its top k / group_topk values, the
- * best group_topk groups kept, the top k taken among their experts. */
-static void route_topk(const tr_moe_layer *L, const float *r, int32_t *idx) {
+/* The op's description of this layer's routing over its T tokens. */
+static tr_route_desc route_desc(const tr_moe_layer *L) {
     const tr_moe_spec *s = &L->s;
-    int E = L->E, k = L->k;
-    if (s->groups <= 0 || s->group_topk <= 0) {
-        top_k(r, NULL, E, k, idx);
-        return;
-    }
-    int G = s->groups, per = E / G, pick = k / s->group_topk;
-    float gscore[TR_MOE_MAX_EXPERTS];
-    int32_t tmp[TR_MOE_MAX_EXPERTS], gsel[TR_MOE_MAX_EXPERTS];
-    bool allowed[TR_MOE_MAX_EXPERTS];
-    for (int g = 0; g < G; g++) {
-        top_k(r + g * per, NULL, per, pick, tmp);
-        double sum = 0.0;
-        for (int j = 0; j < pick; j++) sum += r[g * per + tmp[j]];
-        gscore[g] = (float)sum;
-    }
-    top_k(gscore, NULL, G, s->group_topk, gsel);
-    for (int e = 0; e < E; e++) allowed[e] = false;
-    for (int j = 0; j < s->group_topk; j++)
-        for (int e = 0; e < per; e++) allowed[gsel[j] * per + e] = true;
-    top_k(r, allowed, E, k, idx);
-}
-
-/* One token's experts and probabilities (before the capacity drop). */
-static void route_token(const tr_moe_layer *L, const float *l, int32_t *idx, float *prob) {
-    const tr_moe_spec *s = &L->s;
-    int E = L->E, k = L->k;
-    float r[TR_MOE_MAX_EXPERTS], sc[TR_MOE_MAX_EXPERTS], dv;
-    if (s->score == TR_MOE_SOFTMAX) {
-        if (s->pre_softmax) {
-            softmax(l, E, sc, NULL);
-            route_topk(L, sc, idx);
-            for (int j = 0; j < k; j++) prob[j] = sc[idx[j]];
-        } else {
-            route_topk(L, l, idx);
-            float sel[TR_MOE_MAX_EXPERTS];
-            for (int j = 0; j < k; j++) sel[j] = l[idx[j]];
-            softmax(sel, k, prob, NULL);
-        }
-    } else {
-        for (int e = 0; e < E; e++) {
-            sc[e] = score_of(s->score, l[e], &dv);
-            r[e] = sc[e] + (s->expert_bias && L->p.bias ? L->p.bias[e] : 0.0f);
-        }
-        route_topk(L, r, idx);
-        double sum = 0.0;
-        for (int j = 0; j < k; j++) sum += sc[idx[j]];
-        for (int j = 0; j < k; j++)
-            prob[j] = k > 1 ? (float)(sc[idx[j]] / (sum + 1e-20)) : sc[idx[j]];
-    }
-    for (int j = 0; j < k; j++) prob[j] *= s->topk_scale;
+    int fn = s->score == TR_MOE_SOFTMAX   ? TR_ROUTE_SOFTMAX
+             : s->score == TR_MOE_SIGMOID ? TR_ROUTE_SIGMOID
+                                          : TR_ROUTE_SQRTSOFTPLUS;
+    bool grouped = s->groups > 0 && s->group_topk > 0;
+    return (tr_route_desc){
+        .tokens = L->T,
+        .experts = L->E,
+        .topk = L->k,
+        .score = fn,
+        .pre_softmax = s->pre_softmax ? 1 : 0,
+        .groups = grouped ? s->groups : 0,
+        .group_topk = grouped ? s->group_topk : 0,
+        .topk_scale = s->topk_scale,
+        /* the bias selects among sigmoid-type scores only (Megatron's semantics) */
+        .bias = fn != TR_ROUTE_SOFTMAX && s->expert_bias ? L->p.bias : NULL,
+    };
 }
 
 /* Per expert, which of its assignments stay under the capacity: the most probable ones
@@ -185,7 +121,7 @@ static tr_status aux_loss(tr_moe_layer *L, tr_moe_state *st, double *out) {
     for (int t = 0; t < T; t++) {
         int b = seq ? t / S : 0;
         aux_scores(L, st->logits + (int64_t)t * E, sc);
-        top_k(sc, NULL, E, k, sel);
+        top_k(sc, E, k, sel);
         for (int j = 0; j < k; j++) N[b * E + sel[j]] += 1.0;
         for (int e = 0; e < E; e++) P[b * E + e] += sc[e];
     }
@@ -217,7 +153,7 @@ static float jitter_noise(const tr_moe_layer *L, uint64_t seed, uint64_t round, 
 
 tr_status tr_moe_route(tr_moe_layer *L, tr_moe_state *st, bool training, uint64_t seed,
                        uint64_t round, double *lb, double *z) {
-    int T = L->T, E = L->E, k = L->k, h = L->d.hidden;
+    int T = L->T, E = L->E, h = L->d.hidden;
     const float *xr = st->x;
     if (st->noise) {
         for (int64_t i = 0; i < (int64_t)T * h; i++)
@@ -227,9 +163,8 @@ tr_status tr_moe_route(tr_moe_layer *L, tr_moe_state *st, bool training, uint64_
     }
     TR_TRY(tr_moe_gemm(L, L->s.router_lowp, TR_NOTRANS, TR_TRANS, T, E, h, xr, h, L->p.router, h,
                        0.0f, st->logits, E));
-    for (int t = 0; t < T; t++)
-        route_token(L, st->logits + (int64_t)t * E, st->idx + (int64_t)t * k,
-                    st->prob + (int64_t)t * k);
+    tr_route_desc rd = route_desc(L);
+    TR_TRY(L->ops->moe_topk(st->idx, st->prob, st->logits, &rd));
     dispatch(L, st);
     st->training = training;
     *lb = *z = 0.0;
@@ -255,41 +190,6 @@ tr_status tr_moe_route(tr_moe_layer *L, tr_moe_state *st, bool training, uint64_
     return TR_OK;
 }
 
-/* dL/dlogits of one token from g, the gradient of its k probabilities. */
-static void token_bwd(const tr_moe_layer *L, const float *l, const int32_t *idx, const float *g,
-                      float *dl) {
-    const tr_moe_spec *s = &L->s;
-    int E = L->E, k = L->k;
-    float sc[TR_MOE_MAX_EXPERTS];
-    if (s->score == TR_MOE_SOFTMAX && s->pre_softmax) {
-        softmax(l, E, sc, NULL);
-        double dot = 0.0;
-        for (int j = 0; j < k; j++) dot += (double)g[j] * sc[idx[j]];
-        for (int e = 0; e < E; e++) dl[e] += (float)(-sc[e] * dot);
-        for (int j = 0; j < k; j++) dl[idx[j]] += sc[idx[j]] * g[j];
-    } else if (s->score == TR_MOE_SOFTMAX) {
-        float sel[TR_MOE_MAX_EXPERTS], q[TR_MOE_MAX_EXPERTS];
-        for (int j = 0; j < k; j++) sel[j] = l[idx[j]];
-        softmax(sel, k, q, NULL);
-        double dot = 0.0;
-        for (int j = 0; j < k; j++) dot += (double)g[j] * q[j];
-        for (int j = 0; j < k; j++) dl[idx[j]] += (float)(q[j] * (g[j] - dot));
-    } else {
-        float v[TR_MOE_MAX_EXPERTS], dv[TR_MOE_MAX_EXPERTS];
-        double sum = 0.0, dot = 0.0;
-        for (int j = 0; j < k; j++) {
-            v[j] = score_of(s->score, l[idx[j]], &dv[j]);
-            sum += v[j];
-        }
-        sum += 1e-20;
-        for (int j = 0; j < k; j++) dot += (double)g[j] * v[j];
-        for (int j = 0; j < k; j++) {
-            double ds = k > 1 ? g[j] / sum - dot / (sum * sum) : g[j];
-            dl[idx[j]] += (float)(ds * dv[j]);
-        }
-    }
-}
-
 /* The aux loss's gradient dsc (per score) through the aux scores into dl. */
 static void aux_bwd(const tr_moe_layer *L, const float *l, const float *dsc, float *dl) {
     int E = L->E;
@@ -310,16 +210,15 @@ static void aux_bwd(const tr_moe_layer *L, const float *l, const float *dsc, flo
 }
 
 tr_status tr_moe_route_bwd(tr_moe_layer *L, const tr_moe_state *st, float aux_scale) {
-    int T = L->T, E = L->E, k = L->k, S = L->d.seq;
+    int T = L->T, E = L->E, S = L->d.seq;
     const tr_moe_spec *s = &L->s;
-    memset(L->d_logits, 0, (size_t)T * E * sizeof(float));
+    /* the probabilities' part (overwriting), then the losses' parts added */
+    tr_route_desc rd = route_desc(L);
+    TR_TRY(L->ops->moe_topk_bwd(L->d_logits, L->d_prob, st->logits, st->idx, &rd));
+    if (!st->training) return TR_OK;
     for (int t = 0; t < T; t++) {
         const float *l = st->logits + (int64_t)t * E;
         float *dl = L->d_logits + (int64_t)t * E;
-        float g[TR_MOE_MAX_EXPERTS];
-        for (int j = 0; j < k; j++) g[j] = s->topk_scale * L->d_prob[(int64_t)t * k + j];
-        token_bwd(L, l, st->idx + (int64_t)t * k, g, dl);
-        if (!st->training) continue;
         if (aux_on(L)) {
             int b = s->balance == TR_MOE_LB_SEQ_AUX ? t / S : 0;
             float dsc[TR_MOE_MAX_EXPERTS];

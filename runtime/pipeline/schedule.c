@@ -22,6 +22,16 @@ tr_status tr_pp_schedule_push(tr_pp_schedule *s, tr_pp_action a) {
     return TR_OK;
 }
 
+/* The emitters' push: the list is presized to its bound (tr_pp_schedule_build_plan), so the
+ * store is all it does; the planner builds lists of thousands of actions per layout. */
+static inline tr_status push(tr_pp_schedule *s, tr_pp_action a) {
+    if (s->n < s->cap) {
+        s->actions[s->n++] = a;
+        return TR_OK;
+    }
+    return tr_pp_schedule_push(s, a);
+}
+
 void tr_pp_schedule_free(tr_pp_schedule *s) {
     free(s->actions);
     memset(s, 0, sizeof *s);
@@ -89,15 +99,13 @@ static tr_pp_action transfer(const tr_pp_plan *p, int r, const step *x, bool in)
  * neighbours: even ranks send_next, recv_prev, send_prev, recv_next; odd ranks recv_prev,
  * send_next, recv_next, send_prev. Batched groups use the even order on every rank, which keeps
  * activations ahead of gradients on a shared (src, dst) channel when PP = 2. */
+static const unsigned char call_rank[2][TR_PP_RECV_GRAD + 1] = {
+    /* FWD, BWD (never posted), SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD */
+    {4, 4, 0, 1, 2, 3}, /* even */
+    {4, 4, 1, 0, 3, 2}, /* odd */
+};
 static int rank_in_order(tr_pp_op op, bool odd) {
-    static const tr_pp_op even_order[] = {TR_PP_SEND_ACT, TR_PP_RECV_ACT, TR_PP_SEND_GRAD,
-                                          TR_PP_RECV_GRAD};
-    static const tr_pp_op odd_order[] = {TR_PP_RECV_ACT, TR_PP_SEND_ACT, TR_PP_RECV_GRAD,
-                                         TR_PP_SEND_GRAD};
-    const tr_pp_op *o = odd ? odd_order : even_order;
-    for (int i = 0; i < 4; i++)
-        if (o[i] == op) return i;
-    return 4;
+    return op >= 0 && op <= TR_PP_RECV_GRAD ? call_rank[odd][op] : 4;
 }
 
 typedef struct emitter {
@@ -126,12 +134,11 @@ static tr_status post_n(emitter *e, tr_pp_action *ops, int n_in, bool wait_now, 
     for (int i = 0; i < n; i++) {
         if (i == 0 || each_alone) *group = e->next_group++;
         v[i].group = *group;
-        TR_TRY(tr_pp_schedule_push(e->s, v[i]));
-        if (each_alone)
-            TR_TRY(tr_pp_schedule_push(e->s, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, *group, 0}));
+        TR_TRY(push(e->s, v[i]));
+        if (each_alone) TR_TRY(push(e->s, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, *group, 0}));
     }
     if (wait_now && !each_alone)
-        TR_TRY(tr_pp_schedule_push(e->s, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, *group, 0}));
+        TR_TRY(push(e->s, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, *group, 0}));
     return TR_OK;
 }
 
@@ -146,12 +153,12 @@ static tr_status wait_for(emitter *e, int group) {
     const tr_pp_schedule *s = e->s;
     if (s->n && s->actions[s->n - 1].op == TR_PP_WAIT && s->actions[s->n - 1].group == group)
         return TR_OK;
-    return tr_pp_schedule_push(e->s, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, group, 0});
+    return push(e->s, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, group, 0});
 }
 
 static tr_status push_compute(emitter *e, const step *x) {
     tr_pp_action a = {x->bwd ? TR_PP_BWD : TR_PP_FWD, x->mb, x->chunk, -1, -1, 0};
-    return tr_pp_schedule_push(e->s, a);
+    return push(e->s, a);
 }
 
 static const tr_pp_action NONE = {TR_PP_NONE, -1, -1, -1, -1, 0};
@@ -321,6 +328,14 @@ tr_status tr_pp_schedule_build_plan(const tr_pp_plan *p, int pp_rank, tr_pp_sche
     out->batched = p->batched;
     out->overlapped = p->overlapped;
     out->message_bytes = p->message_bytes;
+    /* Presized to a bound, so building never reallocates: a compute step brings at most its
+     * own action, two transfers and their two WAITs (one more transfer and WAIT on the last
+     * warmup step), plus a few around the loops; push grows the list should the bound be off. */
+    int64_t bound = 12 * (int64_t)p->num_microbatches * p->vpp + 16;
+    if (bound > (1 << 24)) bound = 1 << 24;
+    out->actions = malloc((size_t)bound * sizeof *out->actions);
+    if (!out->actions) return TR_ERR_NOMEM;
+    out->cap = (int)bound;
     emitter e = {out, p, 0};
     tr_status st;
     if (p->vpp > 1) {
@@ -335,11 +350,10 @@ tr_status tr_pp_schedule_build_plan(const tr_pp_plan *p, int pp_rank, tr_pp_sche
     /* DP reduction finishes after the last backward; Megatron's finalize_model_grads then
      * all-reduces the word embedding's grads between the first and last stage (tied, or the
      * MTP depths' copy). */
-    if (st == TR_OK)
-        st = tr_pp_schedule_push(out, (tr_pp_action){TR_PP_DP_GRAD_REDUCE, -1, -1, -1, -1, 0});
+    if (st == TR_OK) st = push(out, (tr_pp_action){TR_PP_DP_GRAD_REDUCE, -1, -1, -1, -1, 0});
     if (st == TR_OK && p->shared_embedding && p->pp > 1 && (pp_rank == 0 || pp_rank == p->pp - 1))
-        st = tr_pp_schedule_push(out, (tr_pp_action){TR_PP_EMBED_GRAD_ALLREDUCE, -1, -1,
-                                                     pp_rank == 0 ? p->pp - 1 : 0, -1, 0});
+        st = push(out, (tr_pp_action){TR_PP_EMBED_GRAD_ALLREDUCE, -1, -1,
+                                      pp_rank == 0 ? p->pp - 1 : 0, -1, 0});
     if (st != TR_OK) tr_pp_schedule_free(out);
     return st;
 }

@@ -118,6 +118,25 @@ tr_status tr_pp_slots_in_flight(const tr_pp_schedule *s, int vpp, int *slots, in
 tr_status tr_pp_transfer_buffers(const tr_pp_schedule *s, const bool *has_embedding,
                                  const bool *has_loss, int vpp, bool half, int *fp32_peak,
                                  int *half_peak);
+/* Both, one action at a time: init (has_embedding NULL: the slots alone), add each action in
+ * list order, finish (the outputs of the two above; any may be NULL). */
+typedef struct tr_pp_counts {
+    const bool *has_embedding, *has_loss;
+    int vpp;
+    bool half;
+    tr_status st;
+    int live[64], slots[64];
+    int f, h, pf, ph;           /* fp32 and packed buffers held, and their peaks */
+    int back_f[64], back_h[64]; /* per post group modulo 64: what its WAIT gives back */
+} tr_pp_counts;
+void tr_pp_counts_init(tr_pp_counts *k, const bool *has_embedding, const bool *has_loss, int vpp,
+                       bool half);
+void tr_pp_counts_add(tr_pp_counts *k, const tr_pp_action *a);
+tr_status tr_pp_counts_finish(const tr_pp_counts *k, int *slots, int *max_slots, int *fp32_peak,
+                              int *half_peak);
+/* tr_pp_schedule_build_plan's list fed to k as it is made, never stored: what the planner
+ * reads of a schedule without the list of thousands of actions it would write and read back. */
+tr_status tr_pp_schedule_count_plan(const tr_pp_plan *p, int pp_rank, tr_pp_counts *k);
 
 /* ---- static check ---- */
 

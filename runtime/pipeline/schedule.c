@@ -22,6 +22,16 @@ tr_status tr_pp_schedule_push(tr_pp_schedule *s, tr_pp_action a) {
     return TR_OK;
 }
 
+/* The emitters' push: the list is presized to its bound (tr_pp_schedule_build_plan), so the
+ * store is all it does; the planner builds lists of thousands of actions per layout. */
+static inline tr_status push(tr_pp_schedule *s, tr_pp_action a) {
+    if (s->n < s->cap) {
+        s->actions[s->n++] = a;
+        return TR_OK;
+    }
+    return tr_pp_schedule_push(s, a);
+}
+
 void tr_pp_schedule_free(tr_pp_schedule *s) {
     free(s->actions);
     memset(s, 0, sizeof *s);
@@ -71,17 +81,40 @@ static tr_status compute_order(const tr_pp_plan *p, int r, step **out, int *n) {
     return TR_OK;
 }
 
+/* The list being built, with what every transfer of the rank reads computed once: the
+ * planner builds lists of thousands of actions per layout. */
+typedef struct emitter {
+    tr_pp_schedule *s;
+    const tr_pp_plan *p;
+    int next_group;
+    int prev, next, last; /* the neighbouring pp ranks; the last virtual stage */
+    bool odd;             /* blocking calls in the odd ranks' order (rank_in_order) */
+    tr_pp_counts *sink;   /* tr_pp_schedule_count_plan: each action counted, none stored */
+    bool any;             /* an action was emitted; `prev_op` and `prev_group` are the last's */
+    tr_pp_op prev_op;
+    int prev_group;
+} emitter;
+
+static tr_status emit_one(emitter *e, tr_pp_action a) {
+    e->any = true;
+    e->prev_op = a.op;
+    e->prev_group = a.group;
+    if (!e->sink) return push(e->s, a);
+    tr_pp_counts_add(e->sink, &a);
+    return TR_OK;
+}
+
 /* The transfer a compute step needs before it runs (`in`) or produces after it (`out`), as an
  * action without a group; op < 0 when there is none. */
-static tr_pp_action transfer(const tr_pp_plan *p, int r, const step *x, bool in) {
-    int stage = x->chunk * p->pp + r, last = p->pp * p->vpp - 1;
-    int prev = (r - 1 + p->pp) % p->pp, next = (r + 1) % p->pp;
+static tr_pp_action transfer(const emitter *e, const step *x, bool in) {
+    const tr_pp_plan *p = e->p;
+    int stage = x->chunk * p->pp + e->s->pp_rank;
     tr_pp_action a = {TR_PP_NONE, x->mb, x->chunk, -1, -1, p->message_bytes};
     if (p->pp == 1) return a;
-    if (!x->bwd && in && stage > 0) a.op = TR_PP_RECV_ACT, a.peer = prev;
-    if (!x->bwd && !in && stage < last) a.op = TR_PP_SEND_ACT, a.peer = next;
-    if (x->bwd && in && stage < last) a.op = TR_PP_RECV_GRAD, a.peer = next;
-    if (x->bwd && !in && stage > 0) a.op = TR_PP_SEND_GRAD, a.peer = prev;
+    if (!x->bwd && in && stage > 0) a.op = TR_PP_RECV_ACT, a.peer = e->prev;
+    if (!x->bwd && !in && stage < e->last) a.op = TR_PP_SEND_ACT, a.peer = e->next;
+    if (x->bwd && in && stage < e->last) a.op = TR_PP_RECV_GRAD, a.peer = e->next;
+    if (x->bwd && !in && stage > 0) a.op = TR_PP_SEND_GRAD, a.peer = e->prev;
     return a;
 }
 
@@ -89,22 +122,14 @@ static tr_pp_action transfer(const tr_pp_plan *p, int r, const step *x, bool in)
  * neighbours: even ranks send_next, recv_prev, send_prev, recv_next; odd ranks recv_prev,
  * send_next, recv_next, send_prev. Batched groups use the even order on every rank, which keeps
  * activations ahead of gradients on a shared (src, dst) channel when PP = 2. */
+static const unsigned char call_rank[2][TR_PP_RECV_GRAD + 1] = {
+    /* FWD, BWD (never posted), SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD */
+    {4, 4, 0, 1, 2, 3}, /* even */
+    {4, 4, 1, 0, 3, 2}, /* odd */
+};
 static int rank_in_order(tr_pp_op op, bool odd) {
-    static const tr_pp_op even_order[] = {TR_PP_SEND_ACT, TR_PP_RECV_ACT, TR_PP_SEND_GRAD,
-                                          TR_PP_RECV_GRAD};
-    static const tr_pp_op odd_order[] = {TR_PP_RECV_ACT, TR_PP_SEND_ACT, TR_PP_RECV_GRAD,
-                                         TR_PP_SEND_GRAD};
-    const tr_pp_op *o = odd ? odd_order : even_order;
-    for (int i = 0; i < 4; i++)
-        if (o[i] == op) return i;
-    return 4;
+    return op >= 0 && op <= TR_PP_RECV_GRAD ? call_rank[odd][op] : 4;
 }
-
-typedef struct emitter {
-    tr_pp_schedule *s;
-    const tr_pp_plan *p;
-    int next_group;
-} emitter;
 
 /* Posts up to four transfers as one group; *group is -1 when all are empty. Without batching a
  * blocking exchange is one blocking call per transfer, in Megatron's even/odd order. */
@@ -115,10 +140,9 @@ static tr_status post_n(emitter *e, tr_pp_action *ops, int n_in, bool wait_now, 
     for (int i = 0; i < n_in; i++)
         if (ops[i].op != TR_PP_NONE) v[n++] = ops[i];
     if (!n) return TR_OK;
-    bool odd = !e->p->batched && (e->s->pp_rank % 2);
     for (int i = 1; i < n; i++) /* insertion sort by the call order */
-        for (int j = i; j > 0 && rank_in_order(v[j].op, odd) < rank_in_order(v[j - 1].op, odd);
-             j--) {
+        for (int j = i;
+             j > 0 && rank_in_order(v[j].op, e->odd) < rank_in_order(v[j - 1].op, e->odd); j--) {
             tr_pp_action t = v[j];
             v[j] = v[j - 1], v[j - 1] = t;
         }
@@ -126,12 +150,11 @@ static tr_status post_n(emitter *e, tr_pp_action *ops, int n_in, bool wait_now, 
     for (int i = 0; i < n; i++) {
         if (i == 0 || each_alone) *group = e->next_group++;
         v[i].group = *group;
-        TR_TRY(tr_pp_schedule_push(e->s, v[i]));
-        if (each_alone)
-            TR_TRY(tr_pp_schedule_push(e->s, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, *group, 0}));
+        TR_TRY(emit_one(e, v[i]));
+        if (each_alone) TR_TRY(emit_one(e, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, *group, 0}));
     }
     if (wait_now && !each_alone)
-        TR_TRY(tr_pp_schedule_push(e->s, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, *group, 0}));
+        TR_TRY(emit_one(e, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, *group, 0}));
     return TR_OK;
 }
 
@@ -143,15 +166,13 @@ static tr_status post(emitter *e, tr_pp_action a, tr_pp_action b, bool wait_now,
 static tr_status wait_for(emitter *e, int group) {
     if (group < 0) return TR_OK;
     /* A group posted with wait_now was already waited right after posting. */
-    const tr_pp_schedule *s = e->s;
-    if (s->n && s->actions[s->n - 1].op == TR_PP_WAIT && s->actions[s->n - 1].group == group)
-        return TR_OK;
-    return tr_pp_schedule_push(e->s, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, group, 0});
+    if (e->any && e->prev_op == TR_PP_WAIT && e->prev_group == group) return TR_OK;
+    return emit_one(e, (tr_pp_action){TR_PP_WAIT, -1, -1, -1, group, 0});
 }
 
 static tr_status push_compute(emitter *e, const step *x) {
     tr_pp_action a = {x->bwd ? TR_PP_BWD : TR_PP_FWD, x->mb, x->chunk, -1, -1, 0};
-    return tr_pp_schedule_push(e->s, a);
+    return emit_one(e, a);
 }
 
 static const tr_pp_action NONE = {TR_PP_NONE, -1, -1, -1, -1, 0};
@@ -160,30 +181,30 @@ static const tr_pp_action NONE = {TR_PP_NONE, -1, -1, -1, -1, 0};
  * fused send_forward_recv_backward and friends. Overlapped: the exchange before step i also
  * prefetches the input of step i+1 and is waited on only before step i+1, so both transfers
  * run under step i's compute. */
-static tr_status emit(emitter *e, int r, const step *x, int n) {
+static tr_status emit(emitter *e, const step *x, int n) {
     const tr_pp_plan *p = e->p;
     int g;
     if (!p->overlapped) {
         for (int i = 0; i <= n; i++) {
-            tr_pp_action out = i > 0 ? transfer(p, r, &x[i - 1], false) : NONE;
-            tr_pp_action in = i < n ? transfer(p, r, &x[i], true) : NONE;
+            tr_pp_action out = i > 0 ? transfer(e, &x[i - 1], false) : NONE;
+            tr_pp_action in = i < n ? transfer(e, &x[i], true) : NONE;
             TR_TRY(post(e, out, in, true, &g));
             if (i < n) TR_TRY(push_compute(e, &x[i]));
         }
         return TR_OK;
     }
     int pending;
-    TR_TRY(post(e, NONE, n > 0 ? transfer(p, r, &x[0], true) : NONE, false, &pending));
+    TR_TRY(post(e, NONE, n > 0 ? transfer(e, &x[0], true) : NONE, false, &pending));
     for (int i = 0; i < n; i++) {
-        tr_pp_action out = i > 0 ? transfer(p, r, &x[i - 1], false) : NONE;
-        tr_pp_action in = i + 1 < n ? transfer(p, r, &x[i + 1], true) : NONE;
+        tr_pp_action out = i > 0 ? transfer(e, &x[i - 1], false) : NONE;
+        tr_pp_action in = i + 1 < n ? transfer(e, &x[i + 1], true) : NONE;
         TR_TRY(post(e, out, in, false, &g));
         TR_TRY(wait_for(e, pending));
         pending = g;
         TR_TRY(push_compute(e, &x[i]));
     }
     TR_TRY(wait_for(e, pending));
-    TR_TRY(post(e, n > 0 ? transfer(p, r, &x[n - 1], false) : NONE, NONE, true, &g));
+    TR_TRY(post(e, n > 0 ? transfer(e, &x[n - 1], false) : NONE, NONE, true, &g));
     return TR_OK;
 }
 
@@ -198,7 +219,8 @@ typedef struct ileave {
 } ileave;
 
 static int chunk_at(const ileave *x, int k, bool fwd) {
-    int c = x->t[((k % x->total) + x->total) % x->total].chunk; /* Python's modulo */
+    int i = k >= 0 && k < x->total ? k : ((k % x->total) + x->total) % x->total; /* Python's */
+    int c = x->t[i].chunk;
     return fwd ? c : x->v - 1 - c;
 }
 
@@ -226,7 +248,7 @@ static tr_pp_action recv_of(ileave *x, bool act, int chunk, bool want) {
     a.op = act ? TR_PP_RECV_ACT : TR_PP_RECV_GRAD;
     a.mb = act ? x->act_next[chunk]++ : x->grad_next[chunk]++;
     a.chunk = chunk;
-    a.peer = act ? (x->r - 1 + x->pp) % x->pp : (x->r + 1) % x->pp;
+    a.peer = act ? x->e->prev : x->e->next;
     a.bytes = x->e->p->message_bytes;
     return a;
 }
@@ -255,7 +277,7 @@ static tr_status emit_interleaved(emitter *e, int r) {
         step f = step_at(&x, k, true);
         DO(compute(&x, &f));
         bool rp = next_recv(&x, k, true, &c) && k != x.total - 1;
-        tr_pp_action ops[2] = {transfer(p, r, &f, false), recv_of(&x, true, c, rp)};
+        tr_pp_action ops[2] = {transfer(e, &f, false), recv_of(&x, true, c, rp)};
         DO(post_n(e, ops, 2, !ov, &fwd_pending));
         if (k == x.w - 1 && !all_warmup) {
             /* the first backward's gradient is fetched with the last warmup exchange */
@@ -272,17 +294,17 @@ static tr_status emit_interleaved(emitter *e, int r) {
         if (ov) {
             DO(wait_for(e, fwd_pending));
             DO(compute(&x, &f));
-            tr_pp_action fo[2] = {transfer(p, r, &f, false), recv_of(&x, true, c, rp)};
+            tr_pp_action fo[2] = {transfer(e, &f, false), recv_of(&x, true, c, rp)};
             DO(post_n(e, fo, 2, false, &fwd_pending));
             DO(wait_for(e, bwd_pending));
             DO(compute(&x, &b));
-            tr_pp_action bo[2] = {transfer(p, r, &b, false), recv_of(&x, false, cb, rn)};
+            tr_pp_action bo[2] = {transfer(e, &b, false), recv_of(&x, false, cb, rn)};
             DO(post_n(e, bo, 2, false, &bwd_pending));
         } else {
             DO(compute(&x, &f));
             DO(compute(&x, &b));
-            tr_pp_action ops[4] = {transfer(p, r, &f, false), recv_of(&x, true, c, rp),
-                                   transfer(p, r, &b, false), recv_of(&x, false, cb, rn)};
+            tr_pp_action ops[4] = {transfer(e, &f, false), recv_of(&x, true, c, rp),
+                                   transfer(e, &b, false), recv_of(&x, false, cb, rn)};
             DO(post_n(e, ops, 4, true, &g));
         }
     }
@@ -298,7 +320,7 @@ static tr_status emit_interleaved(emitter *e, int r) {
         DO(compute(&x, &b));
         int cb;
         bool rn = next_recv(&x, k, false, &cb) && k != x.total - 1;
-        tr_pp_action ops[2] = {transfer(p, r, &b, false), recv_of(&x, false, cb, rn)};
+        tr_pp_action ops[2] = {transfer(e, &b, false), recv_of(&x, false, cb, rn)};
         DO(post_n(e, ops, 2, true, &g));
     }
     DO(wait_for(e, bwd_pending));
@@ -309,7 +331,9 @@ static tr_status emit_interleaved(emitter *e, int r) {
     return st;
 }
 
-tr_status tr_pp_schedule_build_plan(const tr_pp_plan *p, int pp_rank, tr_pp_schedule *out) {
+/* The list of pp_rank into out, or with a sink its actions counted there and out only the
+ * header (no actions). */
+static tr_status build(const tr_pp_plan *p, int pp_rank, tr_pp_schedule *out, tr_pp_counts *sink) {
     memset(out, 0, sizeof *out);
     if (p->pp < 1 || p->vpp < 1 || p->num_microbatches < 1 || pp_rank < 0 || pp_rank >= p->pp)
         return TR_ERR_INVALID;
@@ -321,27 +345,54 @@ tr_status tr_pp_schedule_build_plan(const tr_pp_plan *p, int pp_rank, tr_pp_sche
     out->batched = p->batched;
     out->overlapped = p->overlapped;
     out->message_bytes = p->message_bytes;
-    emitter e = {out, p, 0};
+    /* Presized to a bound, so building never reallocates: a compute step brings at most its
+     * own action, two transfers and their two WAITs (one more transfer and WAIT on the last
+     * warmup step), plus a few around the loops; push grows the list should the bound be off. */
+    if (!sink) {
+        int64_t bound = 12 * (int64_t)p->num_microbatches * p->vpp + 16;
+        if (bound > (1 << 24)) bound = 1 << 24;
+        out->actions = malloc((size_t)bound * sizeof *out->actions);
+        if (!out->actions) return TR_ERR_NOMEM;
+        out->cap = (int)bound;
+    }
+    emitter e = {.s = out,
+                 .p = p,
+                 .prev = (pp_rank - 1 + p->pp) % p->pp,
+                 .next = (pp_rank + 1) % p->pp,
+                 .last = p->pp * p->vpp - 1,
+                 .odd = !p->batched && pp_rank % 2,
+                 .sink = sink};
     tr_status st;
     if (p->vpp > 1) {
         st = emit_interleaved(&e, pp_rank);
     } else {
         step *x;
         int n;
-        TR_TRY(compute_order(p, pp_rank, &x, &n));
-        st = emit(&e, pp_rank, x, n);
-        free(x);
+        st = compute_order(p, pp_rank, &x, &n);
+        if (st == TR_OK) {
+            st = emit(&e, x, n);
+            free(x);
+        }
     }
     /* DP reduction finishes after the last backward; Megatron's finalize_model_grads then
      * all-reduces the word embedding's grads between the first and last stage (tied, or the
      * MTP depths' copy). */
-    if (st == TR_OK)
-        st = tr_pp_schedule_push(out, (tr_pp_action){TR_PP_DP_GRAD_REDUCE, -1, -1, -1, -1, 0});
+    if (st == TR_OK) st = emit_one(&e, (tr_pp_action){TR_PP_DP_GRAD_REDUCE, -1, -1, -1, -1, 0});
     if (st == TR_OK && p->shared_embedding && p->pp > 1 && (pp_rank == 0 || pp_rank == p->pp - 1))
-        st = tr_pp_schedule_push(out, (tr_pp_action){TR_PP_EMBED_GRAD_ALLREDUCE, -1, -1,
-                                                     pp_rank == 0 ? p->pp - 1 : 0, -1, 0});
+        st = emit_one(&e, (tr_pp_action){TR_PP_EMBED_GRAD_ALLREDUCE, -1, -1,
+                                         pp_rank == 0 ? p->pp - 1 : 0, -1, 0});
     if (st != TR_OK) tr_pp_schedule_free(out);
     return st;
+}
+
+tr_status tr_pp_schedule_build_plan(const tr_pp_plan *p, int pp_rank, tr_pp_schedule *out) {
+    return build(p, pp_rank, out, NULL);
+}
+
+tr_status tr_pp_schedule_count_plan(const tr_pp_plan *p, int pp_rank, tr_pp_counts *k) {
+    tr_pp_schedule header;
+    TR_TRY(build(p, pp_rank, &header, k));
+    return k->st;
 }
 
 static int dtype_bytes(int32_t t) {

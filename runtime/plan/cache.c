@@ -1,7 +1,10 @@
 /* The planner's memo (runtime/plan/plan.h): the results of the runtime's sizing calls, keyed by
  * everything each call reads, so a search that plans thousands of layouts calls each one once
- * per distinct input. An entry is a key (the bytes of the inputs) and a fixed-size value; the
- * table is open addressing over a power of two, grown at half full. */
+ * per distinct input. An entry is a key (the bytes of the inputs) and a value of up to
+ * TR_PLAN_CACHE_VAL bytes, both in one allocation; the table is open addressing over a power of
+ * two, grown at half full. The table holds only the small slot headers: a fresh search creates
+ * one and fills two thousand entries, so slots that held the values inline made most of its
+ * bytes zeroed and copied on growth for nothing. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,9 +13,8 @@
 typedef struct entry {
     uint64_t hash;
     int kind;
-    size_t key_len;
-    unsigned char *key;
-    unsigned char val[TR_PLAN_CACHE_VAL];
+    uint32_t key_len, val_len;
+    unsigned char *key; /* key_len bytes of key, then val_len bytes of value */
 } entry;
 
 struct tr_plan_cache {
@@ -36,7 +38,7 @@ void tr_plan_cache_set_aux(tr_plan_cache *c, void *aux, void (*aux_free)(void *)
 tr_status tr_plan_cache_create(tr_plan_cache **out) {
     tr_plan_cache *c = calloc(1, sizeof *c);
     if (!c) return TR_ERR_NOMEM;
-    c->cap = 4096; /* a search of a few thousand layouts without growing */
+    c->cap = 8192; /* a search of a few thousand layouts (two thousand entries) without growing */
     c->e = calloc(c->cap, sizeof *c->e);
     if (!c->e) {
         free(c);
@@ -102,8 +104,12 @@ bool tr_plan_cache_get(tr_plan_cache *c, int kind, const void *key, size_t n, vo
         c->misses++;
         return false;
     }
+    if (e->val_len != val_len) { /* a caller's kind always stores one size */
+        c->misses++;
+        return false;
+    }
     c->hits++;
-    memcpy(val, e->val, val_len);
+    memcpy(val, e->key + e->key_len, val_len);
     return true;
 }
 
@@ -124,17 +130,18 @@ static tr_status grow(tr_plan_cache *c) {
 
 void tr_plan_cache_put(tr_plan_cache *c, int kind, const void *key, size_t n, const void *val,
                        size_t val_len) {
-    if (!c || val_len > TR_PLAN_CACHE_VAL) return;
+    if (!c || val_len > TR_PLAN_CACHE_VAL || n > UINT32_MAX / 2) return;
     if (2 * (c->n + 1) > c->cap && grow(c) != TR_OK) return;
     uint64_t h = hash_of(kind, key, n);
     entry *e = slot(c, h, kind, key, n);
     if (e->hash) return;
-    e->key = malloc(n ? n : 1);
+    e->key = malloc(n + val_len ? n + val_len : 1);
     if (!e->key) return; /* a memo that cannot grow only loses speed */
     memcpy(e->key, key, n);
+    memcpy(e->key + n, val, val_len);
     e->hash = h;
     e->kind = kind;
-    e->key_len = n;
-    memcpy(e->val, val, val_len);
+    e->key_len = (uint32_t)n;
+    e->val_len = (uint32_t)val_len;
     c->n++;
 }

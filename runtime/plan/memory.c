@@ -149,15 +149,13 @@ static tr_status rank_parts(const tr_config *c, const tr_pp_layout *lay, int pp_
     size_t klen = offsetof(sched_key, flags) + (size_t)lay->vpp;
     if (!tr_plan_cache_get(cache, TR_PLAN_MEMO_SCHEDULE, &k, klen, &v, sizeof v)) {
         memset(&v, 0, sizeof v);
-        tr_pp_schedule sch;
-        TR_TRY(tr_pp_schedule_build(c, pp_rank, &sch, d));
+        /* the slots and the transfer buffers counted as the list is made (the list itself,
+         * thousands of actions, is never stored) */
+        tr_pp_counts cnt;
+        tr_pp_counts_init(&cnt, emb, loss, lay->vpp, k.dtype != TR_DTYPE_FP32);
+        TR_TRY(tr_pp_schedule_count_plan(&k.plan, pp_rank, &cnt));
         int max = 0;
-        tr_status st = tr_pp_slots_in_flight(&sch, lay->vpp, v.slots, &max);
-        if (st == TR_OK)
-            st = tr_pp_transfer_buffers(&sch, emb, loss, lay->vpp,
-                                        sch.message_dtype != TR_DTYPE_FP32, &v.fp32, &v.half);
-        tr_pp_schedule_free(&sch);
-        TR_TRY(st);
+        TR_TRY(tr_pp_counts_finish(&cnt, v.slots, &max, &v.fp32, &v.half));
         tr_plan_cache_put(cache, TR_PLAN_MEMO_SCHEDULE, &k, klen, &v, sizeof v);
     }
     for (int ch = 0; ch < lay->vpp; ch++) {

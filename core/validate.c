@@ -244,7 +244,7 @@
     X(tr_check_runtime_moe_tp, "runtime.moe_tp", E, false,                                         \
       "MoE layers: expert TP divides the experts' ffn; under TP or CP no input jitter, dropless.") \
     X(tr_check_runtime_moe_allgather, "runtime.moe_allgather", E, false,                           \
-      "The allgather MoE dispatcher: expert TP 1, no padding to the capacity under EP.")           \
+      "The allgather MoE dispatcher under EP: expert TP 1, no padding to the capacity.")           \
     X(tr_check_runtime_moe_peft, "runtime.moe_peft", E, false,                                     \
       "LoRA on MoE models runs without DoRA, expert parallelism and expert TP (not built yet).")   \
     X(tr_check_runtime_moe_bias, "runtime.moe_bias", E, false,                                     \

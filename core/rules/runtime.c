@@ -135,19 +135,22 @@ TR_RULE_FN(tr_check_runtime_moe_tp) {
 
 /* The allgather dispatcher (runtime/moe/dispatch_ag.c) runs whole experts (expert TP 1) and
  * moves each rank's kept rows, never padded ones: expert TP and padding to the capacity under EP
- * run with the alltoall dispatcher. */
+ * run with the alltoall dispatcher. At EP 1 there is no dispatch: the expert-TP gather of the
+ * routed rows and the reduce-scatter of their outputs (runtime/moe/etp.c) are what Megatron's
+ * allgather dispatcher does over its TP x EP group. */
 TR_RULE_FN(tr_check_runtime_moe_allgather) {
     const tr_model_config *m = &c->model;
     if (!moe(c) || m->moe_token_dispatcher_type != TR_DISPATCH_ALLGATHER) return;
     int64_t etp = tr_or(m->expert_tensor_parallel_size, m->tensor_model_parallel_size);
     char what[128];
-    if (etp > 1)
+    if (etp > 1 && m->expert_model_parallel_size > 1)
         TR_FAIL("model.moe_token_dispatcher_type,model.expert_tensor_parallel_size",
                 "set model.moe_token_dispatcher_type=alltoall, or "
                 "model.expert_tensor_parallel_size=1",
                 NOT_YET,
                 TR_FMT(what,
-                       "the allgather MoE dispatcher with expert tensor parallelism (ETP %lld)",
+                       "the allgather MoE dispatcher with expert tensor parallelism (ETP %lld) "
+                       "under EP",
                        tr_ll(etp)));
     else if (m->expert_model_parallel_size > 1 &&
              !tr_is_null_float(m->moe_expert_capacity_factor) &&

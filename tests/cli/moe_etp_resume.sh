@@ -30,7 +30,8 @@ mpi() { # NP ARGS...
     rc=$?
 }
 mpi 4 --recipe mixtral_tiny_pretrain $common $tp2 model.expert_model_parallel_size=2 \
-    model.expert_tensor_parallel_size=2 checkpoint.save="$TMP/etp" checkpoint.save_interval=3 \
+    model.expert_tensor_parallel_size=2 model.moe_token_dispatcher_type=alltoall \
+    checkpoint.save="$TMP/etp" checkpoint.save_interval=3 \
     logger.output_dir="$TMP/a"
 expect_rc 0 "the EP 2 x ETP 2 run"
 [ -d "$TMP/etp/iter_0000003" ] || { show; fail "no checkpoint at iteration 3"; }

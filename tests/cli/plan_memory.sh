@@ -117,7 +117,7 @@ layout 2 $M -tp 2 model.sequence_parallel=true model.expert_tensor_parallel_size
 # Expert TP: each rank's slices of its experts, and the gathered rows at the worst case (ETP x
 # a rank's receivable rows), alone on TP 2 + SP and with EP 2 (the distributed optimizer).
 layout 2 $M -tp 2 model.sequence_parallel=true model.expert_tensor_parallel_size=2
-layout 4 --recipe mixtral_tiny_pretrain -tp 2 model.sequence_parallel=true model.expert_model_parallel_size=2 model.expert_tensor_parallel_size=2 ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
+layout 4 --recipe mixtral_tiny_pretrain -tp 2 model.sequence_parallel=true model.expert_model_parallel_size=2 model.expert_tensor_parallel_size=2 model.moe_token_dispatcher_type=alltoall ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true
 # Recomputation shares the recomputed MoE layers' states in one recompute state per set.
 layout 1 $M model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1
 layout 2 --recipe deepseek_tiny_pretrain -pp 2 model.num_layers=4 model.moe_layer_freq=[0,1,1,1] \

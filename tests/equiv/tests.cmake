@@ -749,6 +749,20 @@ tr_equiv_recompute_test(moe_ep2_recompute_full_uniform 2 moe_tiny_pretrain ${TR_
 tr_equiv_recompute_test(deepseek_ep2_recompute_moe_act_shared 2 deepseek_tiny_pretrain
                         ${TR_RC_COMMON} -- ${TR_EP2} -- ${TR_MOE_ACT_RC}
                         model.recompute_modules=[moe_act,shared_experts])
+# Under expert TP the rerun repeats the expert-TP all-gather and reduce-scatter of the rows
+# (ETP 2 over data-parallel ranks with jitter, drops and the aux loss, which TP refuses;
+# ETP 2 on TP 2 + SP; EP 2 x ETP 2 with the shared expert and expert bias).
+tr_equiv_recompute_test(moe_etp2_dp2_recompute_full_uniform 2 moe_tiny_pretrain ${TR_RC_COMMON}
+                        model.moe_input_jitter_eps=0.01 model.moe_expert_capacity_factor=1.0
+                        model.moe_router_load_balancing_type=aux_loss model.moe_aux_loss_coeff=0.01
+                        -- model.expert_tensor_parallel_size=2 -- ${TR_RC_FULL}
+                        model.recompute_method=uniform model.recompute_num_layers=1)
+tr_equiv_recompute_test(qwen3_moe_etp2_tp2_sp_recompute_moe_act 2 qwen3_moe_tiny_pretrain
+                        ${TR_RC_COMMON} -- ${TR_MOE_ETP2} -- ${TR_MOE_ACT_RC}
+                        model.recompute_modules=[moe_act])
+tr_equiv_recompute_test(deepseek_ep2_etp2_tp2_sp_recompute_moe 4 deepseek_tiny_pretrain
+                        ${TR_RC_COMMON} -- ${TR_MOE_ETP2} ${TR_EP2} -- ${TR_RC_SEL}
+                        model.recompute_modules=[moe,shared_experts])
 
 # Context parallelism (runtime/context_parallel/): each sequence in 2 x CP chunks, rank r keeping
 # chunks r and 2CP-1-r with their global positions (RoPE; learned positions on GPT), the p2p ring

@@ -750,7 +750,7 @@ tr_equiv_recompute_test(deepseek_ep2_recompute_moe_act_shared 2 deepseek_tiny_pr
                         ${TR_RC_COMMON} -- ${TR_EP2} -- ${TR_MOE_ACT_RC}
                         model.recompute_modules=[moe_act,shared_experts])
 # Under expert TP the rerun repeats the expert-TP all-gather and reduce-scatter of the rows
-# (ETP 2 over data-parallel ranks with jitter, drops and the aux loss, which TP refuses;
+# (ETP 2 over data-parallel ranks with the aux loss, jitter and drops, the last two refused under TP;
 # ETP 2 on TP 2 + SP; EP 2 x ETP 2 with the shared expert and expert bias).
 tr_equiv_recompute_test(moe_etp2_dp2_recompute_full_uniform 2 moe_tiny_pretrain ${TR_RC_COMMON}
                         model.moe_input_jitter_eps=0.01 model.moe_expert_capacity_factor=1.0
